@@ -1,0 +1,116 @@
+// Package conffile loads vk's TOML configuration files strictly: an unknown
+// key, a value of the wrong type or a missing `version` is an error that names
+// the file, the line and the key, so an operator can fix it at once.
+//
+// Every binary's config struct carries one tag set (`toml`), holds its
+// defaults before [Load] is called (defaults < file < flags), and may
+// implement [Validator]; Load calls Validate after decoding.
+package conffile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// ErrNoConfig is returned (wrapped) by [Load] when the file does not exist,
+// so callers can fall back to defaults or say where the file should be.
+var ErrNoConfig = errors.New("conffile: no config file")
+
+// ErrVersion is returned (wrapped) when the file's `version` key is missing
+// or names a version this build does not read.
+var ErrVersion = errors.New("conffile: unsupported config version")
+
+// Validator is implemented by config structs that check themselves after
+// decoding. Validate must be pure and list every problem it finds.
+type Validator interface {
+	Validate() error
+}
+
+// Load reads the file at path and decodes it into v (a pointer to a struct
+// already holding its defaults). The file must have a top-level integer
+// `version` key whose value is one of versions. Errors name the path and,
+// where the decoder knows them, the line, column and key.
+func Load(path string, v any, versions ...int) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", path, ErrNoConfig)
+	}
+	if err != nil {
+		return fmt.Errorf("conffile: %w", err)
+	}
+	return Decode(path, data, v, versions...)
+}
+
+// Decode is [Load] for bytes already read; name is used in error messages.
+func Decode(name string, data []byte, v any, versions ...int) error {
+	var head struct {
+		Version *int `toml:"version"`
+	}
+	if err := toml.Unmarshal(data, &head); err != nil {
+		return wrap(name, err)
+	}
+	if head.Version == nil {
+		return fmt.Errorf("%s: missing required key \"version\" (this build reads version %s): %w", name, list(versions), ErrVersion)
+	}
+	if len(versions) > 0 && !slices.Contains(versions, *head.Version) {
+		return fmt.Errorf("%s: key \"version\" is %d, this build reads version %s: %w", name, *head.Version, list(versions), ErrVersion)
+	}
+	dec := toml.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return wrap(name, err)
+	}
+	if val, ok := v.(Validator); ok {
+		if err := val.Validate(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func wrap(name string, err error) error {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		msgs := make([]string, 0, len(strict.Errors))
+		for _, e := range strict.Errors {
+			row, col := e.Position()
+			msgs = append(msgs, fmt.Sprintf("%s:%d:%d: unknown key %q", name, row, col, strings.Join(e.Key(), ".")))
+		}
+		return &Error{msg: strings.Join(msgs, "\n"), err: err}
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, col := de.Position()
+		key := strings.Join(de.Key(), ".")
+		if key != "" {
+			return &Error{msg: fmt.Sprintf("%s:%d:%d: key %q: %s", name, row, col, key, de.Error()), err: err}
+		}
+		return &Error{msg: fmt.Sprintf("%s:%d:%d: %s", name, row, col, de.Error()), err: err}
+	}
+	return &Error{msg: fmt.Sprintf("%s: %v", name, err), err: err}
+}
+
+// Error is a decoding error with the file position(s) in its message.
+type Error struct {
+	msg string
+	err error
+}
+
+func (e *Error) Error() string { return e.msg }
+
+// Unwrap returns the decoder's own error.
+func (e *Error) Unwrap() error { return e.err }
+
+func list(vs []int) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, " or ")
+}
