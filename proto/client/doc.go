@@ -1,0 +1,46 @@
+// Package client defines the bodies of the hub's client API (PROTO-01..11,
+// API-*) and the messages of the relay session (RSESS-*).
+//
+// # Client API
+//
+// HTTP/1.1 + JSON over TLS 1.3 under /v1/ (API-01). Each request body type
+// names its route in its doc comment. The hub decodes request bodies
+// strictly (unknown fields are an error, C10); clients decode answers
+// leniently (unknown fields ignored, API-55). Unknown enum strings in an
+// answer (error codes, job states, failures, …) decode to the enum's Other
+// value instead of failing (C5), so an older client keeps working against a
+// newer hub; re-encoding such a value writes "other".
+//
+// Errors travel as [Error] bodies with a [Code]; [Code.Retryable] says
+// whether a client may retry (API-46..54).
+//
+// # Sizes
+//
+// Memory and disk are [Size] values: binary units, parsed from "16G",
+// "512M", "1T", "64K" or plain bytes, printed in the largest unit that
+// divides them exactly. On the wire a Size is that canonical string
+// ("16G"); an integer (bytes) is accepted on decode too.
+//
+// # Relay session
+//
+// vk-gitlab holds a WebSocket session at /v1/gitlab/session (RSESS-01). Its
+// frames are JSON objects {"type": …, "seq": …, …fields} like the node
+// session's (see package dispatch); [EncodeRelayFrame] and
+// [DecodeRelayFrame] read and write them. Versions (RSESS-10) are in their
+// own space, independent of the node session's (DECISIONS 3):
+//
+//   - 1: report and heartbeat (upstream; we do not build it — a relay at 1
+//     may not take new work, RSESS-11, so we refuse it at the handshake);
+//   - 2 (2026-11-30): request_concurrency in the report, request_admissions
+//     and job_admissions in heartbeats;
+//   - 3 (2026-11-30): hub→relay update frames.
+//
+// The hub speaks [RelayHubVersions] (2..3) and vk-gitlab
+// [RelayClientVersions] (2..3); [NegotiateVersion] picks the highest common
+// version or names both ranges in its error. (The seed's hub accepts 1 and
+// answers version-1 relays' new work with 403; DECISIONS 3 lets us refuse
+// below the oldest version we build instead, and we have no version-1
+// relays. docs/protocol.md records this choice.)
+//
+// This package imports the standard library and proto/job only.
+package client
