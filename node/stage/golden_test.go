@@ -1,0 +1,437 @@
+package stage
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/process"
+	"github.com/vk-ci/vk/proto/job"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden traces in testdata/")
+
+const fixtures = "/work/shared/fixtures/gitlab"
+
+var testStart = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+
+// fixtureJob translates a GitLab job response fixture into a CiJob by hand,
+// with only the fields the stage runner reads (the relay's translator is
+// tested elsewhere).
+func fixtureJob(t *testing.T, name string) *job.CiJob {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixtures, name))
+	if err != nil {
+		t.Skipf("fixture %s: %v", name, err)
+	}
+	var r struct {
+		ID        int64  `json:"id"`
+		Token     string `json:"token"`
+		Variables []struct {
+			Key, Value           string
+			Public, File, Masked bool
+			Raw                  bool
+		} `json:"variables"`
+		Steps []struct {
+			Name         string   `json:"name"`
+			Script       []string `json:"script"`
+			Timeout      int64    `json:"timeout"`
+			When         string   `json:"when"`
+			AllowFailure bool     `json:"allow_failure"`
+		} `json:"steps"`
+		RunnerInfo struct {
+			Timeout int64 `json:"timeout"`
+		} `json:"runner_info"`
+		JobInfo struct {
+			Name            string `json:"name"`
+			Stage           string `json:"stage"`
+			ProjectID       int64  `json:"project_id"`
+			ProjectFullPath string `json:"project_full_path"`
+		} `json:"job_info"`
+		GitInfo struct {
+			RepoURL string `json:"repo_url"`
+			Ref     string `json:"ref"`
+			Sha     string `json:"sha"`
+		} `json:"git_info"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	j := &job.CiJob{
+		Job:         job.JobInfo{ID: r.ID, Name: r.JobInfo.Name, Stage: r.JobInfo.Stage, ProjectID: r.JobInfo.ProjectID, ProjectPath: r.JobInfo.ProjectFullPath},
+		Token:       r.Token,
+		Sources:     job.Sources{RepoURL: r.GitInfo.RepoURL, Ref: r.GitInfo.Ref, SHA: r.GitInfo.Sha},
+		TimeoutSecs: r.RunnerInfo.Timeout,
+		Trace:       job.TraceSettings{Sections: true, LimitBytes: job.DefaultTraceLimitBytes},
+		ServerURL:   "https://gitlab.example.com",
+	}
+	if j.TimeoutSecs <= 0 {
+		j.TimeoutSecs = 7200
+	}
+	for _, v := range r.Variables {
+		j.Variables = append(j.Variables, job.Variable{Key: v.Key, Value: v.Value, Public: v.Public, File: v.File, Masked: v.Masked, Raw: v.Raw})
+	}
+	for _, s := range r.Steps {
+		when := s.When
+		if when == "" {
+			when = "on_success"
+		}
+		j.Steps = append(j.Steps, job.Step{Name: s.Name, Script: s.Script, TimeoutSecs: s.Timeout, When: when, AllowFailure: s.AllowFailure})
+	}
+	// Every case skips the checkout: transfers are node/xfer's (tested there).
+	j.Variables = append(j.Variables, job.Variable{Key: "GIT_STRATEGY", Value: "none", Public: true})
+	return j
+}
+
+// watchBuf collects the trace and signals once it contains a string.
+type watchBuf struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func newWatchBuf(want string) *watchBuf { return &watchBuf{want: want, seen: make(chan struct{})} }
+
+func (w *watchBuf) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	if w.want != "" && bytes.Contains(w.b.Bytes(), []byte(w.want)) {
+		select {
+		case <-w.seen:
+		default:
+			close(w.seen)
+		}
+	}
+	return len(p), nil
+}
+
+func (w *watchBuf) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+type harness struct {
+	runner *Runner
+	clk    *clock.Fake
+	root   string
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	return newHarnessUser(t, cfg, nil)
+}
+
+// newHarnessUser is newHarness with jobs run as user (nil: the test's own).
+func newHarnessUser(t *testing.T, cfg Config, user *process.User) *harness {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "jobs")
+	parent := fmt.Sprintf("vk-test-%d", os.Getpid())
+	ex, err := process.New(process.Config{Root: root, CgroupParent: parent, User: user, Log: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeCgroupParent(parent) })
+	clk := clock.NewFake(testStart)
+	cfg.Executor, cfg.Clock, cfg.Log = ex, clk, testlog.New(t)
+	if cfg.Version == "" {
+		cfg.Version = "1.2.3"
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName, cfg.SystemID = "node-a", "s_0123456789ab"
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{runner: r, clk: clk, root: root}
+}
+
+// removeCgroupParent removes the test process's cgroup parent directories
+// once no job uses them (rmdir fails harmlessly while one does).
+func removeCgroupParent(parent string) {
+	dirs, _ := filepath.Glob(filepath.Join(process.DefaultCgroupRoot, "*", parent))
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}
+
+var (
+	hostnameRe = regexp.MustCompile(`Running on [^\n]*\.\.\.`)
+	dateRe     = regexp.MustCompile(`01O \w{3} \w{3} [ 0-9]\d \d\d:\d\d:\d\d \w+ \d{4}\n`)
+)
+
+// normalise makes a trace host-independent: the hostname and the job root.
+func (h *harness) normalise(s string) string {
+	s = hostnameRe.ReplaceAllString(s, "Running on HOST...")
+	return strings.ReplaceAll(s, h.root, "$ROOT")
+}
+
+// sortWorkEntries orders the job's stdout and stderr entries inside each
+// run of consecutive stream-01 entries (O before E, each stream's order
+// kept): the order between two pipes is the scheduler's, not ours.
+func sortWorkEntries(s string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i := 0; i < len(lines); {
+		if !isWork(lines[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(lines) && isWork(lines[j]) {
+			j++
+		}
+		sort.SliceStable(lines[i:j], func(a, b int) bool { return lines[i+a][30] == 'O' && lines[i+b][30] == 'E' })
+		i = j
+	}
+	return strings.Join(lines, "")
+}
+
+func isWork(l string) bool { return len(l) > 31 && l[28:30] == "01" }
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	file := filepath.Join("testdata", name+".trace")
+	if *update {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("trace differs from %s (-want +got):\n%s", file, diff)
+	}
+}
+
+type goldenCase struct {
+	name    string
+	fixture string
+	edit    func(j *job.CiJob)
+	// act, when set, runs once the trace contains waitFor.
+	waitFor string
+	act     func(h *harness, hd *Handle, j *job.CiJob)
+	sortIO  bool
+	// normal, when set, further normalises the trace (host-specific output).
+	normal func(string) string
+
+	failure  Failure
+	exitCode int
+	check    func(t *testing.T, res Result, trace string)
+}
+
+func setScript(j *job.CiJob, script ...string) { j.Steps[0].Script = script }
+
+func addVar(j *job.CiJob, v job.Variable) { j.Variables = append(j.Variables, v) }
+
+// spec: STAGE-01, STAGE-05, TRACE-01, TRACE-02, TRACE-03, TRACE-04, TRACE-08, NODE-10, FAIL-01, FAIL-02, FAIL-03, FAIL-09
+func TestGoldenTraces(t *testing.T) {
+	cases := []goldenCase{
+		{name: "successful", fixture: "job_response_successful.json"},
+		{
+			name: "full", fixture: "job_response_full.json",
+			normal: func(s string) string { return dateRe.ReplaceAllString(s, "01O DATE\n") },
+		},
+		{
+			name: "gitlab_complete", fixture: "job_response_gitlab_complete.json", sortIO: true,
+			failure: FailureScript, exitCode: 1, // bundle is not installed here
+			check: func(t *testing.T, _ Result, tr string) {
+				if strings.Contains(tr, "EXAMPLEjobTOKEN") {
+					t.Error("the job token leaked")
+				}
+			},
+		},
+		{
+			name: "steps_run", fixture: "job_response_steps_run.json",
+			failure: FailureConfiguration,
+		},
+		{name: "failed", fixture: "job_response_failed.json", failure: FailureScript, exitCode: 1},
+		{name: "multistep", fixture: "job_response_multistep.json"},
+		{name: "failing_multistep_after_script", fixture: "job_response_failing_multistep.json", failure: FailureScript, exitCode: 1},
+		{name: "after_script", fixture: "job_response_after_script.json"},
+		{
+			name: "masked", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "MY_SECRET", Value: "s3cr3t-v4lue", Masked: true})
+				addVar(j, job.Variable{Key: "DERIVED", Value: "pre-$MY_SECRET"})
+				setScript(j,
+					`echo "plain: $MY_SECRET"`,
+					`printf 's3cr'; sleep 0.05; printf '3t-v4lue split\n'`,
+					`echo "derived: $DERIVED token glpat-abcdef123 url https://x/?private_token=zzz&a=1"`,
+					`echo s3cr3t-v4lue`)
+			},
+			check: func(t *testing.T, _ Result, tr string) {
+				if strings.Contains(tr, "s3cr3t") || strings.Contains(tr, "abcdef123") || strings.Contains(tr, "zzz") {
+					t.Errorf("a secret survived in the trace")
+				}
+			},
+		},
+		{
+			name: "stderr_interleaved", fixture: "job_response_successful.json", sortIO: true,
+			edit: func(j *job.CiJob) {
+				setScript(j, "echo out1; echo err1 >&2; echo out2; echo err2 >&2", "ls /nonexistent-vk-path")
+			},
+			failure: FailureScript, exitCode: 1, // errexit inside eval exits 1, as with gitlab-runner's script
+		},
+		{
+			name: "no_newline", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) { setScript(j, "printf 'no newline at the end'") },
+		},
+		{
+			name: "long_line", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				setScript(j, `head -c 10240 /dev/zero | tr '\0' x > line; echo >> line; dd if=line bs=64k status=none`)
+			},
+		},
+		{
+			name: "cr_ansi", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				setScript(j,
+					`printf 'progress 10%%\rprogress 50%%\rprogress 100%%\n'`,
+					`printf 'crlf line\r\n'`,
+					`printf '\033[31mred\033[0m and \033[1mbold\033[0m\n'`,
+					`printf 'bar: .\r'`)
+			},
+		},
+		{
+			name: "multiline_command", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				setScript(j, "echo first\necho second", "", "  echo trimmed  ")
+			},
+		},
+		{
+			name: "timeout", fixture: "job_response_long_running.json",
+			edit:    func(j *job.CiJob) { j.TimeoutSecs = 5 },
+			waitFor: "$ sleep 3600",
+			act:     func(h *harness, _ *Handle, _ *job.CiJob) { h.clk.Advance(5 * time.Second) },
+			failure: FailureTimeout,
+			check: func(t *testing.T, res Result, tr string) {
+				if !strings.Contains(tr, "job status timedout") {
+					t.Error("after_script did not see CI_JOB_STATUS=timedout")
+				}
+				// spec: NODE-14 (the fake clock moved 5 s during the job)
+				if res.Usage.Wall != 5*time.Second {
+					t.Errorf("Usage.Wall = %v, want 5s", res.Usage.Wall)
+				}
+			},
+		},
+		{
+			name: "cancel_graceful", fixture: "job_response_long_running.json",
+			waitFor: "$ sleep 3600",
+			act:     func(_ *harness, hd *Handle, _ *job.CiJob) { hd.Cancel(exec.Graceful) },
+			failure: FailureCanceled,
+			check: func(t *testing.T, _ Result, tr string) {
+				if !strings.Contains(tr, "job status canceled") {
+					t.Error("after_script did not see CI_JOB_STATUS=canceled")
+				}
+			},
+		},
+		{
+			name: "cancel_immediate", fixture: "job_response_long_running.json",
+			waitFor: "$ sleep 3600",
+			act:     func(_ *harness, hd *Handle, _ *job.CiJob) { hd.Cancel(exec.Immediate) },
+			failure: FailureCanceled,
+			check: func(t *testing.T, _ Result, tr string) {
+				if strings.Contains(tr, "after_script") {
+					t.Error("after_script ran after an immediate cancel")
+				}
+			},
+		},
+		{
+			name: "over_limit", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				j.Trace.LimitBytes = 3000
+				setScript(j, "seq 1 1000")
+			},
+			check: func(t *testing.T, res Result, tr string) {
+				if !res.Truncated || res.OutputLen != int64(len(tr)) || !strings.HasSuffix(tr, "no more output will be collected.\x1b[0;m\n") {
+					t.Errorf("over the limit: truncated %v, len %d vs %d", res.Truncated, res.OutputLen, len(tr))
+				}
+			},
+		},
+		{
+			name: "no_timestamps", fixture: "job_response_after_script.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "FF_TIMESTAMPS", Value: "false"})
+				setScript(j, "echo Hello World", "printf 'no newline'")
+			},
+		},
+		{
+			name: "file_and_raw_variables", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "A_FILE", Value: "file content\n", File: true})
+				addVar(j, job.Variable{Key: "RAW", Value: "$HOME-raw", Raw: true})
+				addVar(j, job.Variable{Key: "EXPANDED", Value: "x-$CI_JOB_STATUS-${MISSING}-$$"})
+				j.ServerCAPEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+				setScript(j,
+					`cat "$A_FILE"; echo "$A_FILE" | sed "s|$CI_BUILDS_DIR|BUILDS|"`,
+					`echo "$RAW $EXPANDED"`,
+					`head -1 "$CI_SERVER_TLS_CA_FILE"`,
+					`test "$CI_PROJECT_DIR" = "$PWD" && echo in project dir`)
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, Config{})
+			j := fixtureJob(t, tc.fixture)
+			if tc.edit != nil {
+				tc.edit(j)
+			}
+			out := newWatchBuf(tc.waitFor)
+			hd, err := h.runner.Start(t.Context(), Spec{ID: "golden-" + tc.name, Job: j, Out: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.act != nil {
+				select {
+				case <-out.seen:
+					tc.act(h, hd, j)
+				case <-hd.Done():
+					t.Fatalf("job ended before %q appeared:\n%s", tc.waitFor, out.String())
+				}
+			}
+			res := hd.Result()
+			got := out.String()
+			if res.Failure != tc.failure || res.ExitCode != tc.exitCode {
+				t.Errorf("result = failure %q exit %d (%v), want %q %d", res.Failure, res.ExitCode, res.Err, tc.failure, tc.exitCode)
+			}
+			if res.OutputLen != int64(len(got)) {
+				t.Errorf("OutputLen = %d, trace has %d bytes", res.OutputLen, len(got))
+			}
+			if tc.check != nil {
+				tc.check(t, res, got)
+			}
+			norm := h.normalise(got)
+			if tc.sortIO {
+				norm = sortWorkEntries(norm)
+			}
+			if tc.normal != nil {
+				norm = tc.normal(norm)
+			}
+			checkGolden(t, tc.name, norm)
+			if _, err := os.Stat(filepath.Join(h.root, "golden-"+tc.name)); !os.IsNotExist(err) {
+				t.Errorf("job directory left behind: %v", err)
+			}
+		})
+	}
+}

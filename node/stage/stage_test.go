@@ -1,0 +1,553 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	vkexec "github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/process"
+	"github.com/vk-ci/vk/node/trace"
+	"github.com/vk-ci/vk/proto/job"
+	"pgregory.net/rapid"
+)
+
+// spec: STAGE-05
+func TestShellEscapeMatchesGitLabRunner(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", "''"},
+		{"plain/path-1.2_@,", "plain/path-1.2_@,"},
+		{"two words", "$'two words'"},
+		{"it's", `$'it\'s'`},
+		{"a\nb\tc\r", `$'a\nb\tc\r'`},
+		{"back\\slash", `$'back\\slash'`},
+		{"\x1b[32;1m$ echo\x1b[0;m", `$'\x1b[32;1m$ echo\x1b[0;m'`},
+		{"é", `$'\xc3\xa9'`},
+		{"$HOME", "$'$HOME'"},
+	}
+	for _, tc := range tests {
+		if got := shellEscape(tc.in); got != tc.want {
+			t.Errorf("shellEscape(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// Any string survives shellEscape → bash → echo unchanged.
+//
+// spec: STAGE-05
+func TestShellEscapeRoundTripsThroughBash(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	var inputs []string
+	rapid.Check(t, func(t *rapid.T) {
+		s := string(rapid.SliceOfN(rapid.ByteRange(1, 255), 0, 20).Draw(t, "s"))
+		inputs = append(inputs, s)
+	})
+	// One bash for all inputs: printf each escaped string with a separator.
+	var script strings.Builder
+	for _, s := range inputs {
+		script.WriteString("printf '%s\\0' " + shellEscape(s) + "\n")
+	}
+	out, err := exec.Command("bash", "--noprofile", "--norc", "-c", script.String()).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(string(out), "\x00")
+	for i, s := range inputs {
+		if got[i] != s {
+			t.Fatalf("bash read %q back as %q (escaped %s)", s, got[i], shellEscape(s))
+		}
+	}
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"A": "1", "B_2": "two", "EMPTY": ""}
+	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	tests := []struct{ in, want string }{
+		{"plain", "plain"},
+		{"$A-${B_2}", "1-two"},
+		{"$MISSING|${MISSING}|", "||"},
+		{"$$A", "$A"},
+		{"trailing $", "trailing $"},
+		{"${unterminated", "${unterminated"},
+		{"$1 $-", "$1 $-"},
+	}
+	for _, tc := range tests {
+		if got := expand(tc.in, lookup); got != tc.want {
+			t.Errorf("expand(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// spec: STAGE-05
+func TestScriptShape(t *testing.T) {
+	w := &scriptWriter{tmpDir: "/b/p.tmp"}
+	w.exports([]exportVar{{Key: "K", Value: "v v"}, {Key: "F", Value: "data", File: true}, {Key: "bad-key", Value: "x"}})
+	w.cd("/b/p")
+	w.commands("echo hi", "a\nb", "")
+	got := w.finish()
+	body := "export K=$'v v'\n" +
+		"mkdir -p \"/b/p.tmp\"\n" +
+		"printf '%s' data > \"/b/p.tmp/F\"\n" +
+		"export F=\"/b/p.tmp/F\"\n" +
+		"cd /b/p\n" +
+		"echo $'\\x1b[32;1m$ echo hi\\x1b[0;m'\n" +
+		"echo hi\n" +
+		"echo $'\\x1b[32;1m$ a # collapsed multi-line command\\x1b[0;m'\n" +
+		"a\nb\n" +
+		"echo\n\n"
+	want := "#!/usr/bin/env bash\n\ntrap exit 1 TERM\n\n" +
+		"if set -o | grep pipefail > /dev/null; then set -o pipefail; fi; set -o errexit\n" +
+		"set +o noclobber\n" +
+		": | eval " + shellEscape(body) + "\n" +
+		"exit 0\n"
+	if got != want {
+		t.Errorf("script =\n%s\nwant\n%s", got, want)
+	}
+	if len(w.skipped) != 1 || w.skipped[0] != "bad-key" {
+		t.Errorf("skipped = %v", w.skipped)
+	}
+}
+
+// transfers is an in-memory Transfers that records calls and fails where
+// told.
+type transfers struct {
+	calls []string
+	fail  map[string]error
+}
+
+func (f *transfers) do(name string, tr *trace.Trace) error {
+	f.calls = append(f.calls, name)
+	tr.Println("transfer " + name)
+	return f.fail[name]
+}
+
+func (f *transfers) GetSources(_ context.Context, _ *job.CiJob, dir string, tr *trace.Trace) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return f.do("get_sources", tr)
+}
+func (f *transfers) RestoreCache(_ context.Context, _ *job.CiJob, _ string, tr *trace.Trace) error {
+	return f.do("restore_cache", tr)
+}
+func (f *transfers) DownloadArtifacts(_ context.Context, _ *job.CiJob, _ string, tr *trace.Trace) error {
+	return f.do("download_artifacts", tr)
+}
+func (f *transfers) ArchiveCache(_ context.Context, _ *job.CiJob, _ string, failed bool, tr *trace.Trace) error {
+	return f.do(fmt.Sprintf("archive_cache(failed=%v)", failed), tr)
+}
+func (f *transfers) UploadArtifacts(_ context.Context, j *job.CiJob, _ string, failed bool, tr *trace.Trace) ([]ArtifactOutcome, error) {
+	name := fmt.Sprintf("upload_artifacts(failed=%v)", failed)
+	err := f.do(name, tr)
+	var out []ArtifactOutcome
+	for _, a := range j.Artifacts {
+		out = append(out, ArtifactOutcome{Name: a.Name, Type: a.ArtifactType, Uploaded: err == nil})
+	}
+	return out, err
+}
+
+func transferJob(t *testing.T) *job.CiJob {
+	j := fixtureJob(t, "job_response_multistep.json")
+	j.Variables = j.Variables[:len(j.Variables)-1] // drop GIT_STRATEGY=none
+	j.Caches = []job.Cache{{Key: "k", Paths: []string{"x"}}}
+	j.Artifacts = []job.Artifact{{Name: "a", Paths: []string{"out"}, When: "always", ArtifactType: "archive"}}
+	j.Dependencies = []job.Dependency{{ID: 1, Name: "build", ArtifactsFile: &job.ArtifactsFile{Filename: "a.zip", Size: 1}}}
+	return j
+}
+
+var sectionRe = regexp.MustCompile(`section_start:\d+:([a-z_]+)`)
+
+func sections(tr string) []string {
+	var out []string
+	for _, m := range sectionRe.FindAllStringSubmatch(tr, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// spec: STAGE-01, FAIL-01, FAIL-02
+func TestStageOrderAndTransferFailures(t *testing.T) {
+	tests := []struct {
+		name      string
+		edit      func(j *job.CiJob)
+		fail      map[string]error
+		failure   Failure
+		sections  string
+		transfers string
+	}{
+		{
+			name:      "success",
+			sections:  "prepare_executor prepare_script get_sources restore_cache download_artifacts step_script step_release after_script archive_cache upload_artifacts_on_success cleanup_file_variables",
+			transfers: "get_sources restore_cache download_artifacts archive_cache(failed=false) upload_artifacts(failed=false)",
+		},
+		{
+			name:      "step fails",
+			edit:      func(j *job.CiJob) { j.Steps[0].Script = []string{"exit 4"} },
+			failure:   FailureScript,
+			sections:  "prepare_executor prepare_script get_sources restore_cache download_artifacts step_script after_script upload_artifacts_on_failure cleanup_file_variables",
+			transfers: "get_sources restore_cache download_artifacts upload_artifacts(failed=true)",
+		},
+		{
+			name:      "clone fails: steps and after_script skipped",
+			fail:      map[string]error{"get_sources": errors.New("git: connection refused")},
+			failure:   FailureExternalDependency,
+			sections:  "prepare_executor prepare_script get_sources upload_artifacts_on_failure cleanup_file_variables",
+			transfers: "get_sources upload_artifacts(failed=true)",
+		},
+		{
+			name:      "marked system error",
+			fail:      map[string]error{"restore_cache": fmt.Errorf("disk: %w", ErrSystem)},
+			failure:   FailureSystem,
+			sections:  "prepare_executor prepare_script get_sources restore_cache upload_artifacts_on_failure cleanup_file_variables",
+			transfers: "get_sources restore_cache upload_artifacts(failed=true)",
+		},
+		{
+			name:      "cache archive error after success",
+			fail:      map[string]error{"archive_cache(failed=false)": errors.New("registry 503")},
+			failure:   FailureExternalDependency,
+			sections:  "prepare_executor prepare_script get_sources restore_cache download_artifacts step_script step_release after_script archive_cache upload_artifacts_on_failure cleanup_file_variables",
+			transfers: "get_sources restore_cache download_artifacts archive_cache(failed=false) upload_artifacts(failed=true)",
+		},
+		{
+			name:      "bad GIT_STRATEGY is a configuration failure",
+			edit:      func(j *job.CiJob) { addVar(j, job.Variable{Key: "GIT_STRATEGY", Value: "teleport"}) },
+			failure:   FailureConfiguration,
+			sections:  "prepare_executor",
+			transfers: "",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tf := &transfers{fail: tc.fail}
+			h := newHarness(t, Config{Transfers: tf})
+			j := transferJob(t)
+			if tc.edit != nil {
+				tc.edit(j)
+			}
+			out := newWatchBuf("")
+			res, err := h.runner.Run(t.Context(), Spec{ID: "order", Job: j, Out: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Failure != tc.failure {
+				t.Errorf("Failure = %q (%v), want %q", res.Failure, res.Err, tc.failure)
+			}
+			if got := strings.Join(sections(out.String()), " "); got != tc.sections {
+				t.Errorf("sections:\n got %s\nwant %s", got, tc.sections)
+			}
+			if got := strings.Join(tf.calls, " "); got != tc.transfers {
+				t.Errorf("transfers:\n got %s\nwant %s", got, tc.transfers)
+			}
+			if tc.failure == FailureNone && (len(res.Artifacts) != 1 || !res.Artifacts[0].Uploaded) {
+				t.Errorf("Artifacts = %+v", res.Artifacts)
+			}
+		})
+	}
+}
+
+// spec: STAGE-01
+func TestNoTransfersSkipsHonestly(t *testing.T) {
+	h := newHarness(t, Config{})
+	j := transferJob(t)
+	out := newWatchBuf("")
+	res, err := h.runner.Run(t.Context(), Spec{ID: "none", Job: j, Out: out})
+	if err != nil || res.Failure != FailureNone {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	for _, want := range []string{
+		"WARNING: Skipping Git repository setup: this node has no transfer service",
+		"WARNING: Restoring cache is not supported on this node",
+		"WARNING: Downloading artifacts is not supported on this node",
+		"WARNING: Saving cache is not supported on this node",
+		"WARNING: Uploading artifacts is not supported on this node",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("trace lacks %q", want)
+		}
+	}
+}
+
+func TestStepWhen(t *testing.T) {
+	tests := []struct {
+		when   string
+		failed bool
+		want   bool
+	}{
+		{"on_success", false, true}, {"on_success", true, false}, {"", false, true},
+		{"on_failure", false, false}, {"on_failure", true, true},
+		{"always", false, true}, {"always", true, true},
+	}
+	for _, tc := range tests {
+		if got := stepRuns(tc.when, tc.failed); got != tc.want {
+			t.Errorf("stepRuns(%q, %v) = %v", tc.when, tc.failed, got)
+		}
+	}
+	h := newHarness(t, Config{})
+	j := fixtureJob(t, "job_response_failing_multistep.json")
+	j.Steps = append(j.Steps[:2], job.Step{Name: "report", Script: []string{"echo reporting"}, When: "on_failure"}, j.Steps[2])
+	out := newWatchBuf("")
+	res, _ := h.runner.Run(t.Context(), Spec{ID: "when", Job: j, Out: out})
+	if res.Failure != FailureScript || !strings.Contains(out.String(), "01O reporting") {
+		t.Errorf("on_failure step did not run after a failure: %+v", res)
+	}
+}
+
+func TestAfterScriptFailure(t *testing.T) {
+	for _, ignore := range []string{"", "false"} {
+		t.Run("AFTER_SCRIPT_IGNORE_ERRORS="+ignore, func(t *testing.T) {
+			h := newHarness(t, Config{})
+			j := fixtureJob(t, "job_response_after_script.json")
+			j.Steps[1].Script = []string{"exit 5"}
+			if ignore != "" {
+				addVar(j, job.Variable{Key: "AFTER_SCRIPT_IGNORE_ERRORS", Value: ignore})
+			}
+			out := newWatchBuf("")
+			res, _ := h.runner.Run(t.Context(), Spec{ID: "after", Job: j, Out: out})
+			if ignore == "" {
+				if res.Failure != FailureNone || !strings.Contains(out.String(), "WARNING: after_script failed, but job will continue unaffected: exit status 5") {
+					t.Errorf("ignored after_script failure: %+v\n%s", res, out.String())
+				}
+			} else if res.Failure != FailureScript {
+				t.Errorf("after_script failure with AFTER_SCRIPT_IGNORE_ERRORS=false: %+v", res)
+			}
+		})
+	}
+}
+
+// spec: FAIL-08
+func TestInterruptAndContextEnd(t *testing.T) {
+	for _, how := range []string{"Interrupt", "ctx"} {
+		t.Run(how, func(t *testing.T) {
+			h := newHarness(t, Config{})
+			j := fixtureJob(t, "job_response_long_running.json")
+			out := newWatchBuf("$ sleep 3600")
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			hd, err := h.runner.Start(ctx, Spec{ID: "int", Job: j, Out: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-out.seen
+			if how == "ctx" {
+				cancel()
+			} else {
+				hd.Interrupt()
+			}
+			res := hd.Result()
+			if res.Failure != FailureInterrupted || strings.Contains(out.String(), "after_script") {
+				t.Errorf("result %+v; trace:\n%s", res, out.String())
+			}
+		})
+	}
+}
+
+// spec: NODE-09, NODE-14, NODE-17
+func TestSizingAndUsage(t *testing.T) {
+	h := newHarness(t, Config{Ceiling: vkexec.Size{CPUs: 2, MemMiB: 1024}})
+	j := fixtureJob(t, "job_response_successful.json")
+	addVar(j, job.Variable{Key: "MICROVM_CPUS", Value: "8"})
+	j.Steps[0].Script = append([]string{"# vk:hint mem=512"}, j.Steps[0].Script...)
+	out := newWatchBuf("")
+	res, err := h.runner.Run(t.Context(), Spec{ID: "size", Job: j, Reserved: vkexec.Size{CPUs: 1, MemMiB: 2048}, Out: out})
+	if err != nil || res.Failure != FailureNone {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if want := (vkexec.Size{CPUs: 2, MemMiB: 512}); res.Usage.Size != want {
+		t.Errorf("Usage.Size = %+v, want %+v", res.Usage.Size, want)
+	}
+	if !strings.Contains(out.String(), "WARNING: cpus 8 clamped to the node's ceiling of 2") {
+		t.Errorf("no clamp warning in the trace")
+	}
+	if res.Usage.CPU <= 0 {
+		t.Errorf("Usage.CPU = %v", res.Usage.CPU)
+	}
+}
+
+// spec: FAIL-07
+func TestPrepareFailureIsSystem(t *testing.T) {
+	h := newHarness(t, Config{})
+	// A job ID the executor refuses makes Prepare fail.
+	j := fixtureJob(t, "job_response_successful.json")
+	out := newWatchBuf("")
+	res, err := h.runner.Run(t.Context(), Spec{ID: "bad/id", Job: j, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failure != FailureSystem || !strings.Contains(out.String(), "ERROR: Job failed (system failure): ") {
+		t.Errorf("result %+v; trace:\n%s", res, out.String())
+	}
+	if got := strings.Join(sections(out.String()), " "); got != "prepare_executor" {
+		t.Errorf("sections after a prepare failure: %s", got)
+	}
+}
+
+// spec: STAGE-02, STAGE-03
+func TestCheckoutIsTransfers(t *testing.T) {
+	t.Skip("STAGE-02/03: the checkout (GIT_STRATEGY, GIT_DEPTH, credential helper) is node/xfer's GetSources; tested there")
+}
+
+// spec: STAGE-04, STAGE-06, STAGE-07, STAGE-08, NODE-15, NODE-16
+func TestLaterItems(t *testing.T) {
+	t.Skip("[later]: VM reuse across stages, get_sources hooks in the guest, services as a compose group, image rules, VMM /proc usage come with the microvm/oci backends")
+}
+
+func TestStartRejectsBadSpec(t *testing.T) {
+	h := newHarness(t, Config{})
+	if _, err := h.runner.Start(t.Context(), Spec{ID: "x"}); !errors.Is(err, ErrBadSpec) {
+		t.Errorf("Start without a job: %v", err)
+	}
+	if _, err := New(Config{}); !errors.Is(err, ErrBadSpec) {
+		t.Errorf("New without an executor: %v", err)
+	}
+}
+
+// A job run as an unprivileged user can change the checkout the node wrote
+// as root.
+func TestUnprivilegedJobOwnsCheckout(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch users")
+	}
+	h := newHarnessUser(t, Config{Transfers: &transfers{}}, &process.User{UID: 65534, GID: 65534})
+	for d := filepath.Dir(h.root); d != "/"; d = filepath.Dir(d) {
+		if strings.HasPrefix(d, os.TempDir()+"/") {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+			t.Skipf("%s is not traversable by others", d)
+		}
+	}
+	j := fixtureJob(t, "job_response_successful.json")
+	j.Variables = j.Variables[:len(j.Variables)-1] // the checkout goes through Transfers
+	j.Steps[0].Script = []string{"id -u", "echo x > written && echo wrote"}
+	out := newWatchBuf("")
+	res, err := h.runner.Run(t.Context(), Spec{ID: "nobody", Job: j, Out: out})
+	if err != nil || res.Failure != FailureNone {
+		t.Fatalf("Run = %+v, %v\n%s", res, err, out.String())
+	}
+	if tr := out.String(); !strings.Contains(tr, "01O 65534\n") || !strings.Contains(tr, "01O wrote\n") {
+		t.Errorf("trace:\n%s", tr)
+	}
+}
+
+// A step that ignores SIGTERM is killed once the grace has passed.
+//
+// spec: FAIL-09
+func TestGracefulCancelEscalates(t *testing.T) {
+	h := newHarness(t, Config{CancelGrace: 30 * time.Second})
+	j := fixtureJob(t, "job_response_long_running.json")
+	j.Steps[0].Script = []string{"trap '' TERM; echo ready; sleep 3600"}
+	out := newWatchBuf("01O ready")
+	hd, err := h.runner.Start(t.Context(), Spec{ID: "grace", Job: j, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-out.seen
+	hd.Cancel(vkexec.Graceful) // ignored by the step
+	h.clk.Advance(30 * time.Second)
+	res := hd.Result()
+	if res.Failure != FailureCanceled || !strings.Contains(out.String(), "job status canceled") {
+		t.Errorf("result %+v; trace:\n%s", res, out.String())
+	}
+}
+
+// failingWriter accepts n bytes, then fails.
+type failingWriter struct{ n int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		k := w.n
+		w.n = 0
+		return k, errors.New("spool: disk full")
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// spec: FAIL-07
+func TestTraceWriteFailureIsSystem(t *testing.T) {
+	h := newHarness(t, Config{})
+	j := fixtureJob(t, "job_response_successful.json")
+	res, err := h.runner.Run(t.Context(), Spec{ID: "spoolfail", Job: j, Out: &failingWriter{n: 200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failure != FailureSystem || res.OutputLen != 200 {
+		t.Errorf("result %+v, want system failure with 200 bytes of output", res)
+	}
+}
+
+// flaky fails its first failures calls of GetSources.
+type flaky struct {
+	transfers
+	failures int
+}
+
+func (f *flaky) GetSources(ctx context.Context, j *job.CiJob, dir string, tr *trace.Trace) error {
+	f.calls = append(f.calls, "get_sources")
+	if f.failures > 0 {
+		f.failures--
+		return errors.New("git: early EOF")
+	}
+	return os.MkdirAll(dir, 0o755)
+}
+
+func TestGetSourcesAttempts(t *testing.T) {
+	for _, tc := range []struct {
+		attempts string
+		failures int
+		want     Failure
+		calls    int
+	}{
+		{"", 1, FailureExternalDependency, 1},
+		{"3", 2, FailureNone, 3},
+		{"2", 5, FailureExternalDependency, 2},
+	} {
+		t.Run("GET_SOURCES_ATTEMPTS="+tc.attempts, func(t *testing.T) {
+			tf := &flaky{failures: tc.failures}
+			h := newHarness(t, Config{Transfers: tf})
+			j := fixtureJob(t, "job_response_successful.json")
+			j.Variables = j.Variables[:len(j.Variables)-1]
+			if tc.attempts != "" {
+				addVar(j, job.Variable{Key: "GET_SOURCES_ATTEMPTS", Value: tc.attempts})
+			}
+			res, err := h.runner.Run(t.Context(), Spec{ID: "attempts", Job: j, Out: newWatchBuf("")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Failure != tc.want || len(tf.calls) != tc.calls {
+				t.Errorf("failure %q after %d calls, want %q after %d", res.Failure, len(tf.calls), tc.want, tc.calls)
+			}
+		})
+	}
+}
+
+// spec: FAIL-03
+func TestScriptTimeout(t *testing.T) {
+	h := newHarness(t, Config{})
+	j := fixtureJob(t, "job_response_long_running.json")
+	addVar(j, job.Variable{Key: "RUNNER_SCRIPT_TIMEOUT", Value: "2s"})
+	out := newWatchBuf("$ sleep 3600")
+	hd, err := h.runner.Start(t.Context(), Spec{ID: "scripttimeout", Job: j, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-out.seen
+	h.clk.Advance(2 * time.Second)
+	res := hd.Result()
+	tr := out.String()
+	if res.Failure != FailureTimeout ||
+		!strings.Contains(tr, "job status timedout") ||
+		!strings.Contains(tr, "ERROR: Job failed: execution took longer than 2s seconds") {
+		t.Errorf("result %+v; trace:\n%s", res, tr)
+	}
+}
