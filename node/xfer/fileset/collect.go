@@ -1,0 +1,197 @@
+package fileset
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Entry is one selected file system object.
+type Entry struct {
+	// Path is the slash-separated path relative to the root, never empty,
+	// never starting with "/" or containing "..".
+	Path string
+	// Mode is the Lstat mode: a regular file, a directory or a symlink.
+	Mode fs.FileMode
+	// Size is the byte size of a regular file, 0 otherwise.
+	Size int64
+	// Link is the target of a symlink, "" otherwise.
+	Link string
+}
+
+// Spec says what to select. The zero value selects nothing.
+type Spec struct {
+	// Paths are glob patterns relative to the root ("**" allowed). "." or
+	// "" selects the whole root.
+	Paths []string
+	// Exclude are glob patterns of entries to drop (with what lies below).
+	Exclude []string
+	// Untracked adds the files `git ls-files --others` lists in the root.
+	Untracked bool
+}
+
+// Collect walks root and returns the entries spec selects, sorted by path,
+// each directory before its contents, plus warnings worth a trace line
+// (patterns that matched nothing, paths outside root). Errors reading the
+// tree are returned as is; a failing `git ls-files` is wrapped.
+func Collect(ctx context.Context, root string, spec Spec) ([]Entry, []string, error) {
+	var warnings []string
+	selected := map[string]bool{} // rel path → taken (dirs expand below)
+	var pats []string
+	all := false
+	for _, p := range spec.Paths {
+		c := cleanPattern(p)
+		if strings.HasPrefix(path.Clean(strings.ReplaceAll(p, "\\", "/")), "..") {
+			warnings = append(warnings, fmt.Sprintf("%s: not a subpath of the project directory, skipped", p))
+			continue
+		}
+		if c == "" {
+			all = true
+			continue
+		}
+		if _, err := Match(c, "x"); err != nil {
+			return nil, nil, fmt.Errorf("%w: %q", ErrBadPattern, p)
+		}
+		pats = append(pats, c)
+	}
+	for _, p := range spec.Exclude {
+		if _, err := Match(p, "x"); err != nil {
+			return nil, nil, fmt.Errorf("%w: exclude %q", ErrBadPattern, p)
+		}
+	}
+	matched := make([]bool, len(pats))
+	var untracked map[string]bool
+	if spec.Untracked {
+		var err error
+		untracked, err = gitUntracked(ctx, root)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	var out []Entry
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		if excluded(rel, spec.Exclude) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		take := all || selected[path.Dir(rel)] || untracked[rel]
+		for i, pat := range pats {
+			if ok, _ := Match(pat, rel); ok {
+				take, matched[i] = true, true
+			}
+		}
+		if d.IsDir() && !take && !all && untracked == nil {
+			// Prune directories no pattern can reach.
+			reach := false
+			for _, pat := range pats {
+				if MatchPrefix(pat, rel) {
+					reach = true
+					break
+				}
+			}
+			if !reach {
+				return filepath.SkipDir
+			}
+		}
+		if !take {
+			return nil
+		}
+		selected[rel] = true
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		e := Entry{Path: rel, Mode: info.Mode()}
+		switch {
+		case info.Mode().IsRegular():
+			e.Size = info.Size()
+		case info.Mode()&fs.ModeSymlink != 0:
+			if e.Link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case info.IsDir():
+		default:
+			return nil // sockets, devices, fifos are never archived
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, ok := range matched {
+		if !ok {
+			warnings = append(warnings, fmt.Sprintf("%s: no matching files. Ensure that the artifact path is relative to the working directory", pats[i]))
+		}
+	}
+	out = withParents(out)
+	return out, warnings, nil
+}
+
+// withParents adds the directories above selected entries that were not
+// selected themselves (so an archive recreates them) and sorts.
+func withParents(in []Entry) []Entry {
+	have := make(map[string]bool, len(in))
+	for _, e := range in {
+		have[e.Path] = true
+	}
+	out := in
+	for _, e := range in {
+		for d := path.Dir(e.Path); d != "." && !have[d]; d = path.Dir(d) {
+			have[d] = true
+			out = append(out, Entry{Path: d, Mode: fs.ModeDir | 0o755})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+func excluded(rel string, patterns []string) bool {
+	for _, p := range patterns {
+		for r := rel; r != "."; r = path.Dir(r) {
+			if ok, _ := Match(p, r); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ErrGit is returned (wrapped) when `git ls-files` fails.
+var ErrGit = errors.New("fileset: git ls-files failed")
+
+func gitUntracked(ctx context.Context, root string) (map[string]bool, error) {
+	cmd := exec.CommandContext(ctx, "git", "ls-files", "--others", "-z")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v: %s", ErrGit, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	m := map[string]bool{}
+	for _, f := range bytes.Split(b, []byte{0}) {
+		if len(f) > 0 {
+			m[strings.TrimSuffix(string(f), "/")] = true
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,89 @@
+// Package fileset selects the files of a job's tree that an artifact or a
+// cache takes (gitlab-runner's paths / exclude / untracked rules), and
+// extracts archives back into a tree safely.
+//
+// Selection rules (gitlab-runner helpers/file_archiver.go, restated):
+//   - paths are slash-separated glob patterns relative to the build dir;
+//     `*`, `?` and `[…]` match within one path segment, a segment that is
+//     exactly `**` matches zero or more segments;
+//   - a matched directory brings everything below it;
+//   - an entry is dropped when it, or any directory above it, matches an
+//     exclude pattern;
+//   - untracked adds `git ls-files --others` (ignored files included, as
+//     gitlab-runner does);
+//   - matches outside the build dir are dropped with a warning;
+//   - symbolic links are taken as links, never followed.
+//
+// Entries come back sorted by path with their parents listed before them, so
+// archives built from them are deterministic.
+package fileset
+
+import (
+	"errors"
+	"path"
+	"strings"
+)
+
+// ErrBadPattern is returned for a malformed glob pattern.
+var ErrBadPattern = errors.New("fileset: bad pattern")
+
+// Match reports whether the slash-separated relative path name matches
+// pattern, where a `**` segment matches zero or more whole segments and other
+// segments use [path.Match] syntax.
+func Match(pattern, name string) (bool, error) {
+	pattern = cleanPattern(pattern)
+	return matchSegs(strings.Split(pattern, "/"), strings.Split(name, "/"))
+}
+
+func cleanPattern(p string) string {
+	p = strings.ReplaceAll(p, "\\", "/")
+	p = path.Clean("/" + p)
+	return strings.TrimPrefix(p, "/")
+}
+
+func matchSegs(pat, name []string) (bool, error) {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			rest := pat[1:]
+			for i := 0; i <= len(name); i++ {
+				ok, err := matchSegs(rest, name[i:])
+				if err != nil || ok {
+					return ok, err
+				}
+			}
+			return false, nil
+		}
+		if len(name) == 0 {
+			return false, nil
+		}
+		ok, err := path.Match(pat[0], name[0])
+		if err != nil {
+			return false, ErrBadPattern
+		}
+		if !ok {
+			return false, nil
+		}
+		pat, name = pat[1:], name[1:]
+	}
+	return len(name) == 0, nil
+}
+
+// MatchPrefix reports whether some extension of name (name itself or a path
+// below it) could match pattern; it lets a walk skip directories that can
+// hold no match.
+func MatchPrefix(pattern, name string) bool {
+	pat := strings.Split(cleanPattern(pattern), "/")
+	segs := strings.Split(name, "/")
+	for i, s := range segs {
+		if i >= len(pat) {
+			return false
+		}
+		if pat[i] == "**" {
+			return true
+		}
+		if ok, err := path.Match(pat[i], s); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
