@@ -384,6 +384,18 @@ func (x *run) header() {
 	if !x.job.Timestamps() {
 		x.tr.Println("  feature flags: FF_TIMESTAMPS:false")
 	}
+	for _, n := range x.job.Notices {
+		switch n.Level {
+		case "info":
+			x.tr.Infoln(n.Text)
+		case "warning":
+			x.tr.Warningln(n.Text)
+		case "error":
+			x.tr.Errorln(n.Text)
+		default:
+			x.tr.Println(n.Text)
+		}
+	}
 }
 
 func (x *run) lookup(key string) (string, bool) { return job.Lookup(x.job.Variables, key) }

@@ -551,3 +551,33 @@ func TestScriptTimeout(t *testing.T) {
 		t.Errorf("result %+v; trace:\n%s", res, tr)
 	}
 }
+
+// The relay's notices are written by the node right after the header and
+// before the first section, styled by level, so the trace GitLab gets is
+// the node's output byte for byte.
+//
+// spec: TRACE-06, SPEC-23
+func TestNoticesAfterHeader(t *testing.T) {
+	h := newHarness(t, Config{})
+	j := fixtureJob(t, "job_response_successful.json")
+	j.Notices = []job.Notice{
+		{Level: "warning", Text: "service alias dropped"},
+		{Level: "", Text: "Job triggered by policy"},
+		{Level: "info", Text: "an info line"},
+	}
+	out := newWatchBuf("")
+	if res, err := h.runner.Run(t.Context(), Spec{ID: "notices", Job: j, Out: out}); err != nil || res.Failure != FailureNone {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	tr := out.String()
+	warn := strings.Index(tr, "\x1b[0;33mWARNING: service alias dropped\x1b[0;m")
+	plain := strings.Index(tr, "\x1b[0KJob triggered by policy\x1b[0;m")
+	info := strings.Index(tr, "\x1b[32;1man info line\x1b[0;m")
+	first := strings.Index(tr, "section_start:")
+	if warn < 0 || plain < 0 || info < 0 {
+		t.Fatalf("trace lacks a styled notice:\n%q", tr)
+	}
+	if !(strings.Index(tr, "Running with vk") < warn && warn < plain && plain < info && info < first) {
+		t.Errorf("notices not in order between the header and the first section:\n%q", tr)
+	}
+}

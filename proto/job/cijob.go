@@ -52,6 +52,22 @@ type CiJob struct {
 	// trusted for GitLab's TLS and written for CI_SERVER_TLS_CA_FILE. Empty
 	// means the system roots and no CI_SERVER_TLS_CA_FILE. Not secret.
 	ServerCAPEM string `json:"server_ca_pem,omitempty"`
+	// Notices are lines the relay's translation produced for the job's
+	// trace (the policy line of SPEC-23, cache key warnings, dropped service
+	// aliases of DECISIONS 8). The node writes them right after its header,
+	// so the trace stays the node's output byte for byte (TRACE-06) and no
+	// offset shifts between the hub and GitLab. Empty means none.
+	Notices []Notice `json:"notices,omitempty"`
+}
+
+// Notice is one line the node writes into the trace on the relay's behalf.
+type Notice struct {
+	// Level styles the line as gitlab-runner's logger does: "info"
+	// (green), "warning" (yellow, "WARNING: "), "error" (red, "ERROR: ") or
+	// "" (plain). Unknown levels print plain.
+	Level string `json:"level,omitempty"`
+	// Text is the line without styling or newline.
+	Text string `json:"text"`
 }
 
 // JobInfo identifies a job in GitLab (SPEC-03, SPEC-04, SPEC-25). IDs are

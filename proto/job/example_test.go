@@ -65,6 +65,7 @@ func fullJob() *CiJob {
 		},
 		ServerURL:   "https://gitlab.example.com",
 		ServerCAPEM: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+		Notices:     []Notice{{Level: "warning", Text: "service alias \"db2\" dropped: a node takes one alias per service"}},
 	}
 }
 

@@ -97,6 +97,7 @@ func (j *CiJob) clone() CiJob {
 		h.Script = slices.Clone(h.Script)
 		return h
 	})
+	out.Notices = slices.Clone(j.Notices)
 	return out
 }
 
