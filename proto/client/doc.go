@@ -29,18 +29,16 @@
 // [DecodeRelayFrame] read and write them. Versions (RSESS-10) are in their
 // own space, independent of the node session's (DECISIONS 3):
 //
-//   - 1: report and heartbeat (upstream; we do not build it — a relay at 1
-//     may not take new work, RSESS-11, so we refuse it at the handshake);
+//   - 1: report and heartbeat (upstream). The hub keeps a version-1 session
+//     so an old relay can finish, follow, cancel and settle the jobs it
+//     holds, but answers its new work 403 forbidden (RSESS-11);
 //   - 2 (2026-11-30): request_concurrency in the report, request_admissions
 //     and job_admissions in heartbeats;
 //   - 3 (2026-11-30): hub→relay update frames.
 //
-// The hub speaks [RelayHubVersions] (2..3) and vk-gitlab
+// The hub speaks [RelayHubVersions] (1..3) and vk-gitlab
 // [RelayClientVersions] (2..3); [NegotiateVersion] picks the highest common
-// version or names both ranges in its error. (The seed's hub accepts 1 and
-// answers version-1 relays' new work with 403; DECISIONS 3 lets us refuse
-// below the oldest version we build instead, and we have no version-1
-// relays. docs/protocol.md records this choice.)
+// version or names both ranges in its error.
 //
 // This package imports the standard library and proto/job only.
 package client

@@ -8,6 +8,9 @@ import (
 
 // Relay session versions (RSESS-10); see the package doc for the history.
 const (
+	// RelayVersionLegacy (1) is upstream's first relay session: report and
+	// heartbeat only. The hub keeps such a session but gives it no new work.
+	RelayVersionLegacy = 1
 	// RelayVersionAdmissions (2) adds request_concurrency and the
 	// admission lists.
 	RelayVersionAdmissions = 2
@@ -19,8 +22,10 @@ const (
 
 // Relay session version ranges (RSESS-10, DECISIONS 3).
 var (
-	// RelayHubVersions is what the hub accepts.
-	RelayHubVersions = VersionRange{Min: RelayVersionAdmissions, Max: RelayVersion}
+	// RelayHubVersions is what the hub accepts: version 1 too, so an old
+	// relay keeps its session and can finish the jobs it holds, while its
+	// new work is refused 403 forbidden (RSESS-10, RSESS-11).
+	RelayHubVersions = VersionRange{Min: RelayVersionLegacy, Max: RelayVersion}
 	// RelayClientVersions is what vk-gitlab offers.
 	RelayClientVersions = VersionRange{Min: RelayVersionAdmissions, Max: RelayVersion}
 )
