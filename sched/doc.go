@@ -1,0 +1,30 @@
+// Package sched is vk's scheduling core: the hub's fleet-wide arbiter
+// (which waiting reservation request or queued job gets room next) and its
+// placement (which node). It is a pure, deterministic state machine: a
+// [Core] takes events with the time they happened ([Core.Step]) and returns
+// actions for its driver to carry out. It performs no I/O, reads no clock,
+// starts no goroutines and does not log; the hub (hub/driver.go) and the
+// simulator (sim) are its two drivers and feed it the same events.
+//
+// The same policy, seed and sequence of (time, event) pairs give the same
+// actions byte for byte. The only randomness, the ±25 % backoff jitter, comes
+// from a PCG generator seeded in [New] and held in the Core.
+//
+// Identity is compact: nodes, tenants, runners and relays are uint32 IDs,
+// tickets and jobs uint64 IDs, all minted by the driver (which maps its own
+// wire strings to them). Reservation and admission IDs are minted by the
+// Core, from one counter the driver may raise after a restart
+// ([Restore].NextID).
+//
+// Decisions cost index look-ups, not scans: each placement keeps its waiting
+// requests per class in a B-tree of tenants ordered by share (held/weight)
+// then age, and its nodes with room in a B-tree ordered by load, then most
+// room, then node ID (github.com/tidwall/btree). Deadlines (offer answers,
+// leases, ticket idleness, backoff, place_within) are data in one ordered
+// set, fired by every Step.
+//
+// See README.md in this directory for the pipeline, the vocabulary (ticket,
+// offer, grant, claim, admission, reservation, envelope, lease), the state
+// diagrams, the scenario language of testdata/*.txt and the choices made
+// where the spec is silent.
+package sched

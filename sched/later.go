@@ -1,0 +1,112 @@
+package sched
+
+import "time"
+
+// Two seams for wide jobs (DESIGN "Later", BS-20..24): a per-node drain
+// reservation and per-job-name runtime statistics. The policy that uses them
+// (which node empties first) belongs to a later issue; the Core already
+// honours the mark and keeps the data.
+
+// DrainReserve marks Node as reserved for Job (a queued job too wide for any
+// node now): the node takes no new offers or starts except that job, which
+// starts there as soon as it fits (BS-22). Job zero clears the mark. The
+// mark also clears when the job starts anywhere or ends.
+type DrainReserve struct {
+	Node NodeID
+	Job  JobID
+}
+
+func (DrainReserve) isEvent() {}
+
+// RuntimeStat is plain data about finished jobs of one name (BS-23): how
+// many, their total and longest wall time, and a histogram of wall times
+// in powers of two minutes (bucket i counts runs shorter than 2^i minutes,
+// the last bucket everything longer).
+type RuntimeStat struct {
+	Count   int
+	Total   time.Duration
+	Longest time.Duration
+	Buckets [12]int
+}
+
+// RuntimeStats returns the statistics of jobs named name (the driver's
+// job name, e.g. GitLab project path + job name), zero when none finished.
+func (c *Core) RuntimeStats(name string) RuntimeStat { return c.stats[name] }
+
+// RuntimeStatNames returns the job names with statistics, sorted.
+func (c *Core) RuntimeStatNames() []string { return sortedKeys(c.stats) }
+
+func (c *Core) noteRuntime(name string, wall time.Duration) {
+	if name == "" || wall < 0 {
+		return
+	}
+	s := c.stats[name]
+	s.Count++
+	s.Total += wall
+	s.Longest = max(s.Longest, wall)
+	i := 0
+	for limit := time.Minute; wall >= limit && i < len(s.Buckets)-1; limit *= 2 {
+		i++
+	}
+	s.Buckets[i]++
+	c.stats[name] = s
+}
+
+func (c *Core) onDrainReserve(e DrainReserve) {
+	n := c.nodes[e.Node]
+	if n == nil {
+		return
+	}
+	if old := n.drainFor; old != 0 {
+		delete(c.drains, old)
+	}
+	c.nodeChanging(n)
+	n.drainFor = e.Job
+	c.nodeChanged(n)
+	if e.Job != 0 {
+		if jb := c.jobs[e.Job]; jb != nil && jb.state == jobQueued {
+			if prev := c.drains[e.Job]; prev != nil && prev != n {
+				c.clearDrain(prev)
+			}
+			c.drains[e.Job] = n
+			c.markDirty(jb.p)
+		} else {
+			c.clearDrain(n)
+		}
+	}
+}
+
+// clearDrain lifts a node's drain reservation.
+func (c *Core) clearDrain(n *node) {
+	if n.drainFor == 0 {
+		return
+	}
+	delete(c.drains, n.drainFor)
+	c.nodeChanging(n)
+	n.drainFor = 0
+	c.nodeChanged(n)
+}
+
+// drainNode returns the node reserved for jb when the job fits there now.
+func (c *Core) drainNode(jb *job) *node {
+	n := c.drains[jb.id]
+	if n == nil || n.drainFor != jb.id {
+		return nil
+	}
+	saved := n.drainFor
+	n.drainFor = 0 // room as if unreserved
+	room := roomFor(n, jb.env(), n.used, n.placed)
+	n.drainFor = saved
+	if room < 1 || !matches(n, &jb.p.pl) {
+		return nil
+	}
+	return n
+}
+
+// jobDone clears what a job that left the queue for good held: its drain
+// reservation.
+func (c *Core) jobDrainDone(jb *job) {
+	if n := c.drains[jb.id]; n != nil {
+		c.clearDrain(n)
+	}
+}

@@ -1,0 +1,298 @@
+package sched
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// TicketView is a ticket as the API answers it.
+type TicketView struct {
+	// State is queued, offered, granted or claimed; "" for an unknown or
+	// ended ticket (answer 410, API-23).
+	State string
+	// Grant is set once granted; its LeaseSecs is what is left of the lease
+	// at the time of the last Step (API-22).
+	Grant *Grant
+	Wait  Reason
+}
+
+// Ticket returns the ticket's view; ok false when unknown or ended.
+func (c *Core) Ticket(id TicketID) (v TicketView, ok bool) {
+	tk := c.tickets[id]
+	if tk == nil || tk.state == tkEnded {
+		return TicketView{}, false
+	}
+	v.State = tk.state.String()
+	if (tk.state == tkGranted || tk.state == tkClaimed) && tk.adm != nil && tk.res != nil {
+		left := int(tk.res.leaseEnd.Sub(c.now) / time.Second)
+		v.Grant = &Grant{Ticket: tk.id, Admission: tk.adm.id, Reservation: tk.res.id, Node: tk.res.node.id,
+			Envelope: tk.res.env, LeaseSecs: max(left, 0)}
+	}
+	v.Wait = c.ticketReason(tk)
+	return v, true
+}
+
+// AdmissionState returns granted, claimed, job or ended, and whether the
+// admission is known; Outcome is the outcome recorded so far.
+func (c *Core) AdmissionState(id AdmissionID) (state string, outcome OutcomeKind, ok bool) {
+	a := c.adms[id]
+	if a == nil {
+		if _, ok := c.admJobs[id]; ok {
+			return admJob.String(), OutcomeJob, true
+		}
+		return "", OutcomeNone, false
+	}
+	return a.state.String(), a.outcome, true
+}
+
+// JobView is a job as the Core sees it.
+type JobView struct {
+	State string // queued, starting, running, finished, ended
+	Node  NodeID // zero unless starting or running
+	Wait  Reason
+}
+
+// Job returns the job's view; ok false when unknown (or settled).
+func (c *Core) Job(id JobID) (JobView, bool) {
+	jb := c.jobs[id]
+	if jb == nil {
+		return JobView{}, false
+	}
+	v := JobView{State: jb.state.String(), Wait: c.jobReason(jb)}
+	if jb.node != nil {
+		v.Node = jb.node.id
+	}
+	return v, true
+}
+
+// Fits returns how many envelopes of the placement the ready nodes can take
+// now, each capped by what its cap leaves (API-13, API-14, PLACE-13). For a
+// placement no runner uses it scans the pool's nodes.
+func (c *Core) Fits(pl Placement) int {
+	pl.Labels = sortedSet(pl.Labels)
+	if p := c.pqs[pl.Key()]; p != nil {
+		return p.fits
+	}
+	total := 0
+	for _, n := range c.poolNodes[pl.Pool] {
+		if matches(n, &pl) {
+			total += roomFor(n, pl.Envelope, n.used, n.placed)
+		}
+	}
+	return total
+}
+
+// Held returns what a tenant holds (tickets offered/granted/claimed plus
+// unsettled jobs and heartbeat-reported jobs without admission, ARB-11).
+func (c *Core) Held(t TenantID) int {
+	if x := c.tenants[t]; x != nil {
+		return x.held
+	}
+	return 0
+}
+
+// NextDeadline returns the earliest pending deadline, so a driver may sleep
+// until then instead of ticking; ok false when none.
+func (c *Core) NextDeadline() (time.Time, bool) {
+	t, ok := c.timers.Min()
+	return time.Unix(0, t.at).UTC(), ok
+}
+
+func (c *Core) ticketReason(tk *ticket) Reason {
+	switch tk.state {
+	case tkOffered:
+		return Reason{Code: ReasonOffered}
+	case tkQueued:
+	default:
+		return Reason{}
+	}
+	if tk.retryAt > c.now.UnixNano() {
+		return Reason{Code: ReasonRetry}
+	}
+	r := tk.runner
+	if why := c.runnerBlock(r); why.Code != ReasonNone {
+		return why
+	}
+	if cp := c.pol.tenantCap(r.tenant.id); cp > 0 && r.tenant.held >= cp {
+		return Reason{Code: ReasonTenantCap, N: cp}
+	}
+	cls := c.ticketClass(r)
+	if isProbeClass(cls) && c.probesOut >= c.pol.ProbeLimit {
+		return Reason{Code: ReasonProbeLimit, N: c.pol.ProbeLimit}
+	}
+	return c.pqReason(r.p, cls)
+}
+
+func (c *Core) pqReason(p *pq, cls int) Reason {
+	switch {
+	case p.hdBlock && isNormalClass(cls):
+		return Reason{Code: ReasonHeadroom}
+	case p.starved || p.nodes.Len() == 0:
+		return Reason{Code: ReasonNoRoom}
+	}
+	return Reason{Code: ReasonQueued}
+}
+
+func (c *Core) jobReason(jb *job) Reason {
+	switch jb.state {
+	case jobStarting:
+		return Reason{Code: ReasonStarting}
+	case jobQueued:
+	default:
+		return Reason{}
+	}
+	switch {
+	case jb.held:
+		return Reason{Code: ReasonProjectUnlisted}
+	case jb.retryAt > c.now.UnixNano():
+		return Reason{Code: ReasonRetry}
+	case jb.rulesHit:
+		return Reason{Code: ReasonPlacementRules}
+	}
+	if jb.admID == 0 && !jb.legacy {
+		if cp := c.pol.tenantCap(jb.runnerTenant()); cp > 0 && jb.runner.tenant.held >= cp {
+			return Reason{Code: ReasonTenantCap, N: cp}
+		}
+	}
+	return c.pqReason(jb.p, int(jb.cls))
+}
+
+// WaitingTickets returns the IDs of unended, unclaimed tickets, sorted; for
+// operators' queue pages and tests.
+func (c *Core) WaitingTickets() []TicketID {
+	var out []TicketID
+	for id, tk := range c.tickets {
+		if tk.state == tkQueued || tk.state == tkOffered || tk.state == tkGranted {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Jobs returns the IDs of jobs the Core knows (not yet settled), sorted.
+func (c *Core) Jobs() []JobID { return sortedKeys(c.jobs) }
+
+// NodeView is a node's accounting, for operators and invariant checks.
+type NodeView struct {
+	ID        NodeID
+	Capacity  Resources
+	Used      Resources
+	Placed    int // offers + reservations + jobs on it
+	Cap       int // min(ceiling, max_concurrency); 0 none
+	Placeable bool
+}
+
+// Nodes returns every node's accounting, by ID.
+func (c *Core) Nodes() []NodeView {
+	out := make([]NodeView, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		out = append(out, NodeView{ID: n.id, Capacity: n.capacity, Used: n.used, Placed: n.placed,
+			Cap: n.nodeCap(), Placeable: n.placeable()})
+	}
+	slices.SortFunc(out, func(a, b NodeView) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// CheckInvariants recomputes the Core's bookkeeping from scratch and
+// returns every inconsistency, nil when sound. It is O(state) and meant for
+// tests and the simulator, never for the hub's hot path. It also returns
+// violations the Core noticed while deciding (a placement without room,
+// normal work into headroom, a tenant over its cap).
+func (c *Core) CheckInvariants() []string {
+	errs := slices.Clone(c.violations)
+	bad := func(parts ...string) {
+		s := ""
+		for _, p := range parts {
+			s += p
+		}
+		errs = append(errs, s)
+	}
+	itoa := strconv.Itoa
+	for _, id := range sortedKeys(c.nodes) {
+		n := c.nodes[id]
+		var used Resources
+		placed := 0
+		for _, rs := range n.res {
+			if rs.state != resOffered && rs.state != resHeld {
+				bad("node ", u(id), " lists reservation ", u(rs.id), " in state ", itoa(int(rs.state)))
+			}
+			used, placed = used.add(rs.env), placed+1
+		}
+		for _, jb := range n.jobs {
+			if jb.state != jobStarting && jb.state != jobRunning {
+				bad("node ", u(id), " lists job ", u(jb.id), " in state ", jb.state.String())
+			}
+			used, placed = used.add(jb.env()), placed+1
+		}
+		if used != n.used || placed != n.placed {
+			bad("node ", u(id), " accounting: used ", n.used.String(), " placed ", itoa(n.placed),
+				", recomputed ", used.String(), " ", itoa(placed))
+		}
+	}
+	held := map[*runner]int{}
+	for _, tk := range c.tickets {
+		if tk.charged {
+			held[tk.runner]++
+		}
+	}
+	for _, a := range c.adms {
+		if a.charged {
+			held[a.runner]++
+		}
+	}
+	for _, jb := range c.jobs {
+		if jb.charged {
+			held[jb.runner]++
+		}
+	}
+	tenantHeld := map[*tenant]int{}
+	for _, id := range sortedKeys(c.runners) {
+		r := c.runners[id]
+		want := held[r] + r.unadmitted
+		if r.held != want {
+			bad("runner ", u(id), " holds ", itoa(r.held), ", recomputed ", itoa(want))
+		}
+		if r.tenant != nil {
+			tenantHeld[r.tenant] += r.held
+		}
+	}
+	for _, id := range sortedKeys(c.tenants) {
+		t := c.tenants[id]
+		if t.held != tenantHeld[t] {
+			bad("tenant ", u(id), " holds ", itoa(t.held), ", recomputed ", itoa(tenantHeld[t]))
+		}
+	}
+	open, ropen := 0, map[*runner]int{}
+	for _, tk := range c.tickets {
+		if tk.state != tkClaimed && tk.state != tkEnded {
+			open++
+			ropen[tk.runner]++
+		}
+	}
+	if open != c.open {
+		bad("open tickets ", itoa(c.open), ", recomputed ", itoa(open))
+	}
+	for _, id := range sortedKeys(c.runners) {
+		if r := c.runners[id]; r.open != ropen[r] {
+			bad("runner ", u(id), " open tickets ", itoa(r.open), ", recomputed ", itoa(ropen[r]))
+		}
+	}
+	probes := 0
+	for _, tk := range c.tickets {
+		if tk.probe {
+			probes++
+		}
+	}
+	for _, a := range c.adms {
+		if a.ticket != nil && a.ticket.probe && c.tickets[a.ticket.id] != a.ticket {
+			probes++
+		}
+	}
+	if probes != c.probesOut {
+		bad("probes out ", itoa(c.probesOut), ", recomputed ", itoa(probes))
+	}
+	return errs
+}

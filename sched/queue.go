@@ -1,0 +1,216 @@
+package sched
+
+import "github.com/tidwall/btree"
+
+// pq is the arbitration queue and node index of one placement (ARB-05):
+// waiting tickets and queued jobs of the placement, per class, ordered by
+// tenant share then age, and the nodes with room for one envelope, ordered
+// by placement preference (PLACE-11).
+type pq struct {
+	key     string
+	pl      Placement // labels sorted
+	classes [nClasses]*btree.BTreeG[*tenantQ]
+	tqs     map[tqKey]*tenantQ
+	nodes   *btree.BTreeG[nodeEntry]
+	fits    int  // sum of room over indexed nodes (API-13)
+	dirty   bool // in Core.dirty
+	starved bool // last pass found no node with room
+	hdBlock bool // last pass found only headroom for normal work
+	rulesNo bool // last pass: a job's rules refused nodes with room
+}
+
+type tqKey struct {
+	tenant TenantID
+	cls    int
+}
+
+// tenantQ is one tenant's waiters in one class of one placement.
+type tenantQ struct {
+	t       *tenant
+	p       *pq
+	cls     int
+	waiters *btree.BTreeG[*waiter]
+	inTree  bool
+	kHeld   int64 // key snapshot while in the class tree
+	kWeight int64
+	kSeq    uint64 // seq of its oldest waiter when keyed
+}
+
+var btOpts = btree.Options{NoLocks: true, Degree: 16}
+
+func tqLess(a, b *tenantQ) bool {
+	// least held per weight first: a.held/a.w < b.held/b.w
+	l, r := a.kHeld*b.kWeight, b.kHeld*a.kWeight
+	if l != r {
+		return l < r
+	}
+	if a.kSeq != b.kSeq {
+		return a.kSeq < b.kSeq // equal shares: the oldest request first
+	}
+	return a.t.id < b.t.id
+}
+
+func waiterLess(a, b *waiter) bool { return a.seq < b.seq }
+
+func newPQ(key string, pl Placement) *pq {
+	p := &pq{key: key, pl: pl, tqs: map[tqKey]*tenantQ{}}
+	for i := range p.classes {
+		p.classes[i] = btree.NewBTreeGOptions(tqLess, btOpts)
+	}
+	p.nodes = btree.NewBTreeGOptions(nodeEntryLess, btOpts)
+	return p
+}
+
+// tenantQ returns (creating) the queue of tenant t in class cls of p.
+func (c *Core) tenantQ(p *pq, t *tenant, cls int) *tenantQ {
+	k := tqKey{t.id, cls}
+	if q := p.tqs[k]; q != nil {
+		return q
+	}
+	q := &tenantQ{t: t, p: p, cls: cls, waiters: btree.NewBTreeGOptions(waiterLess, btOpts)}
+	p.tqs[k] = q
+	t.tqs = append(t.tqs, q)
+	return q
+}
+
+// tqBlocked reports whether the tenant queue must stay out of its class
+// tree: ticket classes wait while the tenant holds its cap (ARB-11).
+func (c *Core) tqBlocked(q *tenantQ) bool {
+	if q.cls == clsDeadline || q.cls == clsReserved {
+		return false // jobs: cap checked per job at pick time
+	}
+	cp := c.pol.tenantCap(q.t.id)
+	return cp > 0 && q.t.held >= cp
+}
+
+// tqSync puts q into, or takes it out of, its class tree according to its
+// waiters and its tenant's cap, refreshing its key.
+func (c *Core) tqSync(q *tenantQ) {
+	want := q.waiters.Len() > 0 && !c.tqBlocked(q)
+	var seq uint64
+	if w, ok := q.waiters.Min(); ok {
+		seq = w.seq
+	}
+	if q.inTree {
+		if want && q.kHeld == int64(q.t.held) && q.kWeight == c.pol.tenantWeight(q.t.id) && q.kSeq == seq {
+			return
+		}
+		q.p.classes[q.cls].Delete(q)
+		q.inTree = false
+	}
+	if want {
+		q.kHeld, q.kWeight, q.kSeq = int64(q.t.held), c.pol.tenantWeight(q.t.id), seq
+		q.p.classes[q.cls].Set(q)
+		q.inTree = true
+		c.markDirty(q.p)
+	}
+}
+
+// tenantChanged re-keys every queue of the tenant after its held or policy
+// changed.
+func (c *Core) tenantChanged(t *tenant) {
+	for _, q := range t.tqs {
+		c.tqSync(q)
+	}
+}
+
+func (c *Core) indexWaiter(w *waiter, p *pq, t *tenant, cls int) {
+	if w.tq != nil {
+		return
+	}
+	q := c.tenantQ(p, t, cls)
+	q.waiters.Set(w)
+	w.tq = q
+	c.tqSync(q)
+}
+
+func (c *Core) unindexWaiter(w *waiter) {
+	q := w.tq
+	if q == nil {
+		return
+	}
+	q.waiters.Delete(w)
+	w.tq = nil
+	c.tqSync(q)
+}
+
+// head returns the first waiter of class cls in p.
+func head(p *pq, cls int) *waiter {
+	q, ok := p.classes[cls].Min()
+	if !ok {
+		return nil
+	}
+	w, _ := q.waiters.Min()
+	return w
+}
+
+// before reports whether waiter a (in queue qa) goes before b (in qb) within
+// one spec class: share, then age.
+func before(qa *tenantQ, a *waiter, qb *tenantQ, b *waiter) bool {
+	l, r := qa.kHeld*qb.kWeight, qb.kHeld*qa.kWeight
+	if l != r {
+		return l < r
+	}
+	return a.seq < b.seq
+}
+
+// classOrder returns the order classes are served in now (ARB-06..08).
+func (c *Core) classOrder() []int {
+	if c.normalOwed {
+		return orderOwed[:]
+	}
+	return orderPlain[:]
+}
+
+var (
+	orderPlain = [...]int{clsDeadline, clsReserved, clsProd, clsProdProbe, clsNormal}
+	orderOwed  = [...]int{clsDeadline, clsReserved, clsProd, clsNormal, clsProdProbe}
+)
+
+// pick returns the next waiter of p and the internal class it is in, nil
+// when none may go. skipNormal drops normal work (headroom found).
+func (c *Core) pick(p *pq, skipNormal bool) (*waiter, int) {
+	probesOK := c.probesOut < c.pol.ProbeLimit
+	for _, cls := range c.classOrder() {
+		switch cls {
+		case clsProdProbe:
+			if !probesOK {
+				continue
+			}
+		case clsNormal:
+			if skipNormal {
+				continue
+			}
+			a := head(p, clsNormal)
+			var b *waiter
+			if probesOK {
+				b = head(p, clsNormProbe)
+			}
+			switch {
+			case a == nil && b == nil:
+				continue
+			case b == nil:
+				return a, clsNormal
+			case a == nil:
+				return b, clsNormProbe
+			case before(a.tq, a, b.tq, b):
+				return a, clsNormal
+			default:
+				return b, clsNormProbe
+			}
+		}
+		if w := head(p, cls); w != nil {
+			return w, cls
+		}
+	}
+	return nil, 0
+}
+
+func (c *Core) markDirty(p *pq) {
+	if !p.dirty {
+		p.dirty = true
+		c.dirty.Set(p)
+	}
+}
+
+func pqLess(a, b *pq) bool { return a.key < b.key }

@@ -1,0 +1,246 @@
+package sched
+
+import "time"
+
+// ticketState is a ticket's lifecycle (see README.md):
+//
+//	queued ──offer──▶ offered ──accepted──▶ granted ──claim──▶ claimed
+//	  ▲                 │ refused/5 s            │ lease end, cancel,
+//	  └─────────────────┘                        ▼ session end
+//	queued/offered/granted ──cancel, 120 s unpolled, session end──▶ ended
+type ticketState uint8
+
+const (
+	tkQueued ticketState = iota
+	tkOffered
+	tkGranted
+	tkClaimed
+	tkEnded
+)
+
+var ticketStateNames = [...]string{"queued", "offered", "granted", "claimed", "ended"}
+
+func (s ticketState) String() string { return ticketStateNames[s] }
+
+// resState is a reservation's lifecycle:
+//
+//	offered ──accepted──▶ held ──start──▶ started
+//	   │ refused/timeout    │ release, lease gone, node lost
+//	   ▼                    ▼
+//	  gone ◀────────────────┘
+type resState uint8
+
+const (
+	resOffered resState = iota
+	resHeld
+	resStarted
+	resGone
+)
+
+// admState is an admission's lifecycle:
+//
+//	granted ──claim──▶ claimed ──outcome job──▶ job ──submission──▶ (job owns it)
+//	   │ released          │ empty/error/released, reclaimed
+//	   ▼                   ▼
+//	 ended ◀───────────────┘
+type admState uint8
+
+const (
+	admGranted admState = iota
+	admClaimed
+	admJob
+	admEnded
+)
+
+var admStateNames = [...]string{"granted", "claimed", "job", "ended"}
+
+func (s admState) String() string { return admStateNames[s] }
+
+// jobState is a job's lifecycle as the Core sees it:
+//
+//	queued ──start──▶ starting ──accepted──▶ running ──finished──▶ finished ──settle──▶ (gone)
+//	  ▲                  │ refused / not in held
+//	  └──────────────────┘
+//	queued ──deadline──▶ ended(no_capacity);  starting/running ──node lost──▶ ended(lost)
+type jobState uint8
+
+const (
+	jobQueued jobState = iota
+	jobStarting
+	jobRunning
+	jobFinished
+	jobEnded
+)
+
+var jobStateNames = [...]string{"queued", "starting", "running", "finished", "ended"}
+
+func (s jobState) String() string { return jobStateNames[s] }
+
+// Internal arbitration classes, in ARB-06 order. Normal and normal-probe form
+// one spec class ("normal work") and are merged by (share, age) at pick time;
+// they are split so the fleet-wide probe limit can skip probes in O(1).
+const (
+	clsDeadline  = iota // queued jobs with a place_within deadline
+	clsReserved         // jobs holding a reservation (kept for ARB-06 order; see README)
+	clsProd             // production work other than probes
+	clsProdProbe        // production probes
+	clsNormal           // normal work, not probes
+	clsNormProbe        // normal work, probes
+	nClasses
+)
+
+func isProbeClass(c int) bool  { return c == clsProdProbe || c == clsNormProbe }
+func isNormalClass(c int) bool { return c == clsNormal || c == clsNormProbe }
+
+type node struct {
+	id        NodeID
+	known     bool // reported at least once since it was added or lost
+	capacity  Resources
+	pools     []string // sorted
+	labels    []string // sorted
+	maxConc   int
+	ceiling   int
+	local     bool
+	state     NodeState
+	reachable bool
+	load1     float64
+	hasLoad   bool
+
+	used   Resources // offers + reservations + jobs
+	placed int       // count of the same
+	res    []*reservation
+	jobs   []*job
+
+	// per-placement index membership, parallel slices
+	ix []nodeIx
+	// headroom entries matching the node and the room cached for each
+	hent  []int
+	hroom []int
+
+	drainFor  JobID         // drain reservation: only this job may start here
+	imageIdle time.Duration // image_cache_idle_secs; 0 means the default
+	sent      sentWindow    // vCPUs of starts in the last minute (PLACE-16)
+}
+
+type tenant struct {
+	id   TenantID
+	held int
+	tqs  []*tenantQ
+}
+
+type relay struct {
+	id         RelayID
+	up         bool
+	session    uint64
+	synced     bool // current session sent a heartbeat
+	concurrent int
+	held       int
+	open       int       // unclaimed tickets of its runners (API-20)
+	runners    []*runner // sorted by id
+	adms       map[AdmissionID]*admission
+}
+
+type runner struct {
+	id           RunnerID
+	relay        *relay
+	tenant       *tenant
+	p            *pq
+	limit        int
+	reqConc      int // request_concurrency; 0 means no bound here
+	open         int // unclaimed tickets (API-20)
+	held         int
+	unadmitted   int
+	production   bool
+	lastJob      time.Time // zero: never took a job
+	backoffN     int
+	backoffEnd   time.Time
+	probesOut    int
+	waiting      []*ticket // queued tickets not parked, in seq order
+	tickets      map[TicketID]*ticket
+	indexed      bool
+	indexedCls   int
+	probeTimerAt time.Time
+}
+
+type waiter struct {
+	seq     uint64
+	tq      *tenantQ // non-nil while in an index
+	skip    map[NodeID]bool
+	retryAt int64   // Unix ns; parked until then when non-zero
+	tk      *ticket // exactly one of tk, jb is set
+	jb      *job
+}
+
+type ticket struct {
+	waiter
+	id       TicketID
+	runner   *runner
+	state    ticketState
+	lastPoll time.Time
+	probe    bool
+	charged  bool
+	res      *reservation
+	adm      *admission
+	endWhy   string
+	idleTm   timer
+}
+
+type reservation struct {
+	id        ReservationID
+	node      *node
+	env       Resources
+	state     resState
+	ticket    *ticket
+	adm       *admission
+	job       *job
+	offeredAt time.Time
+	leaseEnd  time.Time
+	leaseSecs int
+	nodeIdx   int
+	tm        timer // pending offer or lease timer
+}
+
+type admission struct {
+	id        AdmissionID
+	runner    *runner
+	state     admState
+	outcome   OutcomeKind
+	res       *reservation
+	ticket    *ticket
+	job       *job
+	claimedAt time.Time
+	session   uint64
+	charged   bool
+	restored  bool
+}
+
+// job is kept small: 200,000 of them are the bulk of the Core's memory.
+type job struct {
+	waiter
+	id       JobID
+	runner   *runner
+	p        *pq // its placement; the envelope is p.pl.Envelope
+	admID    AdmissionID
+	res      *reservation
+	node     *node
+	deadline int64  // Unix ns; 0 means none
+	dlSeq    uint64 // pending deadline timer's seq, 0 none
+	project  string
+	ref      string
+	nodeIdx  int32
+	state    jobState
+	cls      uint8
+	legacy   bool
+	charged  bool
+	held     bool // waiting unindexed: project not listed (ARB-41)
+	rulesHit bool // was refused a node with room by placement rules
+}
+
+func (j *job) env() Resources { return j.p.pl.Envelope }
+
+// nodeIx is a node's membership in one placement's index.
+type nodeIx struct {
+	p   *pq
+	ent nodeEntry
+	in  bool
+}
