@@ -1,0 +1,93 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/proto/client"
+)
+
+// Sentinel errors a [Backend] returns (wrapped) so the admin socket can
+// answer them plainly; any other error is an internal one.
+var (
+	// ErrNotFound: no node (or relay) with that ID. Answered 404.
+	ErrNotFound = errors.New("admin: not found")
+	// ErrInvalid: the request is malformed or refused as given. Answered
+	// 400.
+	ErrInvalid = errors.New("admin: invalid request")
+)
+
+// NoCeiling as a ceiling means the hub sets none: the node's own
+// max_concurrency alone caps it (PLACE-04).
+const NoCeiling = -1
+
+// Backend is what the admin socket needs of the hub's live state, which
+// the hub's driver owns (nodes, ceilings, pools, drain, the capacity
+// policy) and implements. Enrolment tokens, relays and project approvals
+// are handled by this package against the store directly; Backend is told
+// of the changes that affect live state. Methods are called from HTTP
+// handler goroutines, concurrently; each must be safe for that and return
+// once the change is in effect (or durably queued).
+type Backend interface {
+	// Nodes lists the enrolled nodes with their live state, any order
+	// (the CLI sorts by ID).
+	Nodes(ctx context.Context) ([]Node, error)
+	// SetPools sets the pools a node belongs to (OPS-01), replacing its
+	// previous pools; an empty list takes it out of every pool.
+	SetPools(ctx context.Context, node string, pools []string) error
+	// SetCeiling sets the node's concurrency ceiling (OPS-02): n >= 0 (0
+	// takes no new placed work), or [NoCeiling]. The node's cap is the
+	// smaller of it and the node's max_concurrency (PLACE-04); lowering it
+	// stops no running job (PLACE-07).
+	SetCeiling(ctx context.Context, node string, n int) error
+	// Drain starts (on) or ends (!on) draining a node: it takes no new
+	// offers and lets held reservations lapse (NODE-05).
+	Drain(ctx context.Context, node string, on bool) error
+	// Policy returns the capacity policy in force (OPS-03).
+	Policy(ctx context.Context) (Policy, error)
+	// SetPolicy replaces the capacity policy (OPS-03). p has passed
+	// [Policy.Validate]; the hub converts it to its own form here (the
+	// conversion hook) and may refuse it with an error wrapping
+	// [ErrInvalid] (e.g. a node ID it does not know). It persists the
+	// policy so a restarted hub keeps it.
+	SetPolicy(ctx context.Context, p Policy) error
+	// RelayRemoved tells the hub an operator removed a relay (already
+	// marked removed in the store): it ends the relay's session; the
+	// relay's signed requests are refused from now on (AUTH-13).
+	RelayRemoved(ctx context.Context, relay string) error
+	// ApprovalChanged tells the hub an operator approved or rejected a
+	// project or (Project 0) a GitLab server (OPS-06), already stored: it
+	// releases or fails the jobs held for it and updates relays' server
+	// status.
+	ApprovalChanged(ctx context.Context, a store.Approval) error
+}
+
+// Node is one node as `vk-hub nodes list` shows it.
+type Node struct {
+	// ID is the node's enrolled ID.
+	ID string `json:"id"`
+	// Name is its display (host) name.
+	Name string `json:"name,omitempty"`
+	// State is its readiness as the hub sees it: "ready", "draining",
+	// "drained", "quarantined", "unreachable", "disconnected", … (free
+	// text, shown as is).
+	State string `json:"state"`
+	// Pools it belongs to, set by the operator.
+	Pools []string `json:"pools,omitempty"`
+	// Labels it reports.
+	Labels []string `json:"labels,omitempty"`
+	// Ceiling is the hub's concurrency ceiling, or [NoCeiling].
+	Ceiling int `json:"ceiling"`
+	// MaxConcurrency is the node's own reported limit; 0 means unknown.
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Jobs counts its unfinished placed jobs; Reservations its held
+	// reservations.
+	Jobs         int `json:"jobs"`
+	Reservations int `json:"reservations"`
+	// Capacity is its total envelope as reported.
+	Capacity client.Envelope `json:"capacity"`
+	// LastSeen is its last heartbeat; zero if never.
+	LastSeen time.Time `json:"last_seen,omitzero"`
+}

@@ -1,0 +1,288 @@
+package admin
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/hub/store"
+)
+
+// Commands returns vk-hub's operator commands — token, relays, nodes,
+// capacity-policy, projects — for the caller to add to its root command.
+// socket returns the admin socket's path when a command runs (so it can
+// follow a --state-dir flag parsed by then). Every command talks to the
+// running hub over that socket only. Output goes to the command's
+// OutOrStdout (tables, the token) and ErrOrStderr (notes).
+func Commands(socket func() string) []*cobra.Command {
+	cl := func() *Client { return Dial(socket()) }
+	return []*cobra.Command{tokenCmd(cl), relaysCmd(cl), nodesCmd(cl), policyCmd(cl), projectsCmd(cl)}
+}
+
+func tokenCmd(cl func() *Client) *cobra.Command {
+	root := &cobra.Command{Use: "token", Short: "enrolment tokens"}
+	var (
+		kind string
+		ttl  time.Duration
+	)
+	create := &cobra.Command{
+		Use:   "create --kind gitlab|node [--ttl 24h]",
+		Short: "mint a one-time enrolment token (printed alone on stdout)",
+		Long: "Mint a one-time token that enrols one relay (--kind gitlab) or node (--kind node).\n" +
+			"The token alone goes to stdout, so it can be piped:\n\n" +
+			"  vk-hub token create --kind gitlab | vk-gitlab join https://hub:7443 --token -",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kind != "gitlab" && kind != "node" {
+				return fmt.Errorf("--kind must be gitlab or node, not %q", kind)
+			}
+			t, err := cl().CreateToken(cmd.Context(), kind, ttl)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Token)
+			e := cmd.ErrOrStderr()
+			fmt.Fprintf(e, "one-time %s token, valid until %s\n", t.Kind, t.Expires.UTC().Format(time.RFC3339))
+			if t.CAFingerprint != "" {
+				fmt.Fprintf(e, "hub CA fingerprint (SHA-256): %s\n", pki.FormatFingerprint(t.CAFingerprint))
+			}
+			return nil
+		},
+	}
+	create.Flags().StringVar(&kind, "kind", "", "what the token enrols: gitlab (a relay) or node")
+	create.Flags().DurationVar(&ttl, "ttl", 0, "how long the token stays valid (default 24h, at most 168h)")
+	root.AddCommand(create)
+	return root
+}
+
+func relaysCmd(cl func() *Client) *cobra.Command {
+	root := &cobra.Command{Use: "relays", Short: "enrolled relays (vk-gitlab)"}
+	root.AddCommand(&cobra.Command{
+		Use: "list", Short: "list enrolled relays, removed ones included", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rs, err := cl().Relays(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return writeRelays(cmd.OutOrStdout(), rs)
+		},
+	}, &cobra.Command{
+		Use: "remove <id>", Short: "remove a relay: its key is refused from now on", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cl().RemoveRelay(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "relay %s removed\n", args[0])
+			return nil
+		},
+	})
+	return root
+}
+
+func nodesCmd(cl func() *Client) *cobra.Command {
+	root := &cobra.Command{Use: "nodes", Short: "nodes: list, pools, ceiling, drain"}
+	var undo bool
+	drain := &cobra.Command{
+		Use: "drain <id>", Short: "drain a node: no new offers, held reservations lapse (--undo ends it)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cl().Drain(cmd.Context(), args[0], !undo); err != nil {
+				return err
+			}
+			verb := "draining"
+			if undo {
+				verb = "no longer draining"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "node %s %s\n", args[0], verb)
+			return nil
+		},
+	}
+	drain.Flags().BoolVar(&undo, "undo", false, "end the drain")
+	root.AddCommand(&cobra.Command{
+		Use: "list", Short: "list nodes with their state, pools and load", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ns, err := cl().Nodes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return writeNodes(cmd.OutOrStdout(), ns)
+		},
+	}, &cobra.Command{
+		Use: "pools <id> <a,b>", Short: `set a node's pools ("" for none)`, Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var pools []string
+			for p := range strings.SplitSeq(args[1], ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					pools = append(pools, p)
+				}
+			}
+			if err := cl().SetPools(cmd.Context(), args[0], pools); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "node %s pools: %s\n", args[0], orDash(strings.Join(pools, ",")))
+			return nil
+		},
+	}, &cobra.Command{
+		Use: "ceiling <id> <n|none>", Short: "set a node's concurrency ceiling", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n := NoCeiling
+			if args[1] != "none" {
+				v, err := strconv.Atoi(args[1])
+				if err != nil || v < 0 {
+					return fmt.Errorf("ceiling %q: want a number >= 0 or none", args[1])
+				}
+				n = v
+			}
+			if err := cl().SetCeiling(cmd.Context(), args[0], n); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "node %s ceiling: %s\n", args[0], ceilingText(n))
+			return nil
+		},
+	}, drain)
+	return root
+}
+
+func policyCmd(cl func() *Client) *cobra.Command {
+	root := &cobra.Command{Use: "capacity-policy", Short: "the capacity policy: tenants, headroom, placement rules (docs/capacity-policy.md)"}
+	root.AddCommand(&cobra.Command{
+		Use: "get", Short: "print the policy in force as a policy file", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := cl().Policy(cmd.Context())
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		},
+	}, &cobra.Command{
+		Use: "set FILE", Short: "validate FILE (- for stdin) and make it the policy", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var (
+				b   []byte
+				err error
+			)
+			if args[0] == "-" {
+				b, err = io.ReadAll(cmd.InOrStdin())
+			} else {
+				b, err = os.ReadFile(args[0])
+			}
+			if err != nil {
+				return err
+			}
+			p, err := DecodePolicy(args[0], b)
+			if err != nil {
+				return err
+			}
+			if err := cl().SetPolicy(cmd.Context(), b); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "capacity policy set: %d headroom entries, %d tenants\n", len(p.Headroom), len(p.Tenants))
+			return nil
+		},
+	})
+	return root
+}
+
+func projectsCmd(cl func() *Client) *cobra.Command {
+	root := &cobra.Command{Use: "projects", Short: "approve or reject GitLab projects and servers"}
+	decide := func(state store.ApprovalState) *cobra.Command {
+		verb := "approve"
+		if state == store.ApprovalRejected {
+			verb = "reject"
+		}
+		return &cobra.Command{
+			Use:   verb + " <instance> <project-id|server>",
+			Short: verb + " a project (or with \"server\" the GitLab server itself)",
+			Args:  cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				proj, err := parseProject(args[1])
+				if err != nil {
+					return err
+				}
+				if err := cl().SetApproval(cmd.Context(), args[0], proj, state); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", args[0], args[1], state)
+				return nil
+			},
+		}
+	}
+	root.AddCommand(&cobra.Command{
+		Use: "list", Short: "list projects and servers with their approval state", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			as, err := cl().Projects(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return writeProjects(cmd.OutOrStdout(), as)
+		},
+	}, decide(store.ApprovalApproved), decide(store.ApprovalRejected))
+	return root
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func writeRelays(w io.Writer, rs []Relay) error {
+	t := table(w)
+	fmt.Fprintln(t, "ID\tNAME\tENROLLED\tSTATE")
+	for _, r := range rs {
+		state := "enrolled"
+		if r.Removed {
+			state = "removed " + stamp(r.RemovedAt)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), stamp(r.Created), state)
+	}
+	return t.Flush()
+}
+
+func writeNodes(w io.Writer, ns []Node) error {
+	t := table(w)
+	fmt.Fprintln(t, "ID\tNAME\tSTATE\tPOOLS\tLABELS\tCEILING\tJOBS\tRESV\tCAPACITY\tLAST SEEN")
+	for _, n := range ns {
+		ceiling := ceilingText(n.Ceiling)
+		if n.MaxConcurrency > 0 {
+			ceiling += "/" + strconv.Itoa(n.MaxConcurrency)
+		}
+		capacity := "-"
+		if n.Capacity.CPUs > 0 {
+			capacity = fmt.Sprintf("%dcpu %s %s", n.Capacity.CPUs, n.Capacity.Mem, n.Capacity.Disk)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, orDash(n.Name), orDash(n.State),
+			orDash(strings.Join(n.Pools, ",")), orDash(strings.Join(n.Labels, ",")), ceiling, n.Jobs, n.Reservations,
+			capacity, stamp(n.LastSeen))
+	}
+	return t.Flush()
+}
+
+func writeProjects(w io.Writer, as []store.Approval) error {
+	t := table(w)
+	fmt.Fprintln(t, "INSTANCE\tPROJECT\tPATH\tSTATE\tBY\tUPDATED")
+	for _, a := range as {
+		proj := strconv.FormatInt(a.Project, 10)
+		if a.Project == 0 {
+			proj = "server"
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Instance, proj, orDash(a.Path), a.State, orDash(a.By), stamp(a.Updated))
+	}
+	return t.Flush()
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

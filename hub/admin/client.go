@@ -1,0 +1,177 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/proto/client"
+)
+
+// ErrNoHub: nothing answers on the admin socket.
+var ErrNoHub = errors.New("admin: is vk-hub running?")
+
+// Client talks to a running hub over its admin socket; the CLI's only way
+// to the hub (it never opens the database). Create it with [Dial].
+type Client struct {
+	path string
+	http *http.Client
+}
+
+// Dial returns a Client for the socket at path. It connects lazily, per
+// request.
+func Dial(path string) *Client {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	return &Client{path: path, http: &http.Client{
+		Timeout: 2 * time.Minute,
+		Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, "unix", path)
+			}},
+	}}
+}
+
+// do sends one request; in is JSON-encoded unless it is []byte (sent as
+// is); out, when not nil, receives the JSON answer.
+func (c *Client) do(ctx context.Context, method, path string, in any, wantStatus int, out any) ([]byte, error) {
+	var body io.Reader
+	switch v := in.(type) {
+	case nil:
+	case []byte:
+		body = bytes.NewReader(v)
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://vk-hub"+path, body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w looked for %s", ErrNoHub, c.path)
+		}
+		if errors.Is(err, syscall.EACCES) {
+			return nil, fmt.Errorf("admin: %s: permission denied; run as root or the hub's user", c.path)
+		}
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, fmt.Errorf("admin: read answer: %w", err)
+	}
+	if resp.StatusCode != wantStatus {
+		var e client.Error
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+		}
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, e.Error)
+		case http.StatusBadRequest:
+			return nil, fmt.Errorf("%w: %s", ErrInvalid, e.Error)
+		}
+		return nil, fmt.Errorf("admin: hub answered: %s", e.Error)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return nil, fmt.Errorf("admin: decode answer: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// CreateToken mints an enrolment token of kind living ttl (0: default).
+func (c *Client) CreateToken(ctx context.Context, kind string, ttl time.Duration) (TokenAnswer, error) {
+	var out TokenAnswer
+	_, err := c.do(ctx, http.MethodPost, "/admin/tokens", TokenRequest{Kind: kind, TTLSecs: int64(ttl / time.Second)}, http.StatusCreated, &out)
+	return out, err
+}
+
+// Relays lists the enrolled relays.
+func (c *Client) Relays(ctx context.Context) ([]Relay, error) {
+	var out []Relay
+	_, err := c.do(ctx, http.MethodGet, "/admin/relays", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// RemoveRelay removes a relay.
+func (c *Client) RemoveRelay(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/admin/relays/"+url.PathEscape(id), nil, http.StatusNoContent, nil)
+	return err
+}
+
+// Nodes lists the nodes, sorted by ID.
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var out []Node
+	_, err := c.do(ctx, http.MethodGet, "/admin/nodes", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// SetPools sets a node's pools.
+func (c *Client) SetPools(ctx context.Context, id string, pools []string) error {
+	_, err := c.do(ctx, http.MethodPut, "/admin/nodes/"+url.PathEscape(id)+"/pools", PoolsRequest{Pools: pools}, http.StatusNoContent, nil)
+	return err
+}
+
+// SetCeiling sets a node's ceiling (n >= 0 or NoCeiling).
+func (c *Client) SetCeiling(ctx context.Context, id string, n int) error {
+	_, err := c.do(ctx, http.MethodPut, "/admin/nodes/"+url.PathEscape(id)+"/ceiling", CeilingRequest{Ceiling: n}, http.StatusNoContent, nil)
+	return err
+}
+
+// Drain starts or ends draining a node.
+func (c *Client) Drain(ctx context.Context, id string, on bool) error {
+	_, err := c.do(ctx, http.MethodPut, "/admin/nodes/"+url.PathEscape(id)+"/drain", DrainRequest{Drain: on}, http.StatusNoContent, nil)
+	return err
+}
+
+// Policy returns the capacity policy in force as a policy file.
+func (c *Client) Policy(ctx context.Context) ([]byte, error) {
+	return c.do(ctx, http.MethodGet, "/admin/policy", nil, http.StatusOK, nil)
+}
+
+// SetPolicy replaces the capacity policy with a policy file's contents.
+func (c *Client) SetPolicy(ctx context.Context, file []byte) error {
+	_, err := c.do(ctx, http.MethodPut, "/admin/policy", file, http.StatusNoContent, nil)
+	return err
+}
+
+// Projects lists the approval records (projects and servers).
+func (c *Client) Projects(ctx context.Context) ([]store.Approval, error) {
+	var out []store.Approval
+	_, err := c.do(ctx, http.MethodGet, "/admin/projects", nil, http.StatusOK, &out)
+	return out, err
+}
+
+// SetApproval approves or rejects a project (project 0: the server).
+func (c *Client) SetApproval(ctx context.Context, instance string, project int64, state store.ApprovalState) error {
+	_, err := c.do(ctx, http.MethodPost, "/admin/projects", ApprovalRequest{Instance: instance, Project: project, State: state}, http.StatusNoContent, nil)
+	return err
+}
+
+func parseProject(s string) (int64, error) {
+	if s == "server" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: project %q: want a GitLab project ID or \"server\"", ErrInvalid, s)
+	}
+	return n, nil
+}

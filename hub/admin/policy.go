@@ -1,0 +1,292 @@
+package admin
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/vk-ci/vk/internal/conffile"
+	"github.com/vk-ci/vk/proto/client"
+)
+
+// PolicyVersion is the only `version` a capacity policy file may have.
+const PolicyVersion = 1
+
+// Limits of a capacity policy (the seed's numbers).
+const (
+	// MaxHeadroom bounds the headroom entries.
+	MaxHeadroom = 64
+	// MaxPlacementRules bounds one project's placement rules.
+	MaxPlacementRules = 64
+	// MaxRuleNodesOrPools bounds the nodes, and separately the pools, of
+	// one placement rule.
+	MaxRuleNodesOrPools = 256
+)
+
+// ErrPolicy is wrapped by every capacity policy validation error.
+var ErrPolicy = errors.New("admin: invalid capacity policy")
+
+// Policy is the hub's capacity policy as an operator writes it (OPS-03,
+// DECISIONS 11): the file `vk-hub capacity-policy set FILE` reads and
+// `capacity-policy get` prints, with `version = 1` at the top. Its keys
+// are those of hub.toml's [capacity_policy] table, so a policy moves
+// between the two unchanged; docs/capacity-policy.md has a worked
+// example. Zero values mean the spec's defaults, noted per field.
+//
+// The hub converts it to its own form in its [Backend] (the conversion
+// hook): this package does not import the hub.
+type Policy struct {
+	// BusySecs: a request of a runner that took no job within this many
+	// seconds is a probe (ARB-18); 0 means 60.
+	BusySecs int `toml:"busy_secs,omitempty"`
+	// ProbeLimit bounds the probes outstanding fleet-wide (ARB-19); 0
+	// means 1.
+	ProbeLimit int `toml:"probe_limit,omitempty"`
+	// BackoffInitialSecs and BackoffMaxSecs bound a runner's backoff after
+	// empty answers (ARB-19..21); 0 means 1 and 60.
+	BackoffInitialSecs int `toml:"backoff_initial_secs,omitempty"`
+	BackoffMaxSecs     int `toml:"backoff_max_secs,omitempty"`
+	// ProductionProbeBurst is how many production probes may go ahead of
+	// normal work before normal work gets a turn (ARB-07); 0 means 1.
+	ProductionProbeBurst int `toml:"production_probe_burst,omitempty"`
+	// LeaseSecs is the lease offered to nodes; 0 means 90 (ARB-28).
+	LeaseSecs int `toml:"lease_secs,omitempty"`
+	// DefaultTenant names the tenant of runners no tenant lists; empty
+	// means "default" (weight 1, no cap).
+	DefaultTenant string `toml:"default_tenant,omitempty"`
+	// Headroom entries reserve room for production work; at most
+	// [MaxHeadroom].
+	Headroom []Headroom `toml:"headroom,omitempty"`
+	// Tenants by name.
+	Tenants map[string]Tenant `toml:"tenants,omitempty"`
+}
+
+// Headroom is one headroom entry: Slots envelopes of a placement kept
+// free of normal work.
+type Headroom struct {
+	// Pool is the placement's pool. Required.
+	Pool string `toml:"pool"`
+	// Labels the nodes must carry; empty means any.
+	Labels []string `toml:"labels,omitempty"`
+	// Mem, CPUs and Disk are the envelope; each > 0.
+	Mem  client.Size `toml:"mem"`
+	CPUs int         `toml:"cpus"`
+	Disk client.Size `toml:"disk"`
+	// Slots is how many envelopes to keep; >= 1.
+	Slots int `toml:"slots"`
+}
+
+// Tenant is one tenant: whose runners, how much weight, what cap.
+type Tenant struct {
+	// Weight scales its fair share (ARB-09); 0 means 1, otherwise >= 1.
+	Weight int `toml:"weight,omitempty"`
+	// Cap bounds how much it holds at once (reservations and jobs,
+	// ARB-11); 0 means no cap.
+	Cap int `toml:"cap,omitempty"`
+	// Relays lists relay IDs all of whose runners belong to the tenant.
+	Relays []string `toml:"relays,omitempty"`
+	// Runners lists single runners, "<relay ID>/<runner name>".
+	Runners []string `toml:"runners,omitempty"`
+	// ProductionRunners lists runners ("<relay>/<runner>") whose work is
+	// production; they belong to the tenant too.
+	ProductionRunners []string `toml:"production_runners,omitempty"`
+	// Projects by GitLab project ID (decimal). Absent or empty means every
+	// project is allowed; with at least one entry, a job of an unlisted
+	// project is held (ARB-41). (An empty [tenants.X.projects] table reads
+	// as absent: TOML decoding cannot tell them apart, so neither may
+	// mean "no project".)
+	Projects map[string]Project `toml:"projects,omitempty"`
+}
+
+// Project is one project of a tenant.
+type Project struct {
+	// Production marks its jobs as production work.
+	Production bool `toml:"production,omitempty"`
+	// PlacementRules restrict where its jobs run (PLACE-19..24); at most
+	// [MaxPlacementRules]. Empty means anywhere its runner reaches.
+	PlacementRules []Rule `toml:"placement_rules,omitempty"`
+}
+
+// Rule is one placement rule (PLACE-19..22): it allows a node that is
+// one of Nodes (when Nodes is set) and in one of Pools (when Pools is
+// set); at least one of the two is set, each at most
+// [MaxRuleNodesOrPools] long. It applies to every job of the project, or
+// with Branches (path.Match globs) only to jobs whose ref matches one. A
+// job goes only to nodes every applicable rule allows.
+type Rule struct {
+	Nodes    []string `toml:"nodes,omitempty"`
+	Pools    []string `toml:"pools,omitempty"`
+	Branches []string `toml:"branches,omitempty"`
+}
+
+// policyFile is a policy file: the version key and the policy.
+type policyFile struct {
+	Version int `toml:"version"`
+	Policy
+}
+
+// Validate lists every problem of p, each wrapping [ErrPolicy], joined;
+// nil when p is usable. It is pure.
+func (p *Policy) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrPolicy}, a...)...))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"busy_secs", p.BusySecs}, {"probe_limit", p.ProbeLimit}, {"backoff_initial_secs", p.BackoffInitialSecs},
+		{"backoff_max_secs", p.BackoffMaxSecs}, {"production_probe_burst", p.ProductionProbeBurst}, {"lease_secs", p.LeaseSecs}} {
+		if f.v < 0 {
+			bad("%s is %d; want >= 0 (0: the default)", f.name, f.v)
+		}
+	}
+	if p.BackoffInitialSecs > 0 && p.BackoffMaxSecs > 0 && p.BackoffInitialSecs > p.BackoffMaxSecs {
+		bad("backoff_initial_secs %d is above backoff_max_secs %d", p.BackoffInitialSecs, p.BackoffMaxSecs)
+	}
+	if p.LeaseSecs > 600 {
+		bad("lease_secs %d is above 600, the most a node grants", p.LeaseSecs)
+	}
+	if len(p.Headroom) > MaxHeadroom {
+		bad("%d headroom entries; at most %d", len(p.Headroom), MaxHeadroom)
+	}
+	for i, h := range p.Headroom {
+		if h.Pool == "" {
+			bad("headroom[%d]: pool missing", i)
+		}
+		if h.Mem <= 0 || h.CPUs <= 0 || h.Disk <= 0 {
+			bad("headroom[%d]: mem, cpus and disk must be > 0", i)
+		}
+		if h.Slots < 1 {
+			bad("headroom[%d]: slots is %d; want >= 1", i, h.Slots)
+		}
+	}
+	for _, name := range sortedKeys(p.Tenants) {
+		t := p.Tenants[name]
+		if name == "" {
+			bad("a tenant has an empty name")
+		}
+		if t.Weight < 0 {
+			bad("tenant %q: weight %d; want >= 1 (absent: 1)", name, t.Weight)
+		}
+		if t.Cap < 0 {
+			bad("tenant %q: cap %d; want >= 1 (absent: no cap)", name, t.Cap)
+		}
+		for _, r := range t.Relays {
+			if r == "" || strings.Contains(r, "/") {
+				bad("tenant %q: relay %q is not a relay ID", name, r)
+			}
+		}
+		for _, r := range slices.Concat(t.Runners, t.ProductionRunners) {
+			relay, runner, ok := strings.Cut(r, "/")
+			if !ok || relay == "" || runner == "" {
+				bad("tenant %q: runner %q is not <relay>/<runner>", name, r)
+			}
+		}
+		for _, proj := range sortedKeys(t.Projects) {
+			pc := t.Projects[proj]
+			if n, err := strconv.ParseInt(proj, 10, 64); err != nil || n <= 0 || strconv.FormatInt(n, 10) != proj {
+				bad("tenant %q: project key %q is not a GitLab project ID", name, proj)
+			}
+			if len(pc.PlacementRules) > MaxPlacementRules {
+				bad("tenant %q project %s: %d placement rules; at most %d", name, proj, len(pc.PlacementRules), MaxPlacementRules)
+			}
+			for i, r := range pc.PlacementRules {
+				if len(r.Nodes) > MaxRuleNodesOrPools || len(r.Pools) > MaxRuleNodesOrPools {
+					bad("tenant %q project %s rule %d: %d nodes and %d pools; at most %d each", name, proj, i,
+						len(r.Nodes), len(r.Pools), MaxRuleNodesOrPools)
+				}
+				if len(r.Nodes) == 0 && len(r.Pools) == 0 {
+					bad("tenant %q project %s rule %d: names no nodes and no pools", name, proj, i)
+				}
+				for _, b := range r.Branches {
+					if _, err := path.Match(b, ""); err != nil || b == "" {
+						bad("tenant %q project %s rule %d: branch glob %q is malformed", name, proj, i, b)
+					}
+				}
+			}
+		}
+	}
+	checkSharedProjects(p, bad)
+	return errors.Join(errs...)
+}
+
+// checkSharedProjects reports a project whose placement rules differ
+// between tenants listing it (PLACE-23: identical, order aside).
+func checkSharedProjects(p *Policy, bad func(string, ...any)) {
+	first := map[string]string{}   // project → first tenant listing it
+	canon := map[string][]string{} // project → its rules, canonical
+	for _, name := range sortedKeys(p.Tenants) {
+		for _, proj := range sortedKeys(p.Tenants[name].Projects) {
+			c := canonicalRules(p.Tenants[name].Projects[proj].PlacementRules)
+			if prev, ok := canon[proj]; !ok {
+				first[proj], canon[proj] = name, c
+			} else if !slices.Equal(prev, c) {
+				bad("project %s: placement rules differ between tenants %q and %q; they must be identical", proj, first[proj], name)
+			}
+		}
+	}
+}
+
+func canonicalRules(rs []Rule) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, strings.Join(slices.Sorted(slices.Values(r.Nodes)), ",")+"|"+
+			strings.Join(slices.Sorted(slices.Values(r.Pools)), ",")+"|"+
+			strings.Join(slices.Sorted(slices.Values(r.Branches)), ","))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// DecodePolicy reads a policy file's bytes strictly (unknown keys, wrong
+// types and a missing or other `version` are errors naming name, the line
+// and the key) and validates it.
+func DecodePolicy(name string, data []byte) (Policy, error) {
+	var f policyFile
+	if err := conffile.Decode(name, data, &f, PolicyVersion); err != nil {
+		return Policy{}, err
+	}
+	if err := f.Policy.Validate(); err != nil {
+		return Policy{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return f.Policy, nil
+}
+
+// LoadPolicy is [DecodePolicy] for a file path.
+func LoadPolicy(path string) (Policy, error) {
+	var f policyFile
+	if err := conffile.Load(path, &f, PolicyVersion); err != nil {
+		return Policy{}, err
+	}
+	if err := f.Policy.Validate(); err != nil {
+		return Policy{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Policy, nil
+}
+
+// EncodePolicy writes p as a policy file ([DecodePolicy] reads it back to
+// an equal Policy), `version = 1` first, defaults left out.
+func EncodePolicy(p Policy) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := toml.NewEncoder(&buf)
+	enc.SetIndentTables(true)
+	if err := enc.Encode(policyFile{Version: PolicyVersion, Policy: p}); err != nil {
+		return nil, fmt.Errorf("admin: encode policy: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

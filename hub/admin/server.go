@@ -1,0 +1,557 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vk-ci/vk/hub/enrol"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+)
+
+// SocketName is the admin socket's file name in the hub's state directory.
+const SocketName = "admin.sock"
+
+// SocketPath returns <stateDir>/admin.sock.
+func SocketPath(stateDir string) string { return filepath.Join(stateDir, SocketName) }
+
+// maxBody bounds an admin request body (a policy file is the largest).
+const maxBody = 4 << 20
+
+// Routes of the admin socket (HTTP/1.1 over the unix socket).
+const (
+	routeTokens      = "POST /admin/tokens"
+	routeRelays      = "GET /admin/relays"
+	routeRelayRemove = "DELETE /admin/relays/{id}"
+	routeNodes       = "GET /admin/nodes"
+	routePools       = "PUT /admin/nodes/{id}/pools"
+	routeCeiling     = "PUT /admin/nodes/{id}/ceiling"
+	routeDrain       = "PUT /admin/nodes/{id}/drain"
+	routePolicyGet   = "GET /admin/policy"
+	routePolicyPut   = "PUT /admin/policy"
+	routeProjects    = "GET /admin/projects"
+	routeApproval    = "POST /admin/projects"
+)
+
+// TokenRequest asks for an enrolment token.
+type TokenRequest struct {
+	// Kind is "gitlab" or "node".
+	Kind string `json:"kind"`
+	// TTLSecs is its life in seconds; 0 means enrol.DefaultTTL.
+	TTLSecs int64 `json:"ttl_secs,omitempty"`
+}
+
+// TokenAnswer is a minted token.
+type TokenAnswer struct {
+	// Token is the one-time token text.
+	Token string `json:"token"`
+	// Kind is what it enrols.
+	Kind string `json:"kind"`
+	// Expires is when it stops working.
+	Expires time.Time `json:"expires"`
+	// CAFingerprint is the hub CA's SHA-256 fingerprint (hex), for the
+	// operator to compare with what join prints; empty if unknown.
+	CAFingerprint string `json:"ca_fingerprint,omitempty"`
+}
+
+// Relay is one enrolled relay as `vk-hub relays list` shows it.
+type Relay struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	Created   time.Time `json:"created"`
+	Removed   bool      `json:"removed,omitempty"`
+	RemovedAt time.Time `json:"removed_at,omitzero"`
+}
+
+// PoolsRequest sets a node's pools.
+type PoolsRequest struct {
+	Pools []string `json:"pools"`
+}
+
+// CeilingRequest sets a node's ceiling: >= 0 or [NoCeiling].
+type CeilingRequest struct {
+	Ceiling int `json:"ceiling"`
+}
+
+// DrainRequest starts or ends draining.
+type DrainRequest struct {
+	Drain bool `json:"drain"`
+}
+
+// ApprovalRequest approves or rejects a project, or with Project 0 a
+// GitLab server (OPS-06).
+type ApprovalRequest struct {
+	Instance string              `json:"instance"`
+	Project  int64               `json:"project"`
+	State    store.ApprovalState `json:"state"`
+}
+
+// Config configures a [Server]. Store, Backend and Enroller are required.
+type Config struct {
+	Store    store.Store
+	Backend  Backend
+	Enroller *enrol.Enroller
+	// CAFingerprint is shown with every new token (hex SHA-256 of the
+	// hub's CA); empty shows none.
+	CAFingerprint string
+	// Clock stamps approvals and audit entries; nil means real.
+	Clock clock.Clock
+	// Log receives one line per change; nil discards.
+	Log *slog.Logger
+	// AllowUIDs are the user IDs allowed besides root and the hub's own
+	// user; checked with SO_PEERCRED on Linux.
+	AllowUIDs []int
+}
+
+// Server is the admin socket's handler set. Create it with [NewServer].
+type Server struct {
+	cfg Config
+	clk clock.Clock
+	log *slog.Logger
+	mux *http.ServeMux
+	// peer identifies a connection's user; peerUID outside tests.
+	peer func(net.Conn) (int, error)
+}
+
+// NewServer returns a Server over cfg.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Backend == nil || cfg.Enroller == nil {
+		return nil, errors.New("admin: Config needs Store, Backend and Enroller")
+	}
+	s := &Server{cfg: cfg, clk: clock.Or(cfg.Clock), log: cfg.Log, mux: http.NewServeMux(), peer: peerUID}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range []struct {
+		pattern string
+		h       func(http.ResponseWriter, *http.Request, []byte) error
+	}{
+		{routeTokens, s.createToken}, {routeRelays, s.listRelays}, {routeRelayRemove, s.removeRelay},
+		{routeNodes, s.listNodes}, {routePools, s.setPools}, {routeCeiling, s.setCeiling}, {routeDrain, s.drain},
+		{routePolicyGet, s.getPolicy}, {routePolicyPut, s.setPolicy},
+		{routeProjects, s.listProjects}, {routeApproval, s.setApproval},
+	} {
+		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
+	}
+	return s, nil
+}
+
+// Handler returns the admin HTTP handler (for tests and custom listeners;
+// [Server.Serve] adds the peer check).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+type ctxKey struct{}
+
+// Serve listens on the unix socket at path ([Server.Listen]) and serves
+// the admin routes on it until ctx ends ([Server.ServeOn]).
+func (s *Server) Serve(ctx context.Context, path string) error {
+	ln, err := s.Listen(path)
+	if err != nil {
+		return err
+	}
+	return s.ServeOn(ctx, ln)
+}
+
+// Listen creates the admin socket at path, mode 0600. A stale socket file
+// left by a crashed hub is replaced; one a running hub answers on is an
+// error. The hub's state directory (0700) keeps others out before the
+// chmod.
+func (s *Server) Listen(path string) (net.Listener, error) {
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("admin: %s is in use: is another vk-hub running?", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("admin: remove stale socket: %w", err)
+	}
+	return listenPrivate(path)
+}
+
+// ServeOn serves the admin routes on ln until ctx ends, then shuts down
+// (in-flight requests get 5 s) and closes ln, which removes a unix
+// socket's file. On Linux every connection's peer must be root, the hub's
+// own user or one of Config.AllowUIDs (SO_PEERCRED), else it is answered
+// 403. It returns nil after ctx ended.
+func (s *Server) ServeOn(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.peerCheck(s.mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, ctxKey{}, c)
+		},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			srv.Shutdown(sctx)
+			cancel()
+		case <-done:
+		}
+	}()
+	err := srv.Serve(ln)
+	close(done)
+	<-stopped
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("admin: serve: %w", err)
+}
+
+func listenPrivate(path string) (net.Listener, error) {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("admin: listen %s: %w", path, err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin: chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// peerCheck refuses callers other than root, the hub's user and
+// AllowUIDs, and records the caller as the request's actor.
+func (s *Server) peerCheck(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := r.Context().Value(ctxKey{}).(net.Conn)
+		uid, err := s.peer(c)
+		if err != nil {
+			writeJSON(w, http.StatusForbidden, client.Error{Error: "admin socket: cannot identify caller", Code: client.CodeForbidden})
+			return
+		}
+		if uid >= 0 && uid != 0 && uid != os.Getuid() && !slices.Contains(s.cfg.AllowUIDs, uid) {
+			writeJSON(w, http.StatusForbidden, client.Error{Error: fmt.Sprintf("admin socket: uid %d may not use it", uid), Code: client.CodeForbidden})
+			return
+		}
+		if uid >= 0 {
+			r = r.WithContext(context.WithValue(r.Context(), actorKey{}, actorName(uid)))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type actorKey struct{}
+
+func actorName(uid int) string {
+	name := strconv.Itoa(uid)
+	if u, err := user.LookupId(name); err == nil {
+		return "operator:" + u.Username
+	}
+	return "operator:uid " + name
+}
+
+// actor returns who is asking, for the audit log.
+func actor(r *http.Request) string {
+	if a, ok := r.Context().Value(actorKey{}).(string); ok {
+		return a
+	}
+	return "operator"
+}
+
+// wrap reads the body (bounded), runs h, and maps its error once: admin
+// and store sentinels to 400/404, the rest to 500.
+func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request, []byte) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err == nil {
+			err = h(w, r, body)
+		} else {
+			err = fmt.Errorf("%w: body: %v", ErrInvalid, err)
+		}
+		if err == nil {
+			return
+		}
+		status, code := http.StatusInternalServerError, client.CodeInternal
+		switch {
+		case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
+			status, code = http.StatusNotFound, client.CodeNotFound
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrPolicy), errors.Is(err, enrol.ErrKind), errors.Is(err, enrol.ErrTTL):
+			status, code = http.StatusBadRequest, client.CodeInvalid
+		}
+		s.log.WarnContext(r.Context(), "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
+		writeJSON(w, status, client.Error{Error: err.Error(), Code: code})
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// decode decodes body strictly into v; errors wrap ErrInvalid.
+func decode(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: trailing data", ErrInvalid)
+	}
+	return nil
+}
+
+func (s *Server) audit(ctx context.Context, r *http.Request, action, subject, detail string) error {
+	if _, err := s.cfg.Store.AppendAudit(ctx, store.AuditEntry{Time: s.clk.Now().UTC(), Actor: actor(r),
+		Action: action, Subject: subject, Detail: detail}); err != nil {
+		return fmt.Errorf("admin: audit: %w", err)
+	}
+	return nil
+}
+
+// createToken serves POST /admin/tokens: mint a one-time enrolment token.
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req TokenRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	kind, err := enrol.ParseKind(req.Kind)
+	if err != nil {
+		return err
+	}
+	if req.TTLSecs < 0 {
+		return fmt.Errorf("%w: ttl_secs %d", ErrInvalid, req.TTLSecs)
+	}
+	tok, err := s.cfg.Enroller.NewToken(r.Context(), kind, time.Duration(req.TTLSecs)*time.Second, actor(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, TokenAnswer{Token: tok.Text, Kind: string(tok.Kind), Expires: tok.Expires, CAFingerprint: s.cfg.CAFingerprint})
+	return nil
+}
+
+// listRelays serves GET /admin/relays: enrolled relays, removed included.
+func (s *Server) listRelays(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	ps, err := s.cfg.Store.ListPrincipals(r.Context())
+	if err != nil {
+		return err
+	}
+	out := []Relay{}
+	for _, p := range ps {
+		if p.Kind == store.KindRelay {
+			out = append(out, Relay{ID: p.ID, Name: p.Name, Created: p.Created, Removed: p.Removed, RemovedAt: p.RemovedAt})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// removeRelay serves DELETE /admin/relays/{id}: mark the relay removed
+// (its key is refused from now on), tell the hub, audit. Idempotent.
+func (s *Server) removeRelay(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	id := r.PathValue("id")
+	ctx := r.Context()
+	p, err := s.cfg.Store.GetPrincipal(ctx, id)
+	if err != nil {
+		return fmt.Errorf("relay %q: %w", id, err)
+	}
+	if p.Kind != store.KindRelay {
+		return fmt.Errorf("%w: %q is a %s, not a relay", ErrNotFound, id, p.Kind)
+	}
+	if !p.Removed {
+		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
+			return err
+		}
+		if err := s.audit(ctx, r, "relay.remove", id, ""); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "relay removed", logkey.RelayID, id, "actor", actor(r))
+	}
+	if err := s.cfg.Backend.RelayRemoved(ctx, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// listNodes serves GET /admin/nodes, sorted by ID.
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	ns, err := s.cfg.Backend.Nodes(r.Context())
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
+	if ns == nil {
+		ns = []Node{}
+	}
+	writeJSON(w, http.StatusOK, ns)
+	return nil
+}
+
+// setPools serves PUT /admin/nodes/{id}/pools (OPS-01).
+func (s *Server) setPools(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req PoolsRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	for _, p := range req.Pools {
+		if p == "" || strings.ContainsAny(p, ", \t\n") {
+			return fmt.Errorf("%w: pool name %q", ErrInvalid, p)
+		}
+	}
+	id := r.PathValue("id")
+	if err := s.cfg.Backend.SetPools(r.Context(), id, req.Pools); err != nil {
+		return err
+	}
+	if err := s.audit(r.Context(), r, "node.pools", id, strings.Join(req.Pools, ",")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// setCeiling serves PUT /admin/nodes/{id}/ceiling (OPS-02).
+func (s *Server) setCeiling(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req CeilingRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	if req.Ceiling < NoCeiling {
+		return fmt.Errorf("%w: ceiling %d", ErrInvalid, req.Ceiling)
+	}
+	id := r.PathValue("id")
+	if err := s.cfg.Backend.SetCeiling(r.Context(), id, req.Ceiling); err != nil {
+		return err
+	}
+	if err := s.audit(r.Context(), r, "node.ceiling", id, ceilingText(req.Ceiling)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// drain serves PUT /admin/nodes/{id}/drain.
+func (s *Server) drain(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req DrainRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if err := s.cfg.Backend.Drain(r.Context(), id, req.Drain); err != nil {
+		return err
+	}
+	action := "node.drain"
+	if !req.Drain {
+		action = "node.undrain"
+	}
+	if err := s.audit(r.Context(), r, action, id, ""); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// getPolicy serves GET /admin/policy as a policy file (TOML).
+func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	p, err := s.cfg.Backend.Policy(r.Context())
+	if err != nil {
+		return err
+	}
+	b, err := EncodePolicy(p)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/toml")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+	return nil
+}
+
+// setPolicy serves PUT /admin/policy: a policy file, decoded strictly and
+// validated, handed to the Backend (OPS-03).
+func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request, body []byte) error {
+	p, err := DecodePolicy("policy", body)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := s.cfg.Backend.SetPolicy(r.Context(), p); err != nil {
+		return err
+	}
+	if err := s.audit(r.Context(), r, "policy.set", "capacity-policy",
+		fmt.Sprintf("%d headroom entries, %d tenants", len(p.Headroom), len(p.Tenants))); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// listProjects serves GET /admin/projects: every approval record.
+func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	as, err := s.cfg.Store.ListApprovals(r.Context())
+	if err != nil {
+		return err
+	}
+	if as == nil {
+		as = []store.Approval{}
+	}
+	writeJSON(w, http.StatusOK, as)
+	return nil
+}
+
+// setApproval serves POST /admin/projects: approve or reject a project or
+// server (OPS-06); a project the hub has not seen yet is recorded, so an
+// operator may approve ahead. Idempotent.
+func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req ApprovalRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	if req.Instance == "" || req.Project < 0 || (req.State != store.ApprovalApproved && req.State != store.ApprovalRejected) {
+		return fmt.Errorf("%w: want instance, project >= 0 and state approved or rejected", ErrInvalid)
+	}
+	ctx := r.Context()
+	a, err := s.cfg.Store.GetApproval(ctx, req.Instance, req.Project)
+	if errors.Is(err, store.ErrNotFound) {
+		a, err = store.Approval{Instance: req.Instance, Project: req.Project}, nil
+	}
+	if err != nil {
+		return err
+	}
+	a.State, a.By, a.Updated = req.State, actor(r), s.clk.Now().UTC()
+	if err := s.cfg.Store.PutApproval(ctx, a); err != nil {
+		return err
+	}
+	subject := req.Instance + "/" + strconv.FormatInt(req.Project, 10)
+	if req.Project == 0 {
+		subject = req.Instance
+	}
+	if err := s.audit(ctx, r, "approval."+string(req.State), subject, a.Path); err != nil {
+		return err
+	}
+	if err := s.cfg.Backend.ApprovalChanged(ctx, a); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func ceilingText(n int) string {
+	if n == NoCeiling {
+		return "none"
+	}
+	return strconv.Itoa(n)
+}

@@ -1,0 +1,295 @@
+package hubclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/reqsign"
+)
+
+// Sentinel errors.
+var (
+	// ErrConfig: [Config] is missing something or holds a bad value.
+	ErrConfig = errors.New("hubclient: bad config")
+	// ErrProtocol: the hub answered a status the endpoint does not define
+	// for success, or a success body that does not decode. Not retried.
+	ErrProtocol = errors.New("hubclient: unexpected answer")
+	// ErrPastEnd: an output read's offset is past the output's current end
+	// (416, API-38); the returned [Output] carries the length.
+	ErrPastEnd = errors.New("hubclient: output offset past the end")
+	// ErrTimeout: the hub did not answer within the request's own bound
+	// (Config.Timeout plus any long-poll wait) while the caller's context
+	// was still live. A transport error: retried (RELAY-13).
+	ErrTimeout = errors.New("hubclient: no answer in time")
+)
+
+// DefaultTimeout bounds a request without a long poll; a long poll gets
+// its wait on top.
+const DefaultTimeout = 30 * time.Second
+
+// maxAnswer bounds a success or error body read from the hub: an output
+// read is at most 1 MiB (API-37), JSON answers far less.
+const maxAnswer = client.MaxOutputRead + 64<<10
+
+// Config configures a [Client].
+type Config struct {
+	// HubURL is the hub's base URL, "https://host:port" (an optional path
+	// prefix is kept). Required; only https.
+	HubURL string
+	// CAPEM is the hub's CA certificate(s), PEM; the only roots trusted.
+	// Required.
+	CAPEM []byte
+	// ServerName overrides the TLS server name; empty means the URL's host.
+	ServerName string
+	// Key signs every request (AUTH-11). Required.
+	Key ed25519.PrivateKey
+	// Principal is the enrolled ID sent in vk-relay. Required.
+	Principal string
+	// Clock gives the signing time and the retry timers; nil means real.
+	Clock clock.Clock
+	// Log receives one Debug line per request; nil discards.
+	Log *slog.Logger
+	// Rand draws retry jitter; nil means a generator seeded from
+	// crypto/rand. Not safe for concurrent use by itself: the client
+	// guards it.
+	Rand *rand.Rand
+	// Timeout bounds each request beyond its long-poll wait; 0 means
+	// [DefaultTimeout].
+	Timeout time.Duration
+	// Dialer dials TCP; nil means a net.Dialer with a 30 s timeout.
+	Dialer *net.Dialer
+}
+
+// Client talks to one hub as one principal. Create it with [New]. Safe for
+// concurrent use.
+type Client struct {
+	base    *url.URL
+	http    *http.Client
+	clk     clock.Clock
+	log     *slog.Logger
+	timeout time.Duration
+	retrier *Retrier
+}
+
+// New checks cfg and returns a Client. Errors wrap [ErrConfig].
+func New(cfg Config) (*Client, error) {
+	u, err := parseHubURL(cfg.HubURL)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Key) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("%w: Key is not an ed25519 private key", ErrConfig)
+	}
+	if cfg.Principal == "" {
+		return nil, fmt.Errorf("%w: Principal missing", ErrConfig)
+	}
+	tcfg, err := tlsConfig(cfg.CAPEM, cfg.ServerName)
+	if err != nil {
+		return nil, err
+	}
+	clk := clock.Or(cfg.Clock)
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	tr := &reqsign.Transport{Key: cfg.Key, Principal: cfg.Principal, TLSConfig: tcfg, Dialer: cfg.Dialer, Now: clk.Now}
+	c := &Client{
+		base: u,
+		http: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse // a redirect would change what was signed
+		}},
+		clk:     clk,
+		log:     log.With(logkey.RelayID, cfg.Principal),
+		timeout: timeout,
+	}
+	c.retrier = &Retrier{Clock: clk, Rand: cfg.Rand, Log: log}
+	return c, nil
+}
+
+// Retrier returns a [Retrier] sharing the client's clock, random source
+// and logger, with the spec's bounds (1–30 s).
+func (c *Client) Retrier() *Retrier { return c.retrier }
+
+func parseHubURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: hub URL %q: %v", ErrConfig, s, err)
+	}
+	if u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("%w: hub URL %q: want https://host[:port]", ErrConfig, s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("%w: hub URL %q: no query, fragment or user info allowed", ErrConfig, s)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// tlsConfig returns a TLS 1.3-only configuration trusting only caPEM.
+func tlsConfig(caPEM []byte, serverName string) (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%w: CAPEM holds no certificate", ErrConfig)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName}, nil
+}
+
+// answer is a raw answer: status, headers and the (bounded) body.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends one request: path is under the base URL (already escaped),
+// query may be nil, in is JSON-encoded when not nil. wait extends the
+// request's deadline for long polls.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, in any, wait time.Duration) (*answer, error) {
+	u := *c.base
+	u.RawPath = c.base.EscapedPath() + path // path's segments are escaped already
+	if p, err := url.PathUnescape(u.RawPath); err == nil {
+		u.Path = p
+	}
+	if len(query) > 0 {
+		u.RawQuery = query.Encode()
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("hubclient: encode %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("hubclient: %s %s: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	start := c.clk.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.log.DebugContext(ctx, "hub request failed", "method", method, "path", path, logkey.Err, err)
+		return nil, c.timedOut(parent, ctx, fmt.Errorf("hubclient: %s %s: %w", method, path, err))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return nil, c.timedOut(parent, ctx, fmt.Errorf("hubclient: %s %s: read answer: %w", method, path, err))
+	}
+	if len(b) > maxAnswer {
+		return nil, fmt.Errorf("%w: %s %s: answer over %d bytes", ErrProtocol, method, path, maxAnswer)
+	}
+	c.log.DebugContext(ctx, "hub request", "method", method, "path", path, logkey.Status, resp.StatusCode,
+		"elapsed", c.clk.Now().Sub(start))
+	return &answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// timedOut replaces err by an [ErrTimeout] error when the request's own
+// deadline ended it while the caller's context is live, so that it reads
+// as a transport error rather than the caller's cancellation.
+func (c *Client) timedOut(parent, reqCtx context.Context, err error) error {
+	if parent.Err() == nil && reqCtx.Err() != nil {
+		return fmt.Errorf("%w (%v): %v", ErrTimeout, c.timeout, err)
+	}
+	return err
+}
+
+// DecodeError turns an error answer into a [*client.StatusError]: the
+// body is decoded leniently (unknown fields ignored, unknown codes read as
+// other, API-55); a missing or unreadable body gives code other and the
+// status text as message. A Retry-After header in seconds fills
+// RetryAfterSecs when the body has none. Never fails; header may be nil.
+func DecodeError(status int, header http.Header, body []byte) *client.StatusError {
+	se := &client.StatusError{Status: status}
+	var e client.Error
+	if err := json.Unmarshal(body, &e); err != nil || e.Code == "" {
+		e = client.Error{Error: http.StatusText(status), Code: client.CodeOther}
+		if t := strings.TrimSpace(string(body)); t != "" && err != nil {
+			e.Error = fmt.Sprintf("%s: %.200q", http.StatusText(status), t)
+		}
+	}
+	if e.RetryAfterSecs < 0 {
+		e.RetryAfterSecs = 0
+	}
+	if e.RetryAfterSecs == 0 && header != nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(header.Get("Retry-After"))); err == nil && n > 0 {
+			e.RetryAfterSecs = n
+		}
+	}
+	se.Body = e
+	return se
+}
+
+// expect returns nil when a's status is one of ok, else the decoded error
+// answer (a 4xx/5xx) or an ErrProtocol error (anything else).
+func (a *answer) expect(what string, ok ...int) error {
+	for _, s := range ok {
+		if a.status == s {
+			return nil
+		}
+	}
+	if a.status >= 400 {
+		return fmt.Errorf("hubclient: %s: %w", what, DecodeError(a.status, a.header, a.body))
+	}
+	return fmt.Errorf("%w: %s: status %d", ErrProtocol, what, a.status)
+}
+
+// decode decodes a success body leniently (API-55: unknown fields ignored).
+func (a *answer) decode(what string, v any) error {
+	if err := json.Unmarshal(a.body, v); err != nil {
+		return fmt.Errorf("%w: %s: status %d body: %v", ErrProtocol, what, a.status, err)
+	}
+	return nil
+}
+
+// seg escapes one path segment (an ID from the hub or the caller).
+func seg(s string) string { return url.PathEscape(s) }
+
+// waitQuery returns ?wait=<secs> (capped at 60, API-10) plus extra pairs.
+func waitQuery(wait time.Duration, kv ...string) url.Values {
+	q := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	if secs := waitSecs(wait); secs > 0 {
+		q.Set("wait", strconv.Itoa(secs))
+	}
+	return q
+}
+
+// waitSecs rounds wait up to whole seconds, capped at 60 (API-10).
+func waitSecs(wait time.Duration) int {
+	if wait <= 0 {
+		return 0
+	}
+	return min(int((wait+time.Second-1)/time.Second), client.MaxWaitSecs)
+}
