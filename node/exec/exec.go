@@ -17,6 +17,15 @@ var (
 	ErrStart = errors.New("exec: start failed")
 	// ErrCleanedUp: the job was already cleaned up.
 	ErrCleanedUp = errors.New("exec: job cleaned up")
+	// ErrImagePull: the job's or a service's image could not be pulled
+	// (or is absent under pull_policy never). The stage runner fails the
+	// job `image_pull` (FAIL-04), before it considers [ErrPrepare].
+	ErrImagePull = errors.New("exec: image pull failed")
+	// ErrConfiguration: the job cannot run on this node as configured (no
+	// image on a node that requires one, an unknown image user, …). The
+	// stage runner fails the job `configuration` (FAIL-05), before it
+	// considers [ErrPrepare].
+	ErrConfiguration = errors.New("exec: configuration error")
 )
 
 // Executor makes job environments. Implementations are safe for concurrent

@@ -33,8 +33,8 @@ const (
 // [FailureExternalDependency].
 var (
 	ErrSystem        = errors.New("stage: system failure")
-	ErrConfiguration = errors.New("stage: configuration error")
-	ErrImagePull     = errors.New("stage: image pull failure")
+	ErrConfiguration = exec.ErrConfiguration
+	ErrImagePull     = exec.ErrImagePull
 )
 
 // ArtifactOutcome is what became of one of the job's artifacts.

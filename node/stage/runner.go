@@ -472,12 +472,12 @@ func (x *run) failStage(ctx context.Context, err error, def Failure) {
 		x.fail(FailureTimeout, err)
 	case x.aborted() != "":
 		x.fail(x.aborted(), err)
-	case errors.Is(err, ErrSystem), errors.Is(err, exec.ErrPrepare), errors.Is(err, exec.ErrStart):
-		x.fail(FailureSystem, err)
 	case errors.Is(err, ErrConfiguration):
 		x.fail(FailureConfiguration, err)
 	case errors.Is(err, ErrImagePull):
 		x.fail(FailureImagePull, err)
+	case errors.Is(err, ErrSystem), errors.Is(err, exec.ErrPrepare), errors.Is(err, exec.ErrStart):
+		x.fail(FailureSystem, err)
 	default:
 		x.fail(def, err)
 	}

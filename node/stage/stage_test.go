@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/testlog"
 	vkexec "github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/process"
 	"github.com/vk-ci/vk/node/trace"
@@ -579,5 +581,43 @@ func TestNoticesAfterHeader(t *testing.T) {
 	}
 	if !(strings.Index(tr, "Running with vk") < warn && warn < plain && plain < info && info < first) {
 		t.Errorf("notices not in order between the header and the first section:\n%q", tr)
+	}
+}
+
+// prepareErrExec is an executor whose Prepare fails with a given error, as
+// a container backend does when an image cannot be pulled.
+type prepareErrExec struct{ err error }
+
+func (p prepareErrExec) Prepare(context.Context, vkexec.PrepareRequest) (vkexec.Job, error) {
+	return nil, p.err
+}
+
+// A backend's Prepare error that also wraps ErrPrepare is classified by
+// its more specific sentinel first: image_pull and configuration are not
+// system failures.
+//
+// spec: FAIL-04, FAIL-05, FAIL-07
+func TestPrepareErrorClasses(t *testing.T) {
+	tests := []struct {
+		err  error
+		want Failure
+	}{
+		{fmt.Errorf("%w: %w: registry said 404", vkexec.ErrPrepare, vkexec.ErrImagePull), FailureImagePull},
+		{fmt.Errorf("%w: %w: no image on an image-only node", vkexec.ErrPrepare, vkexec.ErrConfiguration), FailureConfiguration},
+		{fmt.Errorf("%w: disk full", vkexec.ErrPrepare), FailureSystem},
+	}
+	for _, tc := range tests {
+		r, err := New(Config{Executor: prepareErrExec{tc.err}, Version: "1.2.3", Clock: clock.NewFake(testStart), Log: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := newWatchBuf("")
+		res, err := r.Run(t.Context(), Spec{ID: "p", Job: fixtureJob(t, "job_response_successful.json"), Out: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Failure != tc.want {
+			t.Errorf("Prepare error %v: failure %q, want %q\n%s", tc.err, res.Failure, tc.want, out.String())
+		}
 	}
 }

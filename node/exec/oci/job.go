@@ -1,0 +1,387 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/oci/imagestore"
+)
+
+// Job is one prepared container job. It implements [exec.Job]; the stage
+// runner also reads [Job.Warnings] into the trace after Prepare.
+type Job struct {
+	e     *Executor
+	id    string
+	size  exec.Size
+	start time.Time
+	dir   string
+	log   *slog.Logger
+	cg    *jobCgroup
+
+	// Set by Prepare, read-only afterwards.
+	images     []*imagestore.Image
+	rootfs     []*layeredRootfs
+	containers []string // runc IDs, job first
+	services   []*service
+	cgCreated  bool
+	keep       *os.File // write end of the keeper's stdin
+	initPID    int      // host PID of the job container's main process
+	user       guestUser
+	env        []string
+	warnings   []string
+
+	mu        sync.Mutex // guards the fields below
+	running   bool
+	signalled syscall.Signal // sent to the running script by Cancel or ctx
+	cleaned   bool
+	end       time.Time
+	cpu       time.Duration // cached at Cleanup
+	peak      int64         // cached at Cleanup
+}
+
+var _ exec.Job = (*Job)(nil)
+
+func (j *Job) hostBuilds() string { return filepath.Join(j.dir, "builds") }
+func (j *Job) hostTemp() string   { return filepath.Join(j.dir, "tmp") }
+
+// BuildsDir is CI_BUILDS_DIR as scripts see it ([Config.GuestBuildsDir]).
+func (j *Job) BuildsDir() string { return j.e.cfg.GuestBuildsDir }
+
+// TempDir is [GuestTempDir].
+func (j *Job) TempDir() string { return GuestTempDir }
+
+// Warnings are trace lines from Prepare: dropped service aliases
+// (DECISIONS 8) and services that did not start properly.
+func (j *Job) Warnings() []string { return append([]string(nil), j.warnings...) }
+
+// HostPath maps a guest path to the host: the builds, temp and cache
+// mounts to their host directories, anything else into the job
+// container's root filesystem.
+func (j *Job) HostPath(guest string) string {
+	g := path.Clean("/" + guest)
+	under := func(base string) (string, bool) {
+		if g == base {
+			return "", true
+		}
+		if rel, ok := strings.CutPrefix(g, strings.TrimSuffix(base, "/")+"/"); ok {
+			return rel, true
+		}
+		return "", false
+	}
+	if rel, ok := under(j.e.cfg.GuestBuildsDir); ok {
+		return filepath.Join(j.hostBuilds(), rel)
+	}
+	if rel, ok := under(GuestTempDir); ok {
+		return filepath.Join(j.hostTemp(), rel)
+	}
+	if j.e.cfg.CacheDir != "" {
+		if rel, ok := under(DefaultGuestCacheDir); ok {
+			return filepath.Join(j.e.cfg.CacheDir, rel)
+		}
+	}
+	if len(j.rootfs) > 0 {
+		return filepath.Join(j.rootfs[0].merged, g)
+	}
+	return filepath.Join(j.dir, "job", "merged", g)
+}
+
+// Adopt gives hostPath and everything under it to the job's user (the
+// image's USER or image.user); for root it does nothing. Symlinks are
+// changed themselves, never followed.
+func (j *Job) Adopt(hostPath string) error {
+	if j.user.UID == 0 && j.user.GID == 0 {
+		return nil
+	}
+	err := filepath.WalkDir(hostPath, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(j.user.UID), int(j.user.GID))
+	})
+	if err != nil {
+		return fmt.Errorf("oci: adopt %s: %w", hostPath, err)
+	}
+	return nil
+}
+
+// bashPaths are where the job's bash is looked for in its image.
+var bashPaths = []string{"/usr/local/bin/bash", "/usr/bin/bash", "/bin/bash"}
+
+// Run `runc exec`s bash with the script in the job container, as the
+// job's user, in the builds directory, with the image's environment plus
+// s.Env. ctx ending kills every process of the script (SIGKILL). A script
+// killed by a signal has ExitCode -1 when vk sent it (Cancel, ctx) or the
+// kernel's OOM killer did; otherwise runc's 128+n is reported as the
+// script's own exit status, as Docker reports it.
+func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) (exec.RunResult, error) {
+	j.mu.Lock()
+	if j.cleaned {
+		j.mu.Unlock()
+		return exec.RunResult{}, exec.ErrCleanedUp
+	}
+	if j.running {
+		j.mu.Unlock()
+		return exec.RunResult{}, fmt.Errorf("%w: a script is already running", exec.ErrStart)
+	}
+	j.running, j.signalled = true, 0
+	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		j.running = false
+		j.mu.Unlock()
+	}()
+
+	if syscall.Kill(j.initPID, 0) != nil {
+		return exec.RunResult{}, fmt.Errorf("%w: the job container's main process has exited (an image entrypoint that does not run its arguments? set image:entrypoint: [\"\"]): %s",
+			exec.ErrStart, tail(filepath.Join(j.dir, "job-init.log"), 5))
+	}
+	bash := ""
+	for _, p := range bashPaths {
+		if fi, err := os.Stat(j.HostPath(p)); err == nil && fi.Mode().IsRegular() {
+			bash = p
+			break
+		}
+	}
+	if bash == "" {
+		return exec.RunResult{}, fmt.Errorf("%w: the job image has no bash (looked for %s)", exec.ErrStart, strings.Join(bashPaths, ", "))
+	}
+	name := s.Name
+	if !validID.MatchString(name) {
+		name = "script"
+	}
+	hostScript := filepath.Join(j.hostTemp(), name+".sh")
+	if err := os.WriteFile(hostScript, []byte(s.Body), 0o700); err != nil {
+		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
+	}
+	if err := os.Chown(hostScript, int(j.user.UID), int(j.user.GID)); err != nil {
+		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
+	}
+	args := []string{"exec", "--cwd", j.BuildsDir(), "--user", fmt.Sprintf("%d:%d", j.user.UID, j.user.GID)}
+	for _, g := range j.user.Groups {
+		args = append(args, "--additional-gids", strconv.FormatUint(uint64(g), 10))
+	}
+	for _, kv := range s.Env {
+		args = append(args, "--env", kv)
+	}
+	args = append(args, j.id, bash, "--noprofile", "--norc", path.Join(GuestTempDir, name+".sh"))
+	cmd := j.e.runcCmd(args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	oomBefore := j.cg.oomKills()
+	started := j.e.clk.Now()
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
+	}
+	var copiers sync.WaitGroup
+	copyTo := func(w io.Writer, r *os.File) {
+		defer copiers.Done()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				_, _ = w.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	copiers.Add(2)
+	go copyTo(stdout, outR)
+	go copyTo(stderr, errR)
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		j.Cancel(exec.Immediate)
+		<-waited
+	}
+	wall := j.e.clk.Now().Sub(started)
+	// Whatever the script left running in the job container goes, so a
+	// stray background process cannot hold its output open.
+	j.signalScript(syscall.SIGKILL)
+	drained := make(chan struct{})
+	go func() { copiers.Wait(); close(drained) }()
+	t := j.e.clk.NewTimer(DefaultDrainWait)
+	select {
+	case <-drained:
+		t.Stop()
+	case <-t.C():
+		j.log.Warn("output pipes still open after the script ended; closing them", slog.String("script", s.Name))
+	}
+	outR.Close()
+	errR.Close()
+	<-drained
+
+	res := exec.RunResult{Wall: wall, ExitCode: cmd.ProcessState.ExitCode()}
+	res.OOMKilled = j.cg.oomKills() > oomBefore
+	j.mu.Lock()
+	sig := j.signalled
+	j.mu.Unlock()
+	if res.ExitCode > 128 && res.ExitCode < 128+65 && (sig != 0 || res.OOMKilled) {
+		res.Signal = syscall.Signal(res.ExitCode - 128).String()
+		res.ExitCode = -1
+	}
+	if res.ExitCode == -1 && res.Signal == "" {
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Signal = ws.Signal().String() // runc itself was killed
+		}
+	}
+	return res, nil
+}
+
+// signalScript sends sig to every process in the job container except its
+// keeper: the running script and anything it started. It returns how many
+// processes it signalled.
+func (j *Job) signalScript(sig syscall.Signal) int {
+	n := 0
+	for _, pid := range j.cg.procs("job") {
+		if pid == j.initPID || pid <= 1 {
+			continue
+		}
+		if syscall.Kill(pid, sig) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Cancel signals the running script's processes in the container:
+// Graceful sends SIGTERM, Immediate SIGKILL. Without a running script it
+// does nothing.
+func (j *Job) Cancel(mode exec.CancelMode) {
+	sig := syscall.SIGTERM
+	if mode == exec.Immediate {
+		sig = syscall.SIGKILL
+	}
+	j.mu.Lock()
+	running := j.running
+	if running {
+		j.signalled = sig
+	}
+	j.mu.Unlock()
+	if running {
+		j.signalScript(sig)
+	}
+}
+
+// Usage reads the job cgroup (job container and services together): CPU
+// from cpuacct.usage, peak memory from memory.max_usage_in_bytes.
+func (j *Job) Usage() exec.Usage {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	u := exec.Usage{Size: j.size}
+	if j.cleaned {
+		u.Wall = j.end.Sub(j.start)
+		u.CPU, u.PeakMemBytes = j.cpu, j.peak
+		return u
+	}
+	u.Wall = j.e.clk.Now().Sub(j.start)
+	u.CPU, u.PeakMemBytes = j.readUsage()
+	return u
+}
+
+func (j *Job) readUsage() (time.Duration, int64) {
+	cpu, _ := j.cg.readInt("cpuacct", "cpuacct.usage")
+	peak, _ := j.cg.readInt("memory", "memory.max_usage_in_bytes")
+	return time.Duration(cpu), peak
+}
+
+// Cleanup stops and deletes the job's containers, unmounts and removes
+// their root filesystems, removes the job's cgroups (and the shared
+// parent when it is left empty), its directories, and releases its images.
+// Safe to call more than once.
+func (j *Job) Cleanup(ctx context.Context) error {
+	j.mu.Lock()
+	if j.cleaned {
+		j.mu.Unlock()
+		return nil
+	}
+	j.cleaned = true
+	running := j.running
+	if j.cgCreated {
+		j.cpu, j.peak = j.readUsage()
+	}
+	j.mu.Unlock()
+	if running {
+		j.signalScript(syscall.SIGKILL)
+	}
+	var errs []error
+	if j.keep != nil {
+		j.keep.Close()
+	}
+	// Services first, then the job container (whose network namespace
+	// they share).
+	for i := len(j.containers) - 1; i >= 0; i-- {
+		cid := j.containers[i]
+		out, err := j.e.runcCmd("delete", "--force", cid).CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "does not exist") {
+			errs = append(errs, fmt.Errorf("runc delete %s: %w: %s", cid, err, strings.TrimSpace(string(out))))
+		}
+	}
+	for _, sv := range j.services {
+		t := j.e.clk.NewTimer(10 * time.Second)
+		select {
+		case <-sv.done:
+		case <-t.C():
+			errs = append(errs, fmt.Errorf("service %s: runc did not exit", sv.cid))
+		}
+		t.Stop()
+	}
+	for _, r := range j.rootfs {
+		if err := r.remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if j.cgCreated {
+		if err := j.cg.remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, im := range j.images {
+		im.Release()
+	}
+	if err := os.RemoveAll(j.dir); err != nil {
+		errs = append(errs, err)
+	}
+	j.mu.Lock()
+	j.end = j.e.clk.Now()
+	j.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		j.log.Warn("cleanup", slog.Any(logkey.Err, err))
+		return fmt.Errorf("oci: cleanup %s: %w", j.id, err)
+	}
+	_ = ctx
+	return nil
+}

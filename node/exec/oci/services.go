@@ -1,0 +1,261 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vk-ci/vk/node/exec/oci/imagestore"
+	"github.com/vk-ci/vk/proto/job"
+)
+
+// service is one running service container. Its `runc run` runs in the
+// foreground as the node's child, so the service's exit is seen at once.
+type service struct {
+	name    string // image name as the job gave it
+	cid     string
+	logPath string
+	ports   []int
+	done    chan struct{} // closed when the service's runc exits
+	code    int           // exit code; valid after done
+}
+
+// startService builds the service's rootfs and bundle and starts it in
+// the job's network namespace.
+func (j *Job) startService(i int, s job.Image, img *imagestore.Image, baseEnv []string, binds []bindMount) error {
+	dir := filepath.Join(j.dir, "svc-"+strconv.Itoa(i))
+	rfs, err := makeRootfs(dir, img.Rootfs, j.e.cfg.NoOverlay)
+	if err != nil {
+		return err
+	}
+	j.rootfs = append(j.rootfs, rfs)
+	userSpec := img.Config.User
+	if s.User != "" {
+		userSpec = s.User
+	}
+	u, err := resolveUser(rfs.merged, userSpec)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	env := containerEnv(append(append(append([]string(nil), img.Config.Env...), baseEnv...), varsEnv(s.Variables)...), u.Home)
+	entry, cmd := img.Config.Entrypoint, img.Config.Cmd
+	if s.Entrypoint != nil {
+		entry = clearEmpty(s.Entrypoint)
+	}
+	if len(s.Command) > 0 {
+		cmd = s.Command
+	}
+	args := append(append([]string(nil), entry...), cmd...)
+	if len(args) == 0 {
+		return fmt.Errorf("image %s has no command and the job gives none", s.Name)
+	}
+	cid := j.id + "-svc" + strconv.Itoa(i)
+	cs := containerSpec{
+		Rootfs:     rfs.merged,
+		Hostname:   hostname(j.id),
+		Args:       args,
+		Env:        env,
+		Cwd:        img.Config.WorkingDir,
+		UID:        u.UID,
+		GID:        u.GID,
+		Groups:     u.Groups,
+		CgroupPath: j.cg.rel() + "/svc-" + strconv.Itoa(i),
+		NetNSPath:  fmt.Sprintf("/proc/%d/ns/net", j.initPID),
+		Binds:      binds,
+	}
+	if err := writeBundle(dir, cs); err != nil {
+		return err
+	}
+	sv := &service{name: s.Name, cid: cid, logPath: filepath.Join(dir, "service.log"), done: make(chan struct{})}
+	for _, p := range s.Ports {
+		if p.Number > 0 && p.Number < 65536 {
+			sv.ports = append(sv.ports, p.Number)
+		}
+	}
+	if len(sv.ports) == 0 {
+		for _, p := range img.Config.ExposedPorts {
+			num, proto, _ := strings.Cut(p, "/")
+			if n, err := strconv.Atoi(num); err == nil && (proto == "" || proto == "tcp") && n > 0 && n < 65536 {
+				sv.ports = append(sv.ports, n)
+			}
+		}
+	}
+	logf, err := os.Create(sv.logPath)
+	if err != nil {
+		return err
+	}
+	c := j.e.runcCmd("run", "--bundle", dir, cid)
+	c.Stdout, c.Stderr = logf, logf
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	j.containers = append(j.containers, cid)
+	if err := c.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	logf.Close()
+	j.services = append(j.services, sv)
+	go func() {
+		err := c.Wait()
+		var ee *osexec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			sv.code = ee.ExitCode()
+		default:
+			sv.code = -1
+		}
+		close(sv.done)
+	}()
+	return nil
+}
+
+func varsEnv(vars []job.Variable) []string {
+	out := make([]string, 0, len(vars))
+	for _, v := range vars {
+		out = append(out, v.Key+"="+v.Value)
+	}
+	return out
+}
+
+// waitServices waits until every service listens on its ports (up to
+// ServiceWait) or, for a service without ports, watches it for
+// ServiceGrace; it returns a warning for each service that exited or never
+// listened, worded as gitlab-runner's failed service health check.
+func (j *Job) waitServices(ctx context.Context) []string {
+	if len(j.services) == 0 {
+		return nil
+	}
+	type result struct {
+		sv  *service
+		err error
+	}
+	res := make(chan result, len(j.services))
+	for _, sv := range j.services {
+		go func() { res <- result{sv, j.waitService(ctx, sv)} }()
+	}
+	var warns []string
+	for range j.services {
+		r := <-res
+		if r.err != nil {
+			warns = append(warns, serviceWarning(r.sv, r.err))
+		}
+	}
+	return warns
+}
+
+func (j *Job) waitService(ctx context.Context, sv *service) error {
+	clk := j.e.clk
+	if len(sv.ports) == 0 {
+		t := clk.NewTimer(j.e.cfg.ServiceGrace)
+		defer t.Stop()
+		select {
+		case <-sv.done:
+			return fmt.Errorf("service %q exited with code %d", sv.name, sv.code)
+		case <-t.C():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	deadline := clk.Now().Add(j.e.cfg.ServiceWait)
+	pending := append([]int(nil), sv.ports...)
+	for {
+		select {
+		case <-sv.done:
+			return fmt.Errorf("service %q exited with code %d", sv.name, sv.code)
+		default:
+		}
+		var still []int
+		for _, p := range pending {
+			if !probeInNetns(j.initPID, p) {
+				still = append(still, p)
+			}
+		}
+		pending = still
+		if len(pending) == 0 {
+			return nil
+		}
+		if !clk.Now().Before(deadline) {
+			return fmt.Errorf("service %q timeout: port(s) %v not listening after %s", sv.name, pending, j.e.cfg.ServiceWait)
+		}
+		// Polling an external process with a deadline.
+		t := clk.NewTimer(100 * time.Millisecond)
+		select {
+		case <-sv.done:
+			t.Stop()
+			return fmt.Errorf("service %q exited with code %d", sv.name, sv.code)
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C():
+		}
+	}
+}
+
+// probeInNetns reports whether 127.0.0.1:port accepts a TCP connection in
+// the network namespace of pid. It dials from a thread moved into that
+// namespace; the thread is thrown away afterwards.
+func probeInNetns(pid, port int) bool {
+	ok := make(chan bool, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread's namespace changed, so the runtime
+		// must end the thread with this goroutine.
+		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			ok <- false
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ok <- false
+			return
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			ok <- false
+			return
+		}
+		defer unix.Close(fd)
+		tv := unix.Timeval{Sec: 1}
+		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+		err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+		ok <- err == nil
+	}()
+	return <-ok
+}
+
+// serviceWarning is the trace text for a service that did not start
+// properly, in gitlab-runner's words, with the service's last output.
+func serviceWarning(sv *service, err error) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*** WARNING: Service %s probably didn't start properly.\n\n", sv.name)
+	fmt.Fprintf(&b, "Health check error:\n%s\n\n", strings.TrimSpace(err.Error()))
+	fmt.Fprintf(&b, "Service container logs:\n%s\n\n*********\n", tail(sv.logPath, serviceLogLines))
+	return b.String()
+}
+
+// ServiceFailures reports services that have exited since Prepare, one
+// warning each in the same words as Prepare's; nil when all run. The stage
+// runner may call it after a failed step to explain it.
+func (j *Job) ServiceFailures() []string {
+	var out []string
+	for _, sv := range j.services {
+		select {
+		case <-sv.done:
+			out = append(out, serviceWarning(sv, fmt.Errorf("service %q exited with code %d", sv.name, sv.code)))
+		default:
+		}
+	}
+	return out
+}
