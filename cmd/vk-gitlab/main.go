@@ -1,15 +1,27 @@
 // Command vk-gitlab is the relay: it holds the GitLab runner tokens,
 // reserves room on the hub before asking GitLab for a job, submits jobs and
-// patches their traces.
+// patches their traces. See docs/relay.md.
 package main
 
 import (
+	"bufio"
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/vk-ci/vk/hubclient"
+	"github.com/vk-ci/vk/internal/conffile"
 	"github.com/vk-ci/vk/internal/version"
+	"github.com/vk-ci/vk/relay"
+	"github.com/vk-ci/vk/relay/state"
 )
 
 func main() {
@@ -21,22 +33,145 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	for _, c := range [][2]string{
-		{"run", "run the relay daemon (--config vk-gitlab.toml)"},
-		{"join", "enrol with a hub: join <hub-url> --token - [--ca FILE]"},
-		{"leave", "forget the hub enrolment"},
-	} {
-		use := c[0]
-		root.AddCommand(&cobra.Command{
-			Use:   use,
-			Short: c[1] + " [not built yet]",
-			RunE: func(*cobra.Command, []string) error {
-				return errors.New(use + ": not built yet in this version; see the README for what works today")
-			},
-		})
-	}
+	root.AddCommand(runCmd(), joinCmd(), leaveCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vk-gitlab:", err)
 		os.Exit(1)
 	}
+}
+
+func logger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func runCmd() *cobra.Command {
+	var cfgPath, level string
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "run the relay daemon",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logger(level)
+			if err != nil {
+				return err
+			}
+			cfg, tokens, err := relay.LoadConfig(cfgPath)
+			if err != nil {
+				return err
+			}
+			// SIGTERM: stop taking jobs, give running ones shutdown_timeout
+			// (RELAY-17, RELAY-18).
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return relay.Run(ctx, cfg, tokens, log, relay.Options{})
+		},
+	}
+	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file")
+	c.Flags().StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	return c
+}
+
+// stateDir is --state-dir, else the config's state_dir, else the default.
+func stateDir(cfgPath, flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	cfg := relay.DefaultConfig()
+	if err := conffile.Load(cfgPath, &cfg, 1); err != nil && !errors.Is(err, conffile.ErrNoConfig) {
+		return "", err
+	}
+	return cfg.StateDir, nil
+}
+
+func joinCmd() *cobra.Command {
+	var cfgPath, dirFlag, tokenArg, caFile string
+	var replace bool
+	c := &cobra.Command{
+		Use:   "join <hub-url>",
+		Short: "enrol with a hub: join <hub-url> --token - [--ca FILE]",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := stateDir(cfgPath, dirFlag)
+			if err != nil {
+				return err
+			}
+			if err := state.CheckDir(dir); err != nil {
+				return err
+			}
+			token, err := readToken(tokenArg, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			var ca []byte
+			if caFile != "" {
+				if ca, err = os.ReadFile(caFile); err != nil {
+					return fmt.Errorf("--ca: %w", err)
+				}
+			}
+			host, _ := os.Hostname()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			// AUTH-10: refused while a state file records a job.
+			e, res, err := hubclient.JoinAndSave(ctx, dir, hubclient.JoinOptions{HubURL: args[0], Token: token, CAPEM: ca,
+				Name: host, Kind: hubclient.KindGitLab, Replace: replace, Busy: func() error { return state.Busy(dir) }})
+			if err != nil {
+				return err
+			}
+			if res.TOFU {
+				fmt.Fprintf(cmd.OutOrStdout(), "trusted the hub's CA on first use; compare its fingerprint with the one vk-hub printed:\n  %s\n", res.CAFingerprint)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "enrolled as relay %s with %s (state in %s)\n", e.ID, e.HubURL, hubclient.Dir(dir))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file (for state_dir)")
+	c.Flags().StringVar(&dirFlag, "state-dir", "", "state directory (overrides the config's state_dir)")
+	c.Flags().StringVar(&tokenArg, "token", "", `enrolment token, or "-" to read it from stdin (required)`)
+	c.Flags().StringVar(&caFile, "ca", "", "hub CA certificate (PEM); without it the CA is trusted on first use")
+	c.Flags().BoolVar(&replace, "replace", false, "replace an existing enrolment (stop the daemon first; see OPS-09)")
+	return c
+}
+
+func readToken(arg string, stdin io.Reader) (string, error) {
+	switch arg {
+	case "":
+		return "", errors.New("--token is required (use --token - to read it from stdin)")
+	case "-":
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("reading the token: %w", err)
+		}
+		if t := strings.TrimSpace(line); t != "" {
+			return t, nil
+		}
+		return "", errors.New("no token on stdin")
+	}
+	return arg, nil
+}
+
+func leaveCmd() *cobra.Command {
+	var cfgPath, dirFlag string
+	c := &cobra.Command{
+		Use:   "leave",
+		Short: "forget the hub enrolment (refused while a job is recorded)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := stateDir(cfgPath, dirFlag)
+			if err != nil {
+				return err
+			}
+			if err := hubclient.Leave(dir, func() error { return state.Busy(dir) }); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "left the hub; %s removed\n", hubclient.Dir(dir))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file (for state_dir)")
+	c.Flags().StringVar(&dirFlag, "state-dir", "", "state directory (overrides the config's state_dir)")
+	return c
 }

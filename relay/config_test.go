@@ -1,0 +1,147 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vk-ci/vk/internal/conffile"
+	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/relay/state"
+)
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("glrt-abcdefghijklmnop\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "vk-gitlab.toml")
+	body = strings.ReplaceAll(body, "TOKEN", tok)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const runnerTOML = `
+[[runners]]
+token_file = "TOKEN"
+pool = "linux"
+envelope = { mem = "16G", cpus = 4, disk = "20G" }
+`
+
+// Defaults are filled and the runner's name is its token's short form.
+//
+// spec: RELAY-02, RELAY-04
+func TestLoadConfigDefaults(t *testing.T) {
+	p := writeConfig(t, "version = 1\n[gitlab]\nurl = \"https://gitlab.example.com\"\n"+runnerTOML)
+	cfg, toks, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Runners[0]
+	if r.Name != "abcdefghi" || r.RequestConcurrency != 1 || r.OutputLimit != 4<<20 || r.Limit != 0 {
+		t.Errorf("runner = %+v, want name abcdefghi, request_concurrency 1, output_limit 4M", r)
+	}
+	if r.Envelope.Mem != 16<<30 || r.Envelope.CPUs != 4 || r.Envelope.Disk != 20<<30 {
+		t.Errorf("envelope = %+v", r.Envelope)
+	}
+	if cfg.Concurrent != 10 || cfg.StateDir != "/var/lib/vk-gitlab" || cfg.ShutdownTimeout != 3600 {
+		t.Errorf("cfg = %+v, want concurrent 10, /var/lib/vk-gitlab, 3600", cfg)
+	}
+	if len(toks) != 1 || toks[0] != "glrt-abcdefghijklmnop" {
+		t.Errorf("tokens = %q", toks)
+	}
+}
+
+// Validation refuses what RELAY-03 forbids, naming the key.
+//
+// spec: RELAY-03, RELAY-02
+func TestValidate(t *testing.T) {
+	many := strings.Repeat(runnerTOML, 65)
+	for _, tc := range []struct {
+		name, body string
+		want       []string // substrings; nil means valid
+		is         error
+	}{
+		{"ok", runnerTOML, nil, nil},
+		{"concurrent 128", "concurrent = 128\n" + runnerTOML, nil, nil},
+		{"concurrent 129", "concurrent = 129\n" + runnerTOML, []string{"concurrent = 129", "1..128"}, ErrConfig},
+		{"request_concurrency 129", runnerTOML + "request_concurrency = 129\n", []string{"runners[0].request_concurrency = 129"}, ErrConfig},
+		{"65 runners", many, []string{"65 [[runners]]", "at most 64"}, ErrConfig},
+		{"no pool", "[[runners]]\ntoken_file = \"TOKEN\"\nenvelope = { mem = \"1G\", cpus = 1, disk = \"1G\" }\n", []string{"runners[0].pool is required"}, ErrConfig},
+		{"no envelope", "[[runners]]\ntoken_file = \"TOKEN\"\npool = \"p\"\n", []string{"runners[0].envelope"}, ErrConfig},
+		{"bad size", "[[runners]]\ntoken_file = \"TOKEN\"\npool = \"p\"\nenvelope = { mem = \"16Q\", cpus = 1, disk = \"1G\" }\n", []string{"runners.envelope", "16Q"}, nil},
+		{"unknown key", runnerTOML + "tags = [\"x\"]\n", []string{`"runners.tags"`}, nil},
+		{"duplicate name", "[[runners]]\nname = \"a\"\ntoken_file = \"TOKEN\"\npool = \"p\"\nenvelope = { mem = \"1G\", cpus = 1, disk = \"1G\" }\n" +
+			"[[runners]]\nname = \"a\"\ntoken_file = \"TOKEN\"\npool = \"p\"\nenvelope = { mem = \"1G\", cpus = 1, disk = \"1G\" }\n", []string{"runners[1] (a).name"}, ErrConfig},
+		{"bad allow", "[hub]\nallow = [\"reboot\"]\n" + runnerTOML, []string{"hub.allow", "reboot"}, ErrConfig},
+		{"no runners", "", []string{"no [[runners]]"}, ErrConfig},
+		{"negative limit", runnerTOML + "limit = -1\n", []string{"runners[0].limit = -1"}, ErrConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := tc.body
+			// [gitlab] must come before the runners' tables.
+			if strings.HasPrefix(body, "[hub]") || strings.HasPrefix(body, "concurrent") {
+				body = "version = 1\n" + body
+				body = strings.Replace(body, "[[runners]]", "[gitlab]\nurl = \"https://gitlab.example.com\"\n[[runners]]", 1)
+			} else {
+				body = "version = 1\n[gitlab]\nurl = \"https://gitlab.example.com\"\n" + body
+			}
+			_, _, err := LoadConfig(writeConfig(t, body))
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("LoadConfig = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("LoadConfig = nil, want an error with %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("error %v is not %v", err, tc.is)
+			}
+		})
+	}
+	if _, _, err := LoadConfig(filepath.Join(t.TempDir(), "none.toml")); !errors.Is(err, conffile.ErrNoConfig) {
+		t.Errorf("missing file: %v, want ErrNoConfig", err)
+	}
+}
+
+// The daemon refuses to start on a state directory group or others can
+// access, and creates a missing one 0700.
+//
+// spec: RELAY-05
+func TestRunRefusesOpenStateDir(t *testing.T) {
+	p := writeConfig(t, "version = 1\n[gitlab]\nurl = \"https://gitlab.example.com\"\n"+runnerTOML)
+	cfg, toks, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateDir = filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(cfg.StateDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := Run(context.Background(), cfg, toks, testlog.New(t), Options{}); !errors.Is(err, state.ErrDirMode) {
+		t.Errorf("Run on a 0750 state dir = %v, want ErrDirMode", err)
+	}
+	cfg.StateDir = filepath.Join(t.TempDir(), "fresh")
+	err = Run(context.Background(), cfg, toks, testlog.New(t), Options{})
+	fi, serr := os.Stat(cfg.StateDir)
+	if serr != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("state dir not created 0700: %v %v", fi, serr)
+	}
+	if err == nil || !strings.Contains(err.Error(), "join") {
+		t.Errorf("Run without an enrolment = %v, want a hint to join", err)
+	}
+}

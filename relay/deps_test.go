@@ -1,0 +1,18 @@
+package relay
+
+import (
+	"testing"
+
+	"github.com/vk-ci/vk/internal/deptest"
+)
+
+// The relay never imports the hub or the scheduler (STYLE layout): it
+// talks to the hub through proto, hubclient and its session client only.
+func TestDeps(t *testing.T) {
+	for _, p := range []string{"github.com/vk-ci/vk/relay", "github.com/vk-ci/vk/relay/loop",
+		"github.com/vk-ci/vk/relay/state", "github.com/vk-ci/vk/relay/internal/hubfake", "github.com/vk-ci/vk/cmd/vk-gitlab"} {
+		deptest.Forbid(t, p, "github.com/vk-ci/vk/hub", "github.com/vk-ci/vk/hub/", "github.com/vk-ci/vk/sched", "github.com/vk-ci/vk/sched/",
+			"github.com/vk-ci/vk/node", "github.com/vk-ci/vk/node/")
+	}
+	deptest.StdlibOnly(t, "github.com/vk-ci/vk/relay/state")
+}

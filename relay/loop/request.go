@@ -1,0 +1,425 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/relay/gitlab"
+	"github.com/vk-ci/vk/relay/state"
+	"github.com/vk-ci/vk/relay/translate"
+)
+
+// requestLoop is one of a runner's request_concurrency loops (ARB-02,
+// RELAY-10): reserve, poll the ticket, take a slot, claim, ask GitLab,
+// report the outcome, and on a job start its handler under jobCtx.
+func (m *Manager) requestLoop(ctx, jobCtx context.Context, r *runnerState, n int) {
+	log := m.runnerLog(r).With("loop", n)
+	failures := 0
+	for ctx.Err() == nil {
+		if err := m.cfg.Gate.Wait(ctx); err != nil {
+			return
+		}
+		g, reqID, sent, err := m.reserve(ctx, r, log)
+		if err != nil {
+			return // ctx ended
+		}
+		wait, stop := m.useGrant(ctx, jobCtx, r, grant{g, reqID}, sent, log, &failures)
+		if stop {
+			return
+		}
+		if wait > 0 && m.sleep(ctx, wait) != nil {
+			return
+		}
+	}
+}
+
+// grant is a reservation grant and the request_id of its request.
+type grant struct {
+	*client.ReservationGrant
+	requestID string
+}
+
+// reserve queues a reservation and polls its ticket until granted (ARB-02):
+// a ticket answered 410 is queued again. It returns the grant, its request's
+// request_id, and when the request that produced it was sent (ARB-31).
+func (m *Manager) reserve(ctx context.Context, r *runnerState, log *slog.Logger) (*client.ReservationGrant, string, time.Time, error) {
+	for {
+		req := client.ReservationRequest{Runner: r.Name, Queue: true, RequestID: client.NewRequestID(), Placement: r.Placement, LeaseSecs: LeaseSecs}
+		var res struct {
+			g    *client.ReservationGrant
+			t    string
+			sent time.Time
+		}
+		err := m.retry.Do(ctx, "reserve", func(ctx context.Context) error {
+			res.sent = m.clk.Now()
+			rv, err := m.cfg.Hub.Reserve(ctx, req)
+			res.g, res.t = rv.Grant, rv.Ticket
+			return err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, "", time.Time{}, ctx.Err()
+			}
+			log.Warn("reservation request refused", logkey.Err, err)
+			if m.sleep(ctx, 30*time.Second) != nil {
+				return nil, "", time.Time{}, ctx.Err()
+			}
+			continue
+		}
+		if res.g != nil {
+			return res.g, req.RequestID, res.sent, nil
+		}
+		r.setTicket(res.t, true)
+		m.changed()
+		g, sent, gone, err := m.pollTicket(ctx, res.t)
+		r.setTicket(res.t, false)
+		m.changed()
+		if err != nil {
+			// Stopping: give the ticket back so its room goes elsewhere.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_ = m.cfg.Hub.CancelTicket(cctx, res.t)
+			cancel()
+			return nil, "", time.Time{}, err
+		}
+		if gone {
+			log.Debug("ticket gone; queueing again", logkey.TicketID, res.t)
+			continue
+		}
+		return g, req.RequestID, sent, nil
+	}
+}
+
+// pollTicket long-polls a ticket until it is granted or gone (API-22, API-23).
+func (m *Manager) pollTicket(ctx context.Context, ticket string) (*client.ReservationGrant, time.Time, bool, error) {
+	for {
+		var rv struct {
+			g    *client.ReservationGrant
+			gone bool
+			sent time.Time
+		}
+		err := m.retry.Do(ctx, "poll ticket", func(ctx context.Context) error {
+			rv.sent = m.clk.Now()
+			res, err := m.cfg.Hub.PollTicket(ctx, ticket, PollWait)
+			rv.g, rv.gone = res.Grant, res.Gone
+			return err
+		})
+		switch {
+		case ctx.Err() != nil:
+			return nil, time.Time{}, false, ctx.Err()
+		case err != nil:
+			return nil, time.Time{}, true, nil // refused for good: queue again
+		case rv.gone:
+			return nil, time.Time{}, true, nil
+		case rv.g != nil:
+			return rv.g, rv.sent, false, nil
+		}
+	}
+}
+
+// useGrant takes a slot, claims the grant, asks GitLab and reports the
+// outcome. It returns how long to wait before queueing again, and whether
+// the loop must stop (token refused, or ctx ended).
+func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant, sent time.Time, log *slog.Logger, failures *int) (time.Duration, bool) {
+	log = log.With(logkey.Admission, g.Admission, logkey.Reservation, g.Reservation)
+	deadline := sent.Add(time.Duration(g.LeaseSecs) * time.Second)
+	// ARB-25: a slot under concurrent and limit, else give the grant back.
+	if !m.slots.TryAcquire(r.Name, r.Limit) {
+		log.Debug("no slot for the grant; released")
+		freed := m.slots.changed()
+		m.reportOutcome(ctx, g.Admission, client.OutcomeReleased, log)
+		// Queue again once a slot frees, not at once: the hub would only
+		// grant again what cannot be used.
+		select {
+		case <-freed:
+		case <-ctx.Done():
+		}
+		return 0, ctx.Err() != nil
+	}
+	giveBack := func(o client.Outcome) {
+		m.reportOutcome(ctx, g.Admission, o, log)
+		m.release(ctx, g.Reservation)
+		r.setRequest(g.Admission, false)
+		m.slots.Release(r.Name)
+		m.changed()
+	}
+	// RSESS-07: the server may have lost its approval meanwhile; ARB-31:
+	// a grant whose lease ran out is not worth claiming.
+	if !m.cfg.Gate.Open() || !m.clk.Now().Before(deadline) || ctx.Err() != nil {
+		giveBack(client.OutcomeReleased)
+		return 0, ctx.Err() != nil
+	}
+	// ARB-26: list the admission, then claim.
+	r.setRequest(g.Admission, true)
+	m.changed()
+	if err := m.retry.Do(ctx, "claim", func(ctx context.Context) error { return m.cfg.Hub.Claim(ctx, g.Admission) }); err != nil {
+		log.Info("claim refused; queueing again", logkey.Err, err)
+		r.setRequest(g.Admission, false)
+		m.slots.Release(r.Name)
+		m.changed()
+		return 0, ctx.Err() != nil
+	}
+	out, reservation := m.requestJob(ctx, r, g, sent, log)
+	r.recordAnswer(out, m.clk.Now())
+	m.changed()
+	switch out.Kind {
+	case gitlab.RequestJobReceived, gitlab.RequestUndecodable:
+		*failures = 0
+		m.tookJob(ctx, jobCtx, r, g, reservation, out, log)
+		return 0, false
+	case gitlab.RequestNoJob:
+		*failures = 0
+		giveBack(client.OutcomeEmpty) // RELAY-10
+		return 0, false
+	case gitlab.RequestTokenRefused:
+		log.Error("GitLab refused the runner token (403); this runner stops asking for jobs", "token", gitlab.ShortToken(r.Token))
+		giveBack(client.OutcomeError)
+		r.mu.Lock()
+		r.refused = true
+		stop := r.stop
+		r.mu.Unlock()
+		m.changed()
+		if stop != nil {
+			stop()
+		}
+		return 0, true
+	case gitlab.RequestThrottled:
+		giveBack(client.OutcomeError)
+		wait := out.RetryAfter
+		if wait <= 0 {
+			wait = m.retry.Delay(*failures, 0)
+		}
+		*failures++
+		return wait, false
+	default:
+		log.Warn("job request failed", "status", out.Status)
+		giveBack(client.OutcomeError)
+		wait := m.retry.Delay(*failures, 0)
+		*failures++
+		return wait, false
+	}
+}
+
+// requestJob asks GitLab for a job, renewing the reservation every
+// lease/3 while the request is out (ARB-28). The request is never aborted
+// (ARB-29): it runs on a context that ignores ctx's end, bounded by
+// RequestTimeout. It returns the outcome and the reservation, "" when a
+// renewal found it gone.
+func (m *Manager) requestJob(ctx context.Context, r *runnerState, g grant, sent time.Time, log *slog.Logger) (gitlab.RequestOutcome, string) {
+	r.mu.Lock()
+	r.inFlight++
+	r.mu.Unlock()
+	m.changed()
+	defer func() {
+		r.mu.Lock()
+		r.inFlight--
+		r.mu.Unlock()
+	}()
+	reqCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RequestTimeout)
+	defer cancel()
+	type result struct {
+		out gitlab.RequestOutcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := m.cfg.GitLab.RequestJob(reqCtx, r.Token, m.cfg.SystemID)
+		done <- result{out, err}
+	}()
+	lease := time.Duration(g.LeaseSecs) * time.Second
+	if lease <= 0 {
+		lease = LeaseSecs * time.Second
+	}
+	reservation := g.Reservation
+	every := lease / 3
+	t := m.clk.NewTimer(every - m.clk.Now().Sub(sent)) // counted from the reservation's request (ARB-31)
+	defer t.Stop()
+	for {
+		select {
+		case res := <-done:
+			if res.err != nil && res.out.Kind == gitlab.RequestFailed {
+				log.Warn("GitLab job request failed", logkey.Err, res.err)
+			}
+			return res.out, reservation
+		case <-t.C():
+			if reservation == "" {
+				continue
+			}
+			rctx, rcancel := context.WithTimeout(reqCtx, 30*time.Second)
+			ng, err := m.cfg.Hub.Renew(rctx, reservation, LeaseSecs)
+			rcancel()
+			var se *client.StatusError
+			switch {
+			case err == nil && ng.LeaseSecs > 0:
+				every = time.Duration(ng.LeaseSecs) * time.Second / 3
+			case errors.As(err, &se) && se.Status == http.StatusGone:
+				log.Info("reservation gone during the job request")
+				reservation = ""
+			case err != nil:
+				log.Debug("renew failed", logkey.Err, err)
+			}
+			t.Reset(every)
+		}
+	}
+}
+
+// tookJob handles a 201: record the job before anything else (RELAY-07),
+// report the outcome, and start its handler (RELAY-11).
+func (m *Manager) tookJob(ctx, jobCtx context.Context, r *runnerState, g grant, reservation string, out gitlab.RequestOutcome, log *slog.Logger) {
+	now := m.clk.Now().UTC()
+	j := state.Job{
+		Admission:        g.Admission,
+		Reservation:      reservation,
+		SubmitRequestID:  client.NewRequestID(),
+		Timestamps:       true,
+		Phase:            state.PhaseTaken,
+		Taken:            now,
+		ReserveRequestID: g.requestID,
+	}
+	outcome := client.OutcomeJob
+	if out.Job != nil {
+		j.GitLabID, j.Token = out.Job.ID, out.Job.Token
+		j.Timestamps = translate.Timestamps(out.Job.Variables)
+		j.DebugTrace = gitlab.VariableBool(out.Job.Variables, "CI_DEBUG_TRACE")
+		j.FailureReasons = out.Job.Features.FailureReasons
+		j.ProjectID, j.ProjectPath = out.Job.JobInfo.ProjectID, out.Job.JobInfo.ProjectFullPath
+		j.Response = out.Body
+		if _, err := translate.Translate(out.Job, r.Translate); err != nil {
+			// Refused: the reservation is not used (documented choice).
+			var re *translate.RefusalError
+			if errors.As(err, &re) {
+				j.Phase, j.Failure, j.Response = state.PhaseFailing, refusalFailure(re, now, j.Timestamps), nil
+			} else {
+				j.Phase, j.Failure, j.Response = state.PhaseFailing, systemFailure("vk-gitlab could not translate the job: "+err.Error(), now, j.Timestamps), nil
+			}
+			outcome = client.OutcomeReleased
+		}
+	} else {
+		// Undecodable: GitLab considers it assigned; fail it (TRACE-07).
+		j.GitLabID, j.Token = out.Identity.ID, out.Identity.Token
+		j.Phase, j.Failure = state.PhaseFailing, systemFailure("vk-gitlab could not decode the job GitLab sent", now, true)
+		outcome = client.OutcomeError
+	}
+	if j.GitLabID <= 0 || j.Token == "" {
+		log.Error("GitLab sent a job without a readable ID or token; it cannot be failed and is left to GitLab's timeout")
+		m.reportOutcome(ctx, g.Admission, client.OutcomeError, log)
+		r.setRequest(g.Admission, false)
+		m.slots.Release(r.Name)
+		m.changed()
+		return
+	}
+	log = log.With(logkey.GitLabJobID, j.GitLabID)
+	if err := r.Store.Put(j); err != nil {
+		// Without a record the job would be lost on a crash; carry on
+		// in memory (the job is GitLab's already) and say so loudly.
+		log.Error("could not record the job in the state file", logkey.Err, err)
+	}
+	// ARB-35: listed as a held job before it leaves request_admissions, so
+	// no heartbeat lists the admission in neither (ARB-39).
+	m.startJob(jobCtx, r, j, false)
+	r.setRequest(g.Admission, false)
+	m.changed()
+	m.reportOutcome(ctx, g.Admission, outcome, log)
+	if outcome != client.OutcomeJob {
+		m.release(ctx, g.Reservation)
+	}
+}
+
+// reportOutcome reports an admission's outcome until the hub takes it or
+// answers 400, 404, 409 or 410 (ARB-33).
+func (m *Manager) reportOutcome(ctx context.Context, admission string, o client.Outcome, log *slog.Logger) {
+	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	err := m.retry.DoUntilAccepted(ctx, "outcome", func(ctx context.Context) error {
+		err := m.cfg.Hub.Outcome(ctx, admission, o)
+		var se *client.StatusError
+		if errors.As(err, &se) && (se.Status == http.StatusConflict || se.Status == http.StatusGone) {
+			return nil // final answers: the hub decided already
+		}
+		return err
+	})
+	if err != nil {
+		log.Info("outcome not taken", "outcome", o, logkey.Err, err)
+	}
+}
+
+// release gives a reservation back (API-30); best effort, the hub also
+// releases it on any outcome but job (ARB-34).
+func (m *Manager) release(ctx context.Context, reservation string) {
+	if reservation == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = m.retry.Do(ctx, "release", func(ctx context.Context) error { return m.cfg.Hub.Release(ctx, reservation) })
+}
+
+// sleep waits d on the clock or until ctx ends.
+func (m *Manager) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := m.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+func (r *runnerState) setTicket(t string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.tickets[t] = true
+	} else {
+		delete(r.tickets, t)
+	}
+}
+
+func (r *runnerState) setRequest(a string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.requests[a] = true
+	} else {
+		delete(r.requests, a)
+	}
+}
+
+func (r *runnerState) recordAnswer(out gitlab.RequestOutcome, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := &client.GitLabAnswer{Status: out.Status, At: at.UTC()}
+	switch out.Kind {
+	case gitlab.RequestFailed:
+		a.Error = fmt.Sprintf("request failed (status %d)", out.Status)
+		r.unhealthy = true
+	case gitlab.RequestThrottled:
+		r.unhealthy = true
+	default:
+		r.unhealthy = false
+	}
+	r.lastAnswer = a
+}
+
+// refusalFailure is the failure of a job translation refused.
+func refusalFailure(re *translate.RefusalError, at time.Time, ts bool) *state.Failure {
+	return &state.Failure{Reason: re.FailureReason(), ExitCode: re.ExitCode, Trace: translate.FormatTrace(re.Notices(), at, ts)}
+}
+
+// systemFailure is a runner_system_failure with msg in the trace.
+func systemFailure(msg string, at time.Time, ts bool) *state.Failure {
+	return &state.Failure{Reason: gitlab.ReasonRunnerSystemFailure, Trace: translate.FormatTrace([]translate.Notice{
+		{Level: translate.LevelError, Text: msg},
+		{Level: translate.LevelError, Text: "Job failed (system failure): " + msg},
+	}, at, ts)}
+}

@@ -1,0 +1,270 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/vk-ci/vk/hubclient"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/relay/gitlab"
+	"github.com/vk-ci/vk/relay/state"
+)
+
+// tracer is one submitted job's conversation with GitLab: commit, trace
+// patches, keep-alives and the final update (GL-08..17).
+type tracer struct {
+	m      *Manager
+	r      *runnerState
+	j      state.Job
+	log    *slog.Logger
+	creds  gitlab.JobCredentials
+	cancel *canceller
+
+	offset   int64              // GitLab's trace length as last answered
+	digest   gitlab.TraceDigest // over the trace's [0, digestTo)
+	digestTo int64
+	interval time.Duration
+	lastSent time.Time // last patch or keep-alive
+	aborted  bool      // GitLab ended the job: write nothing more (GL-17)
+}
+
+// follow runs a submitted job until its final update reached GitLab and the
+// hub settled it (RELAY-12). It returns the job's record and false when ctx
+// ended first.
+func (m *Manager) follow(ctx context.Context, r *runnerState, j state.Job, log *slog.Logger) (state.Job, bool) {
+	log = log.With(logkey.JobID, j.HubJob)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w := &viewWatch{notify: make(chan struct{}, 1)}
+	go m.watchView(wctx, j.HubJob, w)
+	c := &canceller{m: m, hubJob: j.HubJob, log: log, wake: make(chan struct{}, 1)}
+	go c.run(wctx)
+	t := &tracer{m: m, r: r, j: j, log: log, creds: gitlab.JobCredentials{ID: j.GitLabID, Token: j.Token}, cancel: c,
+		offset: j.TraceOffset, interval: gitlab.DefaultUpdateInterval, lastSent: m.clk.Now()}
+	ok := t.run(ctx, w)
+	return t.j, ok
+}
+
+func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
+	m := t.m
+	timer := m.clk.NewTimer(t.interval)
+	defer timer.Stop()
+	for {
+		v, werr := w.latest()
+		if werr != nil {
+			// The hub no longer knows the job: fail it in GitLab.
+			t.log.Error("the hub does not know the job", logkey.Err, werr)
+			if !t.aborted {
+				t.j.Phase = state.PhaseFailing
+				t.j.Failure = systemFailure("the fleet hub lost the job: "+errText(werr), m.clk.Now(), t.j.Timestamps)
+				t.j.HubJob = ""
+				m.put(t.r, t.j, t.log)
+				return true
+			}
+			return m.settle(ctx, t.j, t.log)
+		}
+		if v != nil && t.j.Phase == state.PhaseSubmitted && !t.aborted {
+			switch {
+			case v.State == client.JobRunning:
+				if !t.commit(ctx) {
+					return false
+				}
+			case v.State == client.JobFinished && v.Result != nil && v.Result.Failure == client.FailureNoCapacity:
+				// GL-09, DECISIONS 5: failed, never committed.
+				t.j.Phase = state.PhaseFailing
+				t.j.Failure = systemFailure(fmt.Sprintf("no node of the fleet could take this job within %d s (pool %s, %s)",
+					PlaceWithinSecs, t.r.Placement.Pool, t.r.Placement.Envelope), m.clk.Now(), t.j.Timestamps)
+				m.put(t.r, t.j, t.log)
+				return true
+			}
+		}
+		if v != nil && (t.j.Phase == state.PhaseCommitted || v.State == client.JobFinished) && !t.aborted {
+			final := v.State == client.JobFinished
+			done, err := t.step(ctx, final)
+			if err != nil {
+				return false
+			}
+			if done && final {
+				return t.finish(ctx, v)
+			}
+		}
+		if t.aborted {
+			// GL-17: nothing more is written; the hub ends the job. The
+			// immediate cancel is delivered before the record says only
+			// the settle is left.
+			err := m.retry.DoUntilAccepted(ctx, "cancel", func(ctx context.Context) error {
+				_, err := m.cfg.Hub.Cancel(ctx, t.j.HubJob, client.CancelImmediate)
+				return err
+			})
+			if ctx.Err() != nil {
+				return false
+			}
+			if err != nil {
+				t.log.Warn("immediate cancel refused", logkey.Err, err)
+			}
+			t.j.Phase = state.PhaseReported
+			m.put(t.r, t.j, t.log)
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-w.notify:
+		case <-timer.C():
+			timer.Reset(t.interval)
+		}
+	}
+}
+
+// commit sends PUT state=running once the node accepted the job (GL-08).
+func (t *tracer) commit(ctx context.Context) bool {
+	out, err := t.m.cfg.GitLab.UpdateJob(ctx, t.creds, gitlab.UpdateJobInfo{State: gitlab.StateRunning})
+	if ctx.Err() != nil {
+		return false
+	}
+	t.observe(out.JobStatus, out.Kind == gitlab.UpdateAbort, out.UpdateInterval)
+	switch out.Kind {
+	case gitlab.UpdateSucceeded, gitlab.UpdateAccepted:
+		t.j.Phase = state.PhaseCommitted
+		t.m.put(t.r, t.j, t.log)
+		t.lastSent = t.m.clk.Now()
+		t.log.Info("job committed in GitLab")
+	case gitlab.UpdateAbort:
+	default:
+		t.log.Warn("commit failed; retrying", logkey.Err, err)
+	}
+	return true
+}
+
+// observe acts on a Job-Status (GL-17).
+func (t *tracer) observe(st gitlab.JobStatus, abort bool, interval time.Duration) {
+	if interval != 0 {
+		t.interval = gitlab.NextUpdateInterval(t.interval, interval)
+	}
+	switch {
+	case abort || st.Aborted():
+		if !t.aborted {
+			t.log.Info("GitLab ended the job; cancelling it immediately", "job_status", st)
+		}
+		t.aborted = true
+		t.cancel.request(client.CancelImmediate)
+	case st.CancelRequested():
+		t.cancel.request(client.CancelGraceful)
+	}
+}
+
+// step patches what the hub holds past GitLab's offset, at most one patch
+// unless flush, or keeps the job alive after 30 s of silence (GL-10, GL-13).
+// It reports whether every byte the hub holds is patched and the output is
+// complete. A non-nil error is ctx's.
+func (t *tracer) step(ctx context.Context, flush bool) (bool, error) {
+	m := t.m
+	for {
+		out, err := m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.offset, 0)
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		if errors.Is(err, hubclient.ErrPastEnd) {
+			// GitLab holds more than the hub: nothing to send; once the
+			// job finished there is nothing better to do than finish.
+			return flush, nil
+		}
+		if err != nil {
+			t.log.Warn("output read failed", logkey.Err, err)
+			return false, nil
+		}
+		if len(out.Data) == 0 {
+			if m.clk.Now().Sub(t.lastSent) >= gitlab.KeepAliveInterval {
+				if err := t.catchUpDigest(ctx); err != nil {
+					return false, err
+				}
+				ka, _ := m.cfg.GitLab.KeepAlive(ctx, t.creds, t.digest.Output())
+				t.observe(ka.JobStatus, ka.Kind == gitlab.UpdateAbort, ka.UpdateInterval)
+				t.lastSent = m.clk.Now()
+			}
+			return out.Complete && t.offset >= out.Length, nil
+		}
+		if err := t.catchUpDigest(ctx); err != nil {
+			return false, err
+		}
+		p, err := m.cfg.GitLab.PatchTrace(ctx, t.creds, t.offset, out.Data, t.j.DebugTrace)
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		t.observe(p.JobStatus, p.Aborts(), p.UpdateInterval)
+		switch p.Kind {
+		case gitlab.PatchSucceeded:
+			t.digest.Write(out.Data[:p.Sent])
+			t.digestTo += int64(p.Sent)
+			t.offset = p.NewOffset
+			t.lastSent = m.clk.Now()
+			t.j.TraceOffset = t.offset
+			m.put(t.r, t.j, t.log)
+		case gitlab.PatchRangeMismatch:
+			t.log.Info("trace offset corrected by GitLab", "from", t.offset, "to", p.NewOffset)
+			if p.NewOffset == t.offset {
+				return false, nil // no progress: try again next interval
+			}
+			t.offset = p.NewOffset
+			t.j.TraceOffset = t.offset
+		case gitlab.PatchNotFound, gitlab.PatchAbort:
+			return false, nil
+		default:
+			t.log.Warn("trace patch failed", logkey.Err, err)
+			return false, nil
+		}
+		if t.aborted {
+			return false, nil
+		}
+		if !flush && p.Kind == gitlab.PatchSucceeded {
+			return false, nil
+		}
+	}
+}
+
+// catchUpDigest makes the digest cover [0, offset) (after a restart or a 416
+// correction), reading the hub's retained output (API-39).
+func (t *tracer) catchUpDigest(ctx context.Context) error {
+	if t.digestTo > t.offset {
+		t.digest, t.digestTo = gitlab.TraceDigest{}, 0
+	}
+	for t.digestTo < t.offset {
+		out, err := t.m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.digestTo, 0)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil || len(out.Data) == 0 {
+			return nil // best effort: the hub holds less than GitLab
+		}
+		n := min(int64(len(out.Data)), t.offset-t.digestTo)
+		t.digest.Write(out.Data[:n])
+		t.digestTo += n
+	}
+	return nil
+}
+
+// finish sends the final update once the job finished, its output is
+// complete and every byte patched (GL-14, GL-15), then settles (RELAY-12).
+func (t *tracer) finish(ctx context.Context, v *client.JobView) bool {
+	if err := t.catchUpDigest(ctx); err != nil {
+		return false
+	}
+	u := gitlab.UpdateJobInfo{State: gitlab.StateSuccess, Output: t.digest.Output()}
+	if res := v.Result; res != nil && res.Failure != "" {
+		u.State = gitlab.StateFailed
+		u.FailureReason = gitlab.MapFailureReason(gitlab.FailureReasonFor(string(res.Failure)), t.j.FailureReasons)
+		if res.ExitCode != nil {
+			u.ExitCode = *res.ExitCode
+		}
+	}
+	if !t.m.finalUpdate(ctx, t.creds, u, t.log) {
+		return false
+	}
+	t.j.Phase = state.PhaseReported
+	t.m.put(t.r, t.j, t.log)
+	return true
+}
