@@ -24,21 +24,7 @@ func main() {
 		Short: "print the version",
 		Run:   func(c *cobra.Command, _ []string) { fmt.Fprintln(c.OutOrStdout(), version.String("vk")) },
 	})
-	node := &cobra.Command{Use: "node", Short: "the node agent: admission ledger, journal, job execution"}
-	for _, c := range [][2]string{
-		{"run", "run the node agent (--config node.toml)"},
-		{"join", "enrol with a hub: join <hub-url> --token -"},
-	} {
-		use := c[0]
-		node.AddCommand(&cobra.Command{
-			Use:   use,
-			Short: c[1] + " [not built yet]",
-			RunE: func(*cobra.Command, []string) error {
-				return errors.New("node " + use + ": not built yet in this version; see the README for what works today")
-			},
-		})
-	}
-	root.AddCommand(node)
+	root.AddCommand(nodeCommand())
 	root.AddCommand(&cobra.Command{
 		Use:   "demo",
 		Short: "run a demo fleet (hub, node, relay) against a built-in GitLab [not built yet]",

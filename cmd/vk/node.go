@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vk-ci/vk/node"
+	"github.com/vk-ci/vk/node/ledger"
+)
+
+// nodeCommand is `vk node run` and `vk node join`.
+func nodeCommand() *cobra.Command {
+	n := &cobra.Command{Use: "node", Short: "the node agent: admission ledger, journal, job execution"}
+	n.AddCommand(nodeRunCommand(), nodeJoinCommand())
+	return n
+}
+
+func nodeRunCommand() *cobra.Command {
+	var configPath, stateDir, hub, logFormat, logLevel string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "run the node agent (--config node.toml)",
+		Long: `Run the node agent: hold a session with the hub, answer offers from the
+admission ledger, run jobs and stream their output.
+
+Signals: SIGTERM or SIGINT drain the node (no new offers), let running jobs
+finish for up to [node] shutdown_timeout_secs, then interrupt the rest.
+SIGUSR1 drains the node without stopping it; SIGUSR2 makes it ready again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			cfg, err := node.LoadConfig(configPath)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("state-dir") {
+				cfg.Node.StateDir = stateDir
+			}
+			if cmd.Flags().Changed("hub") {
+				cfg.Node.Hub = hub
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return runNode(cmd.Context(), cfg, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "/etc/vk/node.toml", "node config file (TOML)")
+	f.StringVar(&stateDir, "state-dir", "", "override [node] state_dir")
+	f.StringVar(&hub, "hub", "", "override [node] hub (https://host:port)")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// runNode runs the agent until SIGTERM/SIGINT, then shuts it down within
+// the configured timeout; SIGUSR1 drains, SIGUSR2 undrains.
+func runNode(ctx context.Context, cfg node.Config, log *slog.Logger) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	a, err := node.Start(ctx, cfg, log, node.Options{})
+	if err != nil {
+		return err
+	}
+	stop := make(chan os.Signal, 2)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	state := make(chan os.Signal, 4)
+	signal.Notify(state, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(stop)
+	defer signal.Stop(state)
+	for {
+		select {
+		case s := <-state:
+			if s == syscall.SIGUSR1 {
+				a.SetState(ledger.StateDraining)
+			} else {
+				a.SetState(ledger.StateReady)
+			}
+			continue
+		case s := <-stop:
+			log.Info("signal: shutting down", "signal", s.String(), "timeout_secs", cfg.Node.ShutdownTimeoutSecs)
+		case <-a.Done():
+			return errors.New("node agent stopped")
+		}
+		break
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Node.ShutdownTimeoutSecs)*time.Second)
+	defer cancel()
+	go func() {
+		// A second SIGTERM/SIGINT interrupts running jobs at once.
+		select {
+		case <-stop:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	return a.Shutdown(sctx)
+}
+
+func nodeJoinCommand() *cobra.Command {
+	var token, caFile, stateDir, name string
+	var replace bool
+	cmd := &cobra.Command{
+		Use:   "join <hub-url> --token -",
+		Short: "enrol with a hub using a one-time token (read from stdin with --token -)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tok, err := readToken(token, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			var caPEM []byte
+			if caFile != "" {
+				if caPEM, err = os.ReadFile(caFile); err != nil {
+					return fmt.Errorf("--ca: %w", err)
+				}
+			}
+			if name == "" {
+				name, _ = os.Hostname()
+			}
+			res, err := node.Join(cmd.Context(), stateDir, node.JoinOptions{HubURL: args[0], Token: tok, CAPEM: caPEM, Name: name, Replace: replace})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "joined %s as node %s; enrolment in %s/hub\n", args[0], res.ID, stateDir)
+			if res.TOFU {
+				fmt.Fprintf(out, "hub CA trusted on first use: fingerprint %s\ncompare it with the one vk-hub printed\n", res.CAFingerprint)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&token, "token", "", "the one-time join token, or - to read it from stdin (keeps it out of the process list)")
+	f.StringVar(&caFile, "ca", "", "the hub's CA certificate (PEM); without it the CA is trusted on first use")
+	f.StringVar(&stateDir, "state-dir", node.DefaultStateDir, "the node's state directory")
+	f.StringVar(&name, "name", "", "the node's display name (default: host name)")
+	f.BoolVar(&replace, "replace", false, "replace an existing enrolment")
+	cmd.MarkFlagRequired("token")
+	return cmd
+}
+
+// readToken returns flag, or the first line of in when flag is "-".
+func readToken(flag string, in io.Reader) (string, error) {
+	if flag != "-" {
+		if flag == "" {
+			return "", errors.New("--token is empty")
+		}
+		return flag, nil
+	}
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("reading the token from stdin: %w", err)
+	}
+	tok := strings.TrimSpace(line)
+	if tok == "" {
+		return "", errors.New("no token on stdin")
+	}
+	return tok, nil
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, errors.New("--log-format: want text or json")
+}

@@ -1,0 +1,478 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/journal"
+	"github.com/vk-ci/vk/node/ledger"
+	"github.com/vk-ci/vk/node/spool"
+	"github.com/vk-ci/vk/node/stage"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/proto/job"
+)
+
+// validJobID bounds what a job ID may be: it names a spool directory and an
+// executor environment.
+var validJobID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
+// jobRun is one job the node holds until the hub records its result.
+//
+//	waiting (ledger queue) ──granted──▶ running ──ended──▶ finished ──recorded──▶ (gone)
+//	   └──────────── cancel ──────────────────────────────────▲
+//
+// Fields are guarded by Agent.mu unless noted.
+type jobRun struct {
+	id      string
+	start   *dispatch.Start // nil for a job recovered from the journal
+	sp      *spool.Spool    // safe for concurrent use itself
+	size    exec.Size
+	guest   *dispatch.Guest
+	reserve exec.Size // the envelope the stage runner defaults to
+
+	h        *stage.Handle // set once running
+	stage    string        // last stage seen in the trace
+	cancel   exec.CancelMode
+	granted  chan struct{} // closed when the ledger granted the job's size
+	canceled chan struct{} // closed by a cancel before the job ran
+	wake     chan struct{} // capacity 1: the sender looks again
+
+	sendOff     int64            // next output offset to send
+	gen         uint64           // bumped whenever sendOff changes
+	rewind      bool             // new session: the next ack sets sendOff, up or down (NSESS-24)
+	result      *dispatch.Result // set once finished
+	resultAt    time.Time        // when the result is due (again)
+	resultEvery time.Duration    // the repeat interval; 0 before the first send
+	recorded    bool
+}
+
+func newJobRun(id string, sp *spool.Spool) *jobRun {
+	return &jobRun{id: id, sp: sp, granted: make(chan struct{}), canceled: make(chan struct{}), wake: make(chan struct{}, 1)}
+}
+
+func (jr *jobRun) kick() {
+	select {
+	case jr.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (jr *jobRun) signalCancel() {
+	select {
+	case <-jr.canceled:
+	default:
+		close(jr.canceled)
+	}
+}
+
+// onStart admits, journals and runs a job (NSESS-07, NODE-06..09).
+func (a *Agent) onStart(m *dispatch.Start) {
+	refuse := func(r dispatch.RefusalReason, msg string) {
+		a.send(&dispatch.JobUpdate{Job: m.Job, State: dispatch.JobRefused, Reason: r, Message: msg})
+		a.log.Info("start refused", logkey.JobID, m.Job, "reason", r, "message", msg)
+	}
+	if !validJobID.MatchString(m.Job) {
+		refuse(dispatch.RefusalInvalid, "job ID must match "+validJobID.String())
+		return
+	}
+	// A redelivered start is answered from the journal, never run twice
+	// (NODE-06).
+	if e, ok := a.journal.Get(m.Job); ok {
+		a.answerFromJournal(e)
+		return
+	}
+	if err := m.Spec.Validate(); err != nil || m.Spec.GitLabCI == nil {
+		refuse(dispatch.RefusalInvalid, fmt.Sprintf("spec: %v", err))
+		return
+	}
+	a.mu.Lock()
+	if a.crashed {
+		a.mu.Unlock()
+		return
+	}
+	rep := a.led.Start(a.now(), m.Job, m.Reservation, toLedger(m.Envelope))
+	a.mu.Unlock()
+	a.kickLease()
+	if !rep.Accepted {
+		refuse(dispatch.RefusalReason(rep.Reason), rep.Message)
+		return
+	}
+	undo := func(why string, err error) {
+		a.mu.Lock()
+		a.led.Finish(m.Job)
+		a.wakeLocked()
+		a.mu.Unlock()
+		a.log.Error("start failed", logkey.JobID, m.Job, "step", why, logkey.Err, err)
+		refuse(dispatch.RefusalNotReady, why+": "+err.Error())
+	}
+	sp, err := spool.Open(filepath.Join(a.spools, m.Job), spool.Options{Limit: a.cfg.Output.SpoolLimit.Bytes()})
+	if err != nil {
+		undo("spool", err)
+		return
+	}
+	// The journal keeps the start without its secrets: a job is never
+	// resumed from it (the process executor's jobs die with the node), so
+	// its tokens need not touch the disk (XFER-16).
+	spec, err := json.Marshal(m.Redacted())
+	if err == nil {
+		_, _, err = a.journal.Accept(m.Job, m.Reservation, spec)
+	}
+	if err != nil {
+		sp.Remove()
+		undo("journal", err)
+		return
+	}
+	jr := newJobRun(m.Job, sp)
+	jr.start = m
+	granted := rep.Granted
+	jr.reserve = exec.Size{CPUs: int(granted.CPUs), MemMiB: granted.MemBytes >> 20}
+	jr.size = a.sizeJob(m.Spec.GitLabCI, jr.reserve)
+	jr.guest = &dispatch.Guest{CPUs: jr.size.CPUs, MemMiB: jr.size.MemMiB}
+	want := granted
+	if jr.size.CPUs > 0 {
+		want.CPUs = int64(jr.size.CPUs)
+	}
+	if jr.size.MemMiB > 0 {
+		want.MemBytes = jr.size.MemMiB << 20
+	}
+
+	a.mu.Lock()
+	a.jobs[m.Job] = jr
+	a.send(&dispatch.JobUpdate{Job: m.Job, State: dispatch.JobAccepted})
+	_, waiting, err := a.led.Resize(m.Job, want)
+	if err != nil {
+		a.log.Error("ledger resize", logkey.JobID, m.Job, logkey.Err, err)
+	}
+	if !waiting {
+		close(jr.granted)
+	}
+	a.wakeLocked()
+	a.broadcastLocked()
+	a.follow(jr)
+	a.mu.Unlock()
+	a.log.Info("job accepted", logkey.JobID, m.Job, logkey.Reservation, m.Reservation,
+		"converted", rep.Converted, "cpus", jr.size.CPUs, "mem_mib", jr.size.MemMiB, "waiting", waiting)
+}
+
+// sizeJob sizes j as the stage runner will (NODE-09, DECISIONS 9).
+func (a *Agent) sizeJob(j *job.CiJob, reserve exec.Size) exec.Size {
+	in := exec.SizeInput{Default: reserve, Ceiling: exec.Size{CPUs: int(a.capTotal.CPUs), MemMiB: a.capTotal.MemBytes >> 20}}
+	in.CPUsVar, _ = job.Lookup(j.Variables, "MICROVM_CPUS")
+	in.MemVar, _ = job.Lookup(j.Variables, "MICROVM_MEM")
+	for _, s := range j.Steps {
+		in.Script = append(in.Script, s.Script...)
+	}
+	size, _ := exec.SizeJob(in)
+	return size
+}
+
+// answerFromJournal answers a start the node already journaled (NODE-06).
+func (a *Agent) answerFromJournal(e journal.Entry) {
+	a.send(&dispatch.JobUpdate{Job: e.Job, State: dispatch.JobAccepted})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	jr := a.jobs[e.Job]
+	switch {
+	case e.Phase == journal.PhaseFinished || e.Phase == journal.PhaseRecorded:
+		a.send(&dispatch.JobUpdate{Job: e.Job, State: dispatch.JobFinished})
+		if jr != nil {
+			jr.resultAt, jr.resultEvery = a.clk.Now(), 0
+			jr.kick()
+		}
+	case jr != nil && jr.stage != "":
+		a.send(&dispatch.JobUpdate{Job: e.Job, State: dispatch.JobRunning, Stage: jr.stage, Guest: jr.guest})
+	}
+	a.log.Info("redelivered start answered from the journal", logkey.JobID, e.Job, "phase", e.Phase)
+}
+
+// wakeLocked starts jobs the ledger granted their rest (NODE-09).
+func (a *Agent) wakeLocked() {
+	for _, id := range a.led.Granted() {
+		if jr := a.jobs[id]; jr != nil {
+			close(jr.granted)
+		}
+	}
+}
+
+// follow starts jr's goroutines: the run (unless finished) and the sender.
+func (a *Agent) follow(jr *jobRun) {
+	if jr.result == nil {
+		a.jobsWG.Add(1)
+		go func() { defer a.jobsWG.Done(); a.run(jr) }()
+	}
+	a.jobsWG.Add(1)
+	go func() { defer a.jobsWG.Done(); a.sender(jr) }()
+}
+
+// run waits for the ledger, runs the stages and finishes the job.
+func (a *Agent) run(jr *jobRun) {
+	select {
+	case <-jr.granted:
+	case <-jr.canceled:
+		a.finish(jr, stage.Result{Failure: stage.FailureCanceled, Err: errors.New("canceled before it started")})
+		return
+	case <-a.jobsCtx.Done():
+		a.finish(jr, stage.Result{Failure: stage.FailureInterrupted, Err: errors.New("node stopped before the job started")})
+		return
+	}
+	w := &spoolWriter{a: a, jr: jr}
+	h, err := a.runner.Start(a.jobsCtx, stage.Spec{ID: jr.id, Job: jr.start.Spec.GitLabCI, Reserved: jr.reserve, Out: w})
+	if err != nil {
+		a.finish(jr, stage.Result{Failure: stage.FailureSystem, Err: err})
+		return
+	}
+	a.mu.Lock()
+	jr.h = h
+	if jr.cancel != 0 {
+		h.Cancel(jr.cancel)
+	}
+	if jr.stage == "" {
+		jr.stage = "prepare_executor"
+	}
+	a.send(&dispatch.JobUpdate{Job: jr.id, State: dispatch.JobRunning, Stage: jr.stage, Guest: jr.guest})
+	a.broadcastLocked()
+	a.mu.Unlock()
+	<-h.Done()
+	a.finish(jr, h.Result())
+}
+
+// finish ends the spool, journals the result and frees the ledger; the
+// sender sends the result once all output is acked (NODE-13).
+func (a *Agent) finish(jr *jobRun, res stage.Result) {
+	a.mu.Lock()
+	crashed := a.crashed
+	a.mu.Unlock()
+	if crashed {
+		return
+	}
+	outLen, err := jr.sp.Finish()
+	if err != nil {
+		a.log.Error("spool finish", logkey.JobID, jr.id, logkey.Err, err)
+		outLen = jr.sp.Status().Produced
+	}
+	wire := wireResult(res, outLen)
+	b, _ := json.Marshal(wire)
+	if err := a.journal.Finished(jr.id, b); err != nil {
+		a.log.Error("journal finished", logkey.JobID, jr.id, logkey.Err, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.led.Finish(jr.id); err != nil && !errors.Is(err, ledger.ErrUnknownJob) {
+		a.log.Error("ledger finish", logkey.JobID, jr.id, logkey.Err, err)
+	}
+	a.wakeLocked()
+	a.checkDrainedLocked()
+	jr.result = &dispatch.Result{Job: jr.id, Result: wire}
+	jr.resultAt, jr.resultEvery = a.clk.Now(), 0
+	a.send(&dispatch.JobUpdate{Job: jr.id, State: dispatch.JobFinished})
+	jr.kick()
+	a.broadcastLocked()
+	a.metrics.finished.WithLabelValues(failureLabel(wire.Failure)).Inc()
+	a.log.Info("job finished", logkey.JobID, jr.id, "failure", wire.Failure, "output_len", outLen)
+}
+
+func failureLabel(f client.Failure) string {
+	if f == "" {
+		return "success"
+	}
+	return string(f)
+}
+
+// wireResult converts the stage runner's result.
+func wireResult(r stage.Result, outLen int64) client.JobResult {
+	w := client.JobResult{Failure: client.Failure(r.Failure), OutputLen: outLen}
+	if r.Err != nil {
+		w.Message = r.Err.Error()
+	}
+	if r.Failure == stage.FailureScript {
+		code := r.ExitCode
+		w.ExitCode = &code
+	}
+	if r.Usage.Wall > 0 || r.Usage.Size != (exec.Size{}) {
+		w.Usage = &client.Usage{
+			WallMS: r.Usage.Wall.Milliseconds(), CPUMS: r.Usage.CPU.Milliseconds(),
+			PeakMemBytes: r.Usage.PeakMemBytes, CPUs: r.Usage.Size.CPUs, MemMiB: r.Usage.Size.MemMiB,
+		}
+	}
+	for _, o := range r.Artifacts {
+		u := client.ArtifactUpload{Name: o.Name, ArtifactType: o.Type, SizeBytes: o.Bytes, Message: o.Err}
+		switch {
+		case o.Uploaded:
+			u.Outcome = client.ArtifactUploaded
+		case o.Err != "":
+			u.Outcome = client.ArtifactFailed
+		default:
+			u.Outcome = client.ArtifactSkipped
+		}
+		w.Artifacts = append(w.Artifacts, u)
+	}
+	return w
+}
+
+// sender streams jr's output from the spool (≤ 256 KiB a frame, ≤ 4 MiB
+// unacked, NODE-11) while the session is up, then repeats the result
+// once all of it is acked (NODE-13) until recorded (NSESS-16).
+func (a *Agent) sender(jr *jobRun) {
+	defer func() {
+		a.mu.Lock()
+		recorded, crashed := jr.recorded, a.crashed
+		a.mu.Unlock()
+		if !recorded || crashed {
+			return
+		}
+		if err := jr.sp.Remove(); err != nil {
+			a.log.Warn("spool remove", logkey.JobID, jr.id, logkey.Err, err)
+		}
+		a.mu.Lock()
+		if a.jobs[jr.id] == jr {
+			delete(a.jobs, jr.id)
+		}
+		a.broadcastLocked()
+		a.mu.Unlock()
+	}()
+	for {
+		var timer <-chan time.Time
+		var t interface{ Stop() bool }
+		a.mu.Lock()
+		if jr.recorded {
+			a.mu.Unlock()
+			return
+		}
+		if a.connected {
+			off, gen := jr.sendOff, jr.gen
+			a.mu.Unlock()
+			// ReadFrom may fsync: not under the agent's lock.
+			chunk, err := jr.sp.ReadFrom(off, spool.MaxChunk)
+			if err != nil {
+				a.log.Error("spool read", logkey.JobID, jr.id, "offset", off, logkey.Err, err)
+			}
+			a.mu.Lock()
+			if jr.gen != gen || !a.connected {
+				a.mu.Unlock()
+				continue // the offset moved under us: read again
+			}
+			if len(chunk) > 0 {
+				a.send(&dispatch.Output{Job: jr.id, Offset: off, Data: chunk})
+				jr.sendOff = off + int64(len(chunk))
+				jr.gen++
+				a.mu.Unlock()
+				continue
+			}
+			if jr.result != nil && jr.sp.AllAcked() {
+				now := a.clk.Now()
+				if !now.Before(jr.resultAt) {
+					a.send(jr.result)
+					jr.resultEvery = min(max(2*jr.resultEvery, a.retry), MaxResultRetry)
+					jr.resultAt = now.Add(jr.resultEvery)
+				}
+				tm := a.clk.NewTimer(jr.resultAt.Sub(now))
+				timer, t = tm.C(), tm
+			}
+		}
+		a.mu.Unlock()
+		select {
+		case <-jr.sp.Ready():
+		case <-jr.wake:
+		case <-timer:
+		case <-a.runCtx.Done():
+			if t != nil {
+				t.Stop()
+			}
+			return
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// spoolWriter is the stage runner's Out: the trace into the job's spool.
+// It also reads the section markers to report the stage running
+// (NSESS-14).
+type spoolWriter struct {
+	a    *Agent
+	jr   *jobRun
+	scan stageScanner
+}
+
+var errCrashed = errors.New("node: agent crashed")
+
+func (w *spoolWriter) Write(p []byte) (int, error) {
+	a := w.a
+	a.mu.Lock()
+	crashed := a.crashed
+	a.mu.Unlock()
+	if crashed {
+		return 0, errCrashed
+	}
+	// Append blocks while the job's unacked output is at the spool limit;
+	// once the node interrupts its jobs it blocks no more, so an
+	// interrupted job can end while the hub is unreachable.
+	if _, err := w.jr.sp.Append(a.jobsCtx, p); err != nil {
+		return 0, err
+	}
+	for _, name := range w.scan.scan(p) {
+		a.stageStarted(w.jr, name)
+	}
+	return len(p), nil
+}
+
+// stageScanner finds gitlab-runner section markers
+// ("section_start:<unix>:<name>" then a byte not in a name) in a trace
+// written in arbitrary pieces, each marker once.
+type stageScanner struct {
+	tail []byte // the end of the stream so far, when it may hold a marker's start
+}
+
+var sectionRe = regexp.MustCompile(`section_start:[0-9]+:([A-Za-z0-9_.-]+)[^A-Za-z0-9_.-]`)
+
+// maxMarker bounds how much of the stream a marker spans.
+const maxMarker = 160
+
+func (s *stageScanner) scan(p []byte) []string {
+	if len(s.tail) == 0 && !bytes.Contains(p, []byte("s")) {
+		return nil
+	}
+	buf := append(s.tail, p...)
+	var names []string
+	for _, m := range sectionRe.FindAllSubmatchIndex(buf, -1) {
+		if m[1] > len(s.tail) {
+			names = append(names, string(buf[m[2]:m[3]]))
+		}
+	}
+	// Keep what may begin a marker that ends in a later piece: from the
+	// last "s" that could start one, at most maxMarker bytes.
+	keep := buf[max(len(buf)-maxMarker, 0):]
+	if i := bytes.LastIndex(keep, []byte("section_start:")); i >= 0 {
+		keep = keep[i:]
+	} else if i := bytes.IndexByte(keep, 's'); i >= 0 {
+		keep = keep[i:]
+	} else {
+		keep = nil
+	}
+	s.tail = append(s.tail[:0:0], keep...)
+	return names
+}
+
+// stageStarted journals and reports a new stage (NSESS-14, NSESS-18).
+func (a *Agent) stageStarted(jr *jobRun, name string) {
+	a.mu.Lock()
+	if jr.stage == name || a.crashed {
+		a.mu.Unlock()
+		return
+	}
+	jr.stage = name
+	a.send(&dispatch.JobUpdate{Job: jr.id, State: dispatch.JobRunning, Stage: name, Guest: jr.guest})
+	a.mu.Unlock()
+	if err := a.journal.Running(jr.id, name); err != nil {
+		a.log.Warn("journal running", logkey.JobID, jr.id, logkey.Err, err)
+	}
+}
