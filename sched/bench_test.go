@@ -31,12 +31,18 @@ type benchFleet struct {
 // buildFleet builds the target state through the Core's ordinary events:
 // every allocation is a job that went ticket → offer → grant → claim →
 // outcome job → submission → start, so the state is what a hub holds.
-func buildFleet(tb testing.TB) *benchFleet {
+func buildFleet(tb testing.TB) *benchFleet { return buildFleetWith(tb, sched.Policy{}) }
+
+// buildFleetWith is buildFleet with the wide-job fields of extra
+// (PackAboveUtilization, DrainsPerPool, WideFraction, DrainMaxHold) set.
+func buildFleetWith(tb testing.TB, extra sched.Policy) *benchFleet {
 	// The 10,000 waiting tickets exceed API-20's default 4,096
 	// (256 per relay): the benchmark lifts both limits in its policy. Offers
 	// made in the timed loop stay unanswered (time is frozen), so they count
 	// as outstanding tickets too.
-	pol := sched.Policy{ProbeLimit: 1, TicketLimit: 1 << 30, RelayTicketLimit: 1 << 30}
+	pol := sched.Policy{ProbeLimit: 1, TicketLimit: 1 << 30, RelayTicketLimit: 1 << 30,
+		PackAboveUtilization: extra.PackAboveUtilization, DrainsPerPool: extra.DrainsPerPool,
+		WideFraction: extra.WideFraction, DrainMaxHold: extra.DrainMaxHold}
 	f := &benchFleet{c: sched.New(pol, 1), now: schedtest.Start, nextTk: 1, nextJob: 1}
 	env := schedtest.Envelope(2, 8, 20)
 	step := func(ev sched.Event) []sched.Action { return f.c.Step(f.now, ev) }
@@ -117,9 +123,20 @@ func heapMiB() float64 {
 // the queue stays at 10,000. heap-MiB is the live heap of that state.
 // It measures the budgets of BS-03/BS-04 (figures in docs/benchmarks.md);
 // TestScaleState asserts the memory budget.
-func BenchmarkDecision(b *testing.B) {
+func BenchmarkDecision(b *testing.B) { benchDecision(b, sched.Policy{}) }
+
+// spec: BS-04, BS-21
+//
+// BenchmarkDecisionWide is BenchmarkDecision with the wide-job policy on
+// (PackAboveUtilization 0.7, DrainsPerPool 1): the full fleet is above the
+// threshold, so every decision packs (reads its node index backwards).
+func BenchmarkDecisionWide(b *testing.B) {
+	benchDecision(b, sched.Policy{PackAboveUtilization: 0.7, DrainsPerPool: 1})
+}
+
+func benchDecision(b *testing.B, extra sched.Policy) {
 	before := heapMiB()
-	f := buildFleet(b)
+	f := buildFleetWith(b, extra)
 	heap := heapMiB() - before
 	i := 0
 	b.ReportAllocs()

@@ -61,6 +61,21 @@ type Core struct {
 
 	drains map[JobID]*node        // drain reservations (BS-22)
 	stats  map[string]RuntimeStat // per job name (BS-23)
+	// allStats aggregates every name's runs: the prior of a job whose
+	// name has none yet (BS-23)
+	allStats RuntimeStat
+	// names interns job names (index 0 is ""): a job keeps 4 bytes
+	names   []string
+	nameIdx map[string]uint32
+
+	pstat map[string]*poolStat // per pool: utilization sums, drains held
+
+	// justQueued is the ticket the current Step queued (API-17)
+	justQueued *ticket
+
+	// snapNodes is the copy-on-write node table snapshots copy (BS-05);
+	// nil until the first Snapshot
+	snapNodes *btree.BTreeG[NodeView]
 }
 
 type hentry struct {
@@ -88,6 +103,9 @@ func New(policy Policy, seed uint64) *Core {
 		warm:       map[string][]warmEntry{},
 		drains:     map[JobID]*node{},
 		stats:      map[string]RuntimeStat{},
+		names:      []string{""},
+		nameIdx:    map[string]uint32{},
+		pstat:      map[string]*poolStat{},
 		pqs:        map[string]*pq{},
 		poolPQs:    map[string][]*pq{},
 		poolNodes:  map[string][]*node{},
@@ -115,6 +133,12 @@ func (c *Core) Step(now time.Time, ev Event) []Action {
 	c.fireTimers()
 	c.apply(ev)
 	c.schedule()
+	if tk := c.justQueued; tk != nil {
+		c.justQueued = nil
+		if tk.state != tkOffered {
+			tk.immediate = false
+		}
+	}
 	return c.out
 }
 
@@ -220,6 +244,7 @@ func (c *Core) apply(ev Event) {
 	case DrainReserve:
 		c.onDrainReserve(e)
 	}
+	c.checkDrains(ev)
 }
 
 // schedule runs an arbitration pass over every dirty placement, in key
@@ -273,6 +298,12 @@ loop:
 				continue
 			}
 		}
+		if n := c.autoDrainFits(p, w); n != nil && !(isNormalClass(cls) && c.headroomBlocksUndrained(n, p)) {
+			// BS-22: the node emptied enough; the first waiter claims it
+			c.liftAutoDrain(p)
+			c.place(p, w, cls, n)
+			continue
+		}
 		n, why := c.pickNode(p, w, cls)
 		if n == nil {
 			switch why {
@@ -295,9 +326,14 @@ loop:
 				continue
 			}
 			p.starved = true
+			c.maybeDrain(p, w)
 			break loop
 		}
 		c.place(p, w, cls, n)
+	}
+	if !p.starved && !p.hdBlock && p.drain != nil {
+		// nobody of the placement may go and waits for room any more
+		c.liftAutoDrain(p)
 	}
 	for _, w := range aside {
 		c.reindex(w)
@@ -352,6 +388,9 @@ func (c *Core) place(p *pq, w *waiter, cls int, n *node) {
 	}
 	if room := roomFor(n, env, n.used, n.placed); room < 1 {
 		c.violate("placed on a node without room")
+	}
+	if n.drainFor != 0 || n.autoDrain != nil {
+		c.violate("placed on a drained node")
 	}
 	if tk := w.tk; tk != nil {
 		r := tk.runner

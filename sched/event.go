@@ -174,6 +174,10 @@ type JobSubmitted struct {
 	// from the checkout (dockerfile: or compose:); non-empty makes the job
 	// subject to image affinity (PLACE-14).
 	Images []string
+	// Name is the driver's job name (as in [JobFinished]); with it the
+	// job's remaining time is predicted from [Core.RuntimeStats] of that
+	// name when choosing a node to drain (BS-23). "" means unknown.
+	Name string
 }
 
 // JobStartReplied is the node's answer to a start: accepted or refused
@@ -187,7 +191,8 @@ type JobStartReplied struct {
 
 // JobFinished: the node reported the job finished; its room is free. Name
 // (the driver's job name) and Wall (usage.wall_ms), when set, feed
-// [Core.RuntimeStats].
+// [Core.RuntimeStats]. When Name is "" the job's [JobSubmitted].Name is
+// used, and then a zero Wall means the time since its node accepted it.
 type JobFinished struct {
 	Job  JobID
 	Name string

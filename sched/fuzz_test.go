@@ -17,7 +17,10 @@ func FuzzStep(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 4, 3, 1, 1, 9, 9, 9, 2, 1, 1, 3, 1, 1, 0, 11, 10, 12, 1, 6, 1, 1, 7, 1})
 	f.Add([]byte{0, 2, 9, 0, 1, 9, 4, 1, 1, 2, 5, 1, 3, 5, 1, 1, 4, 6, 1, 8, 7, 1, 1, 9, 1, 13, 14, 15})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		h := schedtest.New(sched.Policy{Tenants: map[sched.TenantID]sched.TenantPolicy{1: {Cap: 2}}}, 7)
+		// packing, automatic drains and the renewal bound on (BS-21, BS-22,
+		// ARB-32), so their bookkeeping is fuzzed too
+		h := schedtest.New(sched.Policy{Tenants: map[sched.TenantID]sched.TenantPolicy{1: {Cap: 2}},
+			PackAboveUtilization: 0.5, DrainsPerPool: 1, WideFraction: 0.25, DrainMaxHold: time.Minute, ClaimRenewals: 1}, 7)
 		h.Check = true
 		i := 0
 		next := func() uint8 {
@@ -56,11 +59,16 @@ func FuzzStep(f *testing.F) {
 				ev = sched.Outcome{Admission: sched.AdmissionID(a), Kind: sched.OutcomeKind(b % 6)}
 			case 8:
 				ev = sched.JobSubmitted{Job: sched.JobID(a), Runner: sched.RunnerID(b % 4), Admission: sched.AdmissionID(b),
-					Reservation: sched.ReservationID(a % 7), PlaceWithin: time.Duration(b) * time.Second, Project: "p"}
+					Reservation: sched.ReservationID(a % 7), PlaceWithin: time.Duration(b) * time.Second, Project: "p",
+					Name: []string{"", "x", "y"}[a%3]}
 			case 9:
 				ev = sched.JobStartReplied{Job: sched.JobID(a), Node: sched.NodeID(b % 4), Accepted: a&1 == 1}
 			case 10:
-				ev = sched.JobFinished{Job: sched.JobID(a)}
+				if b&1 == 0 {
+					ev = sched.JobFinished{Job: sched.JobID(a)}
+				} else {
+					ev = sched.RenewRequested{Admission: sched.AdmissionID(a)}
+				}
 			case 11:
 				ev = sched.JobSettled{Job: sched.JobID(a)}
 			case 12:

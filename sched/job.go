@@ -56,7 +56,8 @@ func (c *Core) onJobSubmitted(e JobSubmitted) {
 		return
 	}
 	c.seq++
-	jb := &job{id: e.Job, runner: r, p: r.p, project: e.Project, ref: e.Ref, legacy: e.Legacy, nodeIdx: -1}
+	jb := &job{id: e.Job, runner: r, p: r.p, project: e.Project, ref: e.Ref, legacy: e.Legacy, nodeIdx: -1,
+		name: c.intern(e.Name)}
 	jb.waiter.seq, jb.waiter.jb = c.seq, jb
 	if e.PlaceWithin > 0 {
 		jb.deadline = c.now.Add(e.PlaceWithin).UnixNano()
@@ -201,7 +202,7 @@ func (c *Core) onJobStartReplied(e JobStartReplied) {
 		return
 	}
 	if e.Accepted {
-		jb.state = jobRunning
+		c.jobRunning(jb)
 		return
 	}
 	// FAIL-14: refused, so no node has it: place it again elsewhere.
@@ -224,8 +225,17 @@ func (c *Core) jobLeavesNode(jb *job) {
 }
 
 func (c *Core) onJobFinished(e JobFinished) {
-	c.noteRuntime(e.Name, e.Wall)
 	jb := c.jobs[e.Job]
+	switch {
+	case e.Name != "":
+		c.noteRuntime(e.Name, e.Wall)
+	case jb != nil && jb.name != 0 && (jb.state == jobStarting || jb.state == jobRunning):
+		wall := e.Wall
+		if wall == 0 && jb.state == jobRunning && jb.deadline > 0 {
+			wall = c.now.Sub(time.Unix(0, jb.deadline))
+		}
+		c.noteRuntime(c.names[jb.name], wall)
+	}
 	if jb == nil || (jb.state != jobStarting && jb.state != jobRunning) {
 		return
 	}

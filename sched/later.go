@@ -3,9 +3,9 @@ package sched
 import "time"
 
 // Two seams for wide jobs (DESIGN "Later", BS-20..24): a per-node drain
-// reservation and per-job-name runtime statistics. The policy that uses them
-// (which node empties first) belongs to a later issue; the Core already
-// honours the mark and keeps the data.
+// reservation the driver places for a job, and per-job-name runtime
+// statistics. The Core's own wide-job policy (packing, automatic drains on
+// the node predicted from these statistics to empty first) is in wide.go.
 
 // DrainReserve marks Node as reserved for Job (a queued job too wide for any
 // node now): the node takes no new offers or starts except that job, which
@@ -50,6 +50,11 @@ func (c *Core) noteRuntime(name string, wall time.Duration) {
 	}
 	s.Buckets[i]++
 	c.stats[name] = s
+	a := &c.allStats
+	a.Count++
+	a.Total += wall
+	a.Longest = max(a.Longest, wall)
+	a.Buckets[i]++
 }
 
 func (c *Core) onDrainReserve(e DrainReserve) {
@@ -59,6 +64,9 @@ func (c *Core) onDrainReserve(e DrainReserve) {
 	}
 	if old := n.drainFor; old != 0 {
 		delete(c.drains, old)
+	}
+	if p := n.autoDrain; p != nil && e.Job != 0 {
+		c.redrain(p) // the driver's mark replaces the automatic one
 	}
 	c.nodeChanging(n)
 	n.drainFor = e.Job

@@ -11,6 +11,9 @@ func (c *Core) onNodeReport(e NodeReport) {
 		n = &node{id: e.Node}
 		c.nodes[n.id] = n
 	}
+	// out of every index and sum while the reported fields change
+	c.nodeChanging(n)
+	c.shapeOut(n)
 	pools := sortedSet(e.Pools)
 	for _, p := range n.pools {
 		if _, ok := slices.BinarySearch(pools, p); !ok {
@@ -31,6 +34,7 @@ func (c *Core) onNodeReport(e NodeReport) {
 	n.known, n.reachable = true, true
 	n.imageIdle = max(e.ImageCacheIdle, 0)
 	c.attachNode(n)
+	c.shapeIn(n)
 	if e.Held != nil {
 		c.reconcileHeld(n, e.Held)
 	}
@@ -99,7 +103,7 @@ func (c *Core) reconcileHeld(n *node, h *Held) {
 	for _, jb := range sortedJobs(n.jobs) {
 		switch {
 		case jobSet[jb.id] && jb.state == jobStarting:
-			jb.state = jobRunning // FAIL-15: the lost answer was "accepted"
+			c.jobRunning(jb) // FAIL-15: the lost answer was "accepted"
 		case jobSet[jb.id]:
 		case jb.state == jobStarting:
 			c.jobLeavesNode(jb) // the node never took it: place it again
@@ -128,6 +132,7 @@ func (c *Core) onNodeUnreachable(id NodeID) {
 		return
 	}
 	c.nodeChanging(n)
+	c.shapeOut(n)
 	n.reachable = false
 	c.nodeChanged(n)
 	for _, rs := range sortedRes(n.res) {
@@ -153,6 +158,7 @@ func (c *Core) onNodeLost(id NodeID) {
 		c.jobLost(jb)
 	}
 	c.nodeChanging(n)
+	c.shapeOut(n)
 	n.known, n.reachable = false, false
 	c.nodeChanged(n)
 }

@@ -28,7 +28,14 @@ const unbounded = math.MaxInt32
 
 // placeable reports whether the node may receive offers and starts.
 func (n *node) placeable() bool {
-	return n.known && n.reachable && n.state == NodeReady && !n.local && n.drainFor == 0
+	return n.serving() && n.drainFor == 0 && n.autoDrain == nil
+}
+
+// serving reports whether the node serves work at all: known, reachable,
+// ready and without a local runner. Drain marks do not matter here: a
+// drained node still counts in its pools' utilization.
+func (n *node) serving() bool {
+	return n.known && n.reachable && n.state == NodeReady && !n.local
 }
 
 // nodeCap is min(ceiling, max_concurrency), 0 meaning none (PLACE-04).
@@ -100,6 +107,12 @@ func (c *Core) nodeChanging(n *node) {
 		c.headroom[e].fleetRoom -= n.hroom[i]
 		n.hroom[i] = 0
 	}
+	if n.uIn {
+		n.uIn = false
+		for _, pool := range n.pools {
+			c.poolStat(pool).add(n, -1)
+		}
+	}
 }
 
 // nodeChanged puts n back into its indexes with fresh keys and marks the
@@ -128,6 +141,18 @@ func (c *Core) nodeChanged(n *node) {
 		if jb := c.jobs[n.drainFor]; jb != nil && jb.p != nil {
 			c.markDirty(jb.p)
 		}
+	}
+	if n.autoDrain != nil {
+		c.markDirty(n.autoDrain) // for the placement's first waiter only
+	}
+	if n.serving() {
+		n.uIn = true
+		for _, pool := range n.pools {
+			c.poolStat(pool).add(n, +1)
+		}
+	}
+	if c.snapNodes != nil {
+		c.snapNodes.Set(c.nodeView(n))
 	}
 }
 
@@ -230,7 +255,7 @@ func (c *Core) pickNode(p *pq, w *waiter, cls int) (*node, noNode) {
 		pp, _ := c.pol.project(jb.runnerTenant(), jb.project)
 		rs = pp.Rules
 	}
-	p.nodes.Scan(func(e nodeEntry) bool {
+	visit := func(e nodeEntry) bool {
 		scanned++
 		if scanned > maxScan {
 			return false
@@ -249,7 +274,12 @@ func (c *Core) pickNode(p *pq, w *waiter, cls int) (*node, noNode) {
 		}
 		found = e.n
 		return false
-	})
+	}
+	if c.packing(p) {
+		p.nodes.Reverse(visit) // BS-21: most loaded (least room) first
+	} else {
+		p.nodes.Scan(visit)
+	}
 	switch {
 	case found != nil:
 		return found, nnRoom

@@ -61,6 +61,38 @@ type Policy struct {
 	// neither list is reclaimed only when claimed at least this long before
 	// the heartbeat (ARB-39). Default 10 s.
 	ClaimGrace time.Duration
+
+	// ClaimRenewals bounds the renewals an admission may ask before its
+	// outcome (ARB-32: a claimed grant covers one job request plus one
+	// renewal, so the spec's value is 1); a renewal past it answers
+	// conflict (409) and leaves the reservation to its lease. 0 (the
+	// default) means no bound, as before this field existed.
+	ClaimRenewals int
+
+	// PackAboveUtilization (BS-21): when the utilization of a pool (the
+	// larger of its used fraction of vCPUs and of memory over its ready,
+	// reachable nodes) is at least this fraction, work is placed on the
+	// most loaded node with room first (best fit, so whole nodes free up);
+	// below it on the least loaded (PLACE-11). 0 (the default) never packs;
+	// seed 003 suggests 0.7.
+	PackAboveUtilization float64
+
+	// DrainsPerPool is how many automatic drain reservations (BS-22) a pool
+	// may hold at once. When the first waiter of a placement finds no node
+	// with room and its envelope is wide on some node of the pool (see
+	// WideFraction), the node predicted to empty first (BS-23, BS-24) takes
+	// no new work until the placement's first waiter fits there. 0 (the
+	// default) places none (only [DrainReserve] events mark nodes); 1 is
+	// the recommended value.
+	DrainsPerPool int
+	// WideFraction: an envelope is wide on a node when it takes at least
+	// this fraction of the node's vCPUs or memory (BS-20); only such nodes
+	// are drained for it. Default 0.5.
+	WideFraction float64
+	// DrainMaxHold: an automatic drain held this long is lifted and chosen
+	// again from fresh predictions (it may land on the same node). Default
+	// 15 minutes.
+	DrainMaxHold time.Duration
 }
 
 // TenantPolicy is one tenant's share of the fleet.
@@ -119,6 +151,12 @@ func (p Policy) Validate() error {
 	itoa := strconv.Itoa
 	if len(p.Headroom) > MaxHeadroom {
 		bad(itoa(len(p.Headroom)) + " headroom entries, at most " + itoa(MaxHeadroom))
+	}
+	if p.PackAboveUtilization < 0 || p.PackAboveUtilization > 1 || p.WideFraction < 0 || p.WideFraction > 1 {
+		bad("pack_above_utilization and wide_fraction are fractions in [0, 1]")
+	}
+	if p.ClaimRenewals < 0 || p.DrainsPerPool < 0 || p.DrainMaxHold < 0 {
+		bad("negative claim_renewals, drains_per_pool or drain_max_hold")
 	}
 	for i, h := range p.Headroom {
 		if h.Slots < 0 {
@@ -182,6 +220,12 @@ func (p Policy) withDefaults() Policy {
 	if p.ImageAffinityMaxExtraLoad == 0 {
 		p.ImageAffinityMaxExtraLoad = 0.25
 	}
+	if p.WideFraction <= 0 {
+		p.WideFraction = 0.5
+	}
+	defd(&p.DrainMaxHold, 15*time.Minute)
+	p.ClaimRenewals = max(p.ClaimRenewals, 0)
+	p.DrainsPerPool = max(p.DrainsPerPool, 0)
 	if p.ProbeLimit < 0 {
 		p.ProbeLimit = 0
 	}

@@ -68,13 +68,38 @@ func testPolicy() sched.Policy {
 // history generates and applies one random history, returning the events
 // fed (with their times) and checking invariants after every step.
 func history(t *rapid.T, seed uint64) (*schedtest.Harness, []timedEvent) {
+	return historyWith(t, seed, genOpts{policy: testPolicy, runners: 4})
+}
+
+// genOpts shapes a generated history: the policy (also what PolicyChanged
+// sends), how many of the runners (1..5; runner 5 is wide) submit, and a
+// check run after every step with the node views from before it.
+type genOpts struct {
+	policy  func() sched.Policy
+	runners int
+	check   func(t *rapid.T, h *schedtest.Harness, before []sched.NodeView, ev sched.Event, acts []sched.Action)
+}
+
+func historyWith(t *rapid.T, seed uint64, o genOpts) (*schedtest.Harness, []timedEvent) {
+	testPolicy := o.policy
 	h := schedtest.New(testPolicy(), seed)
 	h.Check = true
 	var log []timedEvent
 	w := &world{nextTk: 1, nextJob: 1}
+	stepH := func(ev sched.Event) []sched.Action {
+		var before []sched.NodeView
+		if o.check != nil {
+			before = h.Core.Nodes()
+		}
+		acts := h.Step(ev)
+		if o.check != nil {
+			o.check(t, h, before, ev, acts)
+		}
+		return acts
+	}
 	step := func(ev sched.Event) {
 		log = append(log, timedEvent{h.Now, ev})
-		w.absorb(h.Step(ev))
+		w.absorb(stepH(ev))
 	}
 	nNodes := rapid.IntRange(1, 4).Draw(t, "nodes")
 	for i := 1; i <= nNodes; i++ {
@@ -90,6 +115,9 @@ func history(t *rapid.T, seed uint64) (*schedtest.Harness, []timedEvent) {
 		schedtest.Runner(4, 3, "linux", schedtest.Envelope(2, 4, 10)),
 	}
 	runners[0].Limit = 2
+	if o.runners >= 5 {
+		runners = append(runners, schedtest.Runner(5, 3, "linux", schedtest.Envelope(8, 16, 10)))
+	}
 	w.session = 1
 	step(sched.RelayUp{Relay: 1, Session: w.session})
 	step(sched.RelayInventory{Relay: 1, Concurrent: rapid.IntRange(0, 6).Draw(t, "concurrent"), Runners: runners})
@@ -99,7 +127,7 @@ func history(t *rapid.T, seed uint64) (*schedtest.Harness, []timedEvent) {
 	for range n {
 		switch rapid.IntRange(0, 19).Draw(t, "op") {
 		case 0, 1:
-			step(sched.TicketQueued{Ticket: w.nextTk, Runner: sched.RunnerID(rapid.IntRange(1, 4).Draw(t, "runner"))})
+			step(sched.TicketQueued{Ticket: w.nextTk, Runner: sched.RunnerID(rapid.IntRange(1, o.runners).Draw(t, "runner"))})
 			w.nextTk++
 		case 2, 3:
 			if o, ok := pick(t, &w.offers, "offer"); ok {
@@ -123,8 +151,8 @@ func history(t *rapid.T, seed uint64) (*schedtest.Harness, []timedEvent) {
 			if a, ok := pick(t, &w.jobAdms, "jobadm"); ok {
 				// the runner is whatever the grant said; find it via a
 				// submission on each runner until one is accepted
-				for r := sched.RunnerID(1); r <= 4; r++ {
-					acts := h.Step(sched.JobSubmitted{Job: w.nextJob, Runner: r, Admission: a, PlaceWithin: 300 * time.Second})
+				for r := sched.RunnerID(1); r <= sched.RunnerID(o.runners); r++ {
+					acts := stepH(sched.JobSubmitted{Job: w.nextJob, Runner: r, Admission: a, PlaceWithin: 300 * time.Second})
 					log = append(log, timedEvent{h.Now, sched.JobSubmitted{Job: w.nextJob, Runner: r, Admission: a, PlaceWithin: 300 * time.Second}})
 					w.absorb(acts)
 					if v, ok := acts[0].(sched.Verdict); ok && v.Code == sched.VerdictOK {
@@ -138,9 +166,9 @@ func history(t *rapid.T, seed uint64) (*schedtest.Harness, []timedEvent) {
 			if rapid.Bool().Draw(t, "built") {
 				images = []string{"dockerfile:app"}
 			}
-			step(sched.JobSubmitted{Job: w.nextJob, Runner: sched.RunnerID(rapid.IntRange(1, 4).Draw(t, "runner")),
+			step(sched.JobSubmitted{Job: w.nextJob, Runner: sched.RunnerID(rapid.IntRange(1, o.runners).Draw(t, "runner")),
 				PlaceWithin: time.Duration(rapid.IntRange(0, 300).Draw(t, "within")) * time.Second,
-				Project:     "p", Images: images})
+				Project:     "p", Images: images, Name: []string{"", "short", "long"}[rapid.IntRange(0, 2).Draw(t, "jobname")]})
 			w.nextJob++
 		case 8:
 			if s, ok := pick(t, &w.starts, "start"); ok {
@@ -152,7 +180,8 @@ func history(t *rapid.T, seed uint64) (*schedtest.Harness, []timedEvent) {
 			}
 		case 9:
 			if j, ok := pick(t, &w.running, "running"); ok {
-				step(sched.JobFinished{Job: j})
+				step(sched.JobFinished{Job: j, Name: []string{"", "short", "long"}[rapid.IntRange(0, 2).Draw(t, "name")],
+					Wall: time.Duration(rapid.IntRange(0, 600).Draw(t, "wall")) * time.Minute})
 				w.finished = append(w.finished, j)
 			}
 		case 10:

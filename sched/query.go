@@ -2,6 +2,7 @@ package sched
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -16,6 +17,12 @@ type TicketView struct {
 	// at the time of the last Step (API-22).
 	Grant *Grant
 	Wait  Reason
+	// Immediate is true while the ticket's offers all went out in the Step
+	// that queued it and none failed (API-17): its grant only waits for the
+	// node's answer, so the driver may hold the queueing POST briefly and
+	// answer 201 with the grant instead of 202. It stays true once granted
+	// that way.
+	Immediate bool
 }
 
 // Ticket returns the ticket's view; ok false when unknown or ended.
@@ -31,6 +38,7 @@ func (c *Core) Ticket(id TicketID) (v TicketView, ok bool) {
 			Envelope: tk.res.env, LeaseSecs: max(left, 0)}
 	}
 	v.Wait = c.ticketReason(tk)
+	v.Immediate = tk.immediate
 	return v, true
 }
 
@@ -129,6 +137,8 @@ func (c *Core) pqReason(p *pq, cls int) Reason {
 	switch {
 	case p.hdBlock && isNormalClass(cls):
 		return Reason{Code: ReasonHeadroom}
+	case p.drain != nil && (p.starved || p.nodes.Len() == 0):
+		return Reason{Code: ReasonDrain, N: int(p.drain.id)}
 	case p.starved || p.nodes.Len() == 0:
 		return Reason{Code: ReasonNoRoom}
 	}
@@ -183,14 +193,27 @@ type NodeView struct {
 	Placed    int // offers + reservations + jobs on it
 	Cap       int // min(ceiling, max_concurrency); 0 none
 	Placeable bool
+	// DrainJob is the job a [DrainReserve] keeps the node for; 0 none.
+	DrainJob JobID
+	// DrainFor is the key ([Placement.Key]) of the placement an automatic
+	// drain reservation keeps the node for (BS-22); "" none.
+	DrainFor string
+}
+
+func (c *Core) nodeView(n *node) NodeView {
+	v := NodeView{ID: n.id, Capacity: n.capacity, Used: n.used, Placed: n.placed,
+		Cap: n.nodeCap(), Placeable: n.placeable(), DrainJob: n.drainFor}
+	if n.autoDrain != nil {
+		v.DrainFor = n.autoDrain.key
+	}
+	return v
 }
 
 // Nodes returns every node's accounting, by ID.
 func (c *Core) Nodes() []NodeView {
 	out := make([]NodeView, 0, len(c.nodes))
 	for _, n := range c.nodes {
-		out = append(out, NodeView{ID: n.id, Capacity: n.capacity, Used: n.used, Placed: n.placed,
-			Cap: n.nodeCap(), Placeable: n.placeable()})
+		out = append(out, c.nodeView(n))
 	}
 	slices.SortFunc(out, func(a, b NodeView) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -293,6 +316,70 @@ func (c *Core) CheckInvariants() []string {
 	}
 	if probes != c.probesOut {
 		bad("probes out ", itoa(c.probesOut), ", recomputed ", itoa(probes))
+	}
+	errs = append(errs, c.checkWide()...)
+	return errs
+}
+
+// checkWide recounts pool utilization sums and automatic drains (BS-21,
+// BS-22).
+func (c *Core) checkWide() []string {
+	var errs []string
+	want := map[string]*poolStat{}
+	for _, id := range sortedKeys(c.nodes) {
+		n := c.nodes[id]
+		if n.uIn != n.serving() {
+			errs = append(errs, "node "+u(id)+" utilization membership stale")
+		}
+		if n.shapeIn != n.serving() {
+			errs = append(errs, "node "+u(id)+" shape membership stale")
+		}
+		if n.serving() {
+			for _, pool := range n.pools {
+				ps := want[pool]
+				if ps == nil {
+					ps = &poolStat{}
+					want[pool] = ps
+				}
+				ps.add(n, +1)
+				if ps.shapes == nil {
+					ps.shapes = map[Resources]int{}
+				}
+				ps.shapes[n.capacity]++
+			}
+		}
+		if p := n.autoDrain; p != nil {
+			if p.drain != n {
+				errs = append(errs, "node "+u(id)+" drained for "+p.key+", which holds another drain")
+			}
+			ps := want[p.pl.Pool]
+			if ps == nil {
+				ps = &poolStat{}
+				want[p.pl.Pool] = ps
+			}
+			ps.drains++
+		}
+	}
+	for _, pool := range sortedKeys(c.pstat) {
+		got, w := *c.pstat[pool], poolStat{}
+		if want[pool] != nil {
+			w = *want[pool]
+		}
+		if !maps.Equal(got.shapes, w.shapes) {
+			errs = append(errs, "pool "+pool+" node shapes stale")
+		}
+		if got.capCPUs != w.capCPUs || got.usedCPUs != w.usedCPUs || got.capMem != w.capMem ||
+			got.usedMem != w.usedMem || got.drains != w.drains {
+			errs = append(errs, "pool "+pool+" utilization or drain count stale")
+		}
+		if c.pol.DrainsPerPool > 0 && got.drains > c.pol.DrainsPerPool {
+			errs = append(errs, "pool "+pool+" holds more drains than drains_per_pool")
+		}
+	}
+	for _, k := range sortedKeys(c.pqs) {
+		if p := c.pqs[k]; p.drain != nil && p.drain.autoDrain != p {
+			errs = append(errs, "placement "+k+" names a drain its node does not hold")
+		}
 	}
 	return errs
 }

@@ -12,11 +12,12 @@ type pq struct {
 	classes [nClasses]*btree.BTreeG[*tenantQ]
 	tqs     map[tqKey]*tenantQ
 	nodes   *btree.BTreeG[nodeEntry]
-	fits    int  // sum of room over indexed nodes (API-13)
-	dirty   bool // in Core.dirty
-	starved bool // last pass found no node with room
-	hdBlock bool // last pass found only headroom for normal work
-	rulesNo bool // last pass: a job's rules refused nodes with room
+	fits    int   // sum of room over indexed nodes (API-13)
+	dirty   bool  // in Core.dirty
+	starved bool  // last pass found no node with room
+	hdBlock bool  // last pass found only headroom for normal work
+	rulesNo bool  // last pass: a job's rules refused nodes with room
+	drain   *node // automatic drain reservation held for its first waiter (BS-22)
 }
 
 type tqKey struct {
@@ -132,6 +133,9 @@ func (c *Core) unindexWaiter(w *waiter) {
 	q.waiters.Delete(w)
 	w.tq = nil
 	c.tqSync(q)
+	if q.p.drain != nil {
+		c.markDirty(q.p) // its drain may have lost its waiter
+	}
 }
 
 // head returns the first waiter of class cls in p.

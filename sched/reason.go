@@ -42,6 +42,9 @@ const (
 	ReasonProjectUnlisted
 	// ReasonStarting: a start is out to a node, awaiting its answer (FAIL-15).
 	ReasonStarting
+	// ReasonDrain: no node has room; node N is drained for the
+	// placement's first waiter and takes no new work until it fits (BS-22).
+	ReasonDrain
 )
 
 // Reason is a code with the values its text names.
@@ -88,6 +91,8 @@ func (r Reason) Text() string {
 		return "waiting: project no longer listed for its tenant"
 	case ReasonStarting:
 		return "waiting: start sent to a node"
+	case ReasonDrain:
+		return "waiting: no node has room; node " + strconv.Itoa(r.N) + " takes no new work until the placement's first request fits there"
 	}
 	return "waiting"
 }

@@ -176,6 +176,7 @@ func (c *Core) setPolicy(p Policy) {
 		n.hent, n.hroom = n.hent[:0], n.hroom[:0]
 	}
 	c.headroom = hs
+	c.liftAllDrains()
 	for _, id := range sortedKeys(c.nodes) {
 		c.attachNode(c.nodes[id])
 	}

@@ -77,3 +77,24 @@ func TestScriptImageAffinity(t *testing.T) { runScript(t, "place_14_affinity.txt
 
 // spec: BS-22, BS-23
 func TestScriptDrainReservation(t *testing.T) { runScript(t, "later_drain.txt") }
+
+// spec: BS-20, BS-22, BS-25
+func TestScriptWideJobs(t *testing.T) { runScript(t, "bs_20_wide_jobs.txt") }
+
+// spec: BS-21
+func TestScriptPack(t *testing.T) { runScript(t, "bs_21_pack.txt") }
+
+// spec: BS-22, BS-23, BS-24, BS-25
+func TestScriptAutoDrain(t *testing.T) { runScript(t, "bs_22_drain.txt") }
+
+// spec: BS-23, BS-24
+func TestScriptDrainPriors(t *testing.T) { runScript(t, "bs_23_priors.txt") }
+
+// spec: ARB-32, API-29
+func TestScriptClaimRenewals(t *testing.T) { runScript(t, "arb_32_renewal.txt") }
+
+// spec: API-17
+func TestScriptImmediateGrant(t *testing.T) { runScript(t, "api_17_immediate.txt") }
+
+// spec: BS-05
+func TestScriptSnapshotRanked(t *testing.T) { runScript(t, "bs_05_snapshot.txt") }

@@ -118,6 +118,10 @@ type node struct {
 	hroom []int
 
 	drainFor  JobID         // drain reservation: only this job may start here
+	autoDrain *pq           // automatic drain: held for this placement's first waiter (BS-22)
+	drainAt   int64         // Unix ns the automatic drain was placed
+	uIn       bool          // counted in its pools' utilization (poolStat)
+	shapeIn   bool          // counted in its pools' shapes (poolStat)
 	imageIdle time.Duration // image_cache_idle_secs; 0 means the default
 	sent      sentWindow    // vCPUs of starts in the last minute (PLACE-16)
 }
@@ -183,6 +187,9 @@ type ticket struct {
 	adm      *admission
 	endWhy   string
 	idleTm   timer
+	// immediate: offered in the Step that queued it, and no offer of it
+	// failed since (API-17)
+	immediate bool
 }
 
 type reservation struct {
@@ -212,22 +219,29 @@ type admission struct {
 	session   uint64
 	charged   bool
 	restored  bool
+	renewals  int32 // renewals asked since the claim (ARB-32)
 }
 
 // job is kept small: 200,000 of them are the bulk of the Core's memory.
 type job struct {
 	waiter
-	id       JobID
-	runner   *runner
-	p        *pq // its placement; the envelope is p.pl.Envelope
-	admID    AdmissionID
-	res      *reservation
-	node     *node
-	deadline int64  // Unix ns; 0 means none
+	id     JobID
+	runner *runner
+	p      *pq // its placement; the envelope is p.pl.Envelope
+	admID  AdmissionID
+	res    *reservation
+	node   *node
+	// deadline is the place_within deadline (Unix ns; 0 none) while the
+	// job is queued or starting; once its node accepted it, the time it
+	// did (Unix ns), for runtime predictions (BS-23). One field serves
+	// both: a running job is never queued again, and 200,000 jobs must
+	// stay within 160 bytes each.
+	deadline int64
 	dlSeq    uint64 // pending deadline timer's seq, 0 none
 	project  string
 	ref      string
 	nodeIdx  int32
+	name     uint32 // interned job name (Core.names), 0 none
 	state    jobState
 	cls      uint8
 	legacy   bool

@@ -34,6 +34,8 @@ func (c *Core) onTicketQueued(e TicketQueued) {
 	r.tickets[tk.id] = tk
 	c.openDelta(r, +1)
 	tk.idleTm = c.addTimer(c.now.Add(c.pol.TicketIdle), tmIdle, uint64(tk.id))
+	tk.immediate = true
+	c.justQueued = tk
 	c.runnerAddWaiting(r, tk)
 	c.verdict(VerdictPending, "")
 }
@@ -129,7 +131,7 @@ func (c *Core) offerFailed(rs *reservation) {
 	if tk == nil || tk.state != tkOffered {
 		return
 	}
-	tk.state = tkQueued
+	tk.state, tk.immediate = tkQueued, false
 	if tk.charged {
 		tk.charged = false
 		c.charge(tk.runner, -1)
@@ -317,7 +319,14 @@ func (c *Core) onRenewRequested(id AdmissionID) {
 		c.verdict(VerdictNotFound, "no such admission")
 	case a.res == nil || a.res.state != resHeld:
 		c.verdict(VerdictGone, "reservation gone")
+	case a.state != admGranted && c.pol.ClaimRenewals > 0 && int(a.renewals) >= c.pol.ClaimRenewals:
+		// ARB-32: a claimed grant covers one job request plus one renewal.
+		c.verdict(VerdictConflict, "renewal already used: a claimed grant covers one job request plus "+
+			plural(c.pol.ClaimRenewals, "renewal"))
 	default:
+		if a.state != admGranted {
+			a.renewals++
+		}
 		c.emit(Renew{Reservation: a.res.id, Node: a.res.node.id, LeaseSecs: c.pol.LeaseSecs})
 		c.verdict(VerdictOK, "")
 	}

@@ -22,6 +22,7 @@ const (
 	tmRunner                    // runner backoff end or busy_secs end
 	tmDeadline                  // job place_within deadline (ARB-37)
 	tmForget                    // drop an ended admission's record
+	tmDrain                     // automatic drain held DrainMaxHold (BS-22)
 )
 
 func timerLess(a, b timer) bool {
@@ -117,6 +118,8 @@ func (c *Core) fire(t timer) {
 		if a := c.adms[AdmissionID(t.id)]; a != nil && a.state == admEnded {
 			delete(c.adms, a.id)
 		}
+	case tmDrain:
+		c.fireDrain(NodeID(t.id))
 	case tmDeadline:
 		jb := c.jobs[JobID(t.id)]
 		if jb == nil || jb.dlSeq != t.seq {

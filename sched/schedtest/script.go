@@ -189,6 +189,28 @@ func (s *Script) Run(line string) ([]string, error) {
 				s.pol.BackoffMaxSecs = atoi(v)
 			case "lease":
 				s.pol.LeaseSecs = atoi(v)
+			case "renewals":
+				s.pol.ClaimRenewals = atoi(v)
+			case "pack":
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, err
+				}
+				s.pol.PackAboveUtilization = f
+			case "wide":
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, err
+				}
+				s.pol.WideFraction = f
+			case "drains":
+				s.pol.DrainsPerPool = atoi(v)
+			case "drain_hold":
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return nil, err
+				}
+				s.pol.DrainMaxHold = d
 			default:
 				return nil, fmt.Errorf("unknown policy key %q", k)
 			}
@@ -354,7 +376,8 @@ func (s *Script) Run(line string) ([]string, error) {
 	case "submit":
 		e := sched.JobSubmitted{Job: sched.JobID(id(arg(0))), Runner: sched.RunnerID(id(arg(1))),
 			Admission: sched.AdmissionID(id(m["adm"])), Reservation: sched.ReservationID(id(m["res"])),
-			Project: m["project"], Ref: m["ref"], Legacy: slices.Contains(pos, "legacy"), Images: list(m["images"])}
+			Project: m["project"], Ref: m["ref"], Legacy: slices.Contains(pos, "legacy"), Images: list(m["images"]),
+			Name: m["name"]}
 		if v := m["within"]; v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -412,6 +435,37 @@ func (s *Script) Run(line string) ([]string, error) {
 		return []string{fmt.Sprint(s.H.Core.Held(sched.TenantID(id(arg(0)))))}, nil
 	case "state":
 		return s.state(arg(0)), nil
+	case "immediate":
+		v, ok := s.H.Core.Ticket(sched.TicketID(id(arg(0))))
+		return []string{fmt.Sprintf("%v %v", v.Immediate, ok)}, nil
+	case "drains":
+		var out []string
+		for _, n := range s.H.Core.Nodes() {
+			switch {
+			case n.DrainJob != 0:
+				out = append(out, fmt.Sprintf("n%d drained for j%d", n.ID, n.DrainJob))
+			case n.DrainFor != "":
+				out = append(out, fmt.Sprintf("n%d drained for %s", n.ID, n.DrainFor))
+			}
+		}
+		return out, nil
+	case "util":
+		return []string{fmt.Sprintf("%.3f", s.H.Core.Utilization(arg(0)))}, nil
+	case "ranked":
+		env, err := resources(m)
+		if err != nil {
+			return nil, err
+		}
+		snap := s.H.Core.Snapshot()
+		var out []string
+		ok := snap.Ranked(sched.Placement{Pool: m["pool"], Labels: list(m["labels"]), Envelope: env}, func(r sched.RankedNode) bool {
+			out = append(out, fmt.Sprintf("n%d load=%.3f room=%d", r.ID, r.Load, r.Room))
+			return true
+		})
+		if !ok {
+			out = append(out, "no such placement")
+		}
+		return out, nil
 	}
 	return nil, fmt.Errorf("unknown command %q", line)
 }

@@ -1,0 +1,411 @@
+package sched
+
+import (
+	"cmp"
+	"strconv"
+	"time"
+)
+
+// Wide jobs (BS-20..BS-25, seed 003, DESIGN "Later: Wide jobs"):
+//
+//   - Packing (BS-21): above Policy.PackAboveUtilization of a pool, work
+//     goes to the most loaded node with room first (the node index read
+//     backwards: highest load, least room), so small jobs concentrate and
+//     whole nodes free up; below it, the least loaded first (PLACE-11).
+//   - Automatic drain reservations (BS-22): when the first waiter of a
+//     placement finds no node of its pool with room (the placement's node
+//     index is empty) and its envelope is wide on some node (at least
+//     Policy.WideFraction of its vCPUs or memory) that could hold it empty,
+//     the one such node predicted to empty first is marked: it takes no
+//     new offers or starts, and the placement's first waiter takes it as
+//     soon as the envelope fits there. At most Policy.DrainsPerPool drains
+//     per pool; a drain ends when its placement's waiter is placed on it,
+//     when the placement has no waiter left that waits for room, when the
+//     node stops serving or matching, or after Policy.DrainMaxHold (then it
+//     is chosen again from fresh predictions).
+//   - Prediction (BS-23, BS-24): a node empties when its last job ends; a
+//     job's remaining time comes from the wall-time distribution of its name
+//     (RuntimeStats, updated on every finish rather than hourly), else from
+//     the distribution of all names. Without any statistics the node with
+//     the least placed work (fewest allocations, then fewest vCPUs and
+//     bytes) is drained. Job timeouts are never used.
+//   - No preemption (BS-25): nothing here ends, cancels or moves a started
+//     job or a held reservation; a drained node only stops taking new work.
+
+// poolStat is what the Core keeps per pool: sums over its serving nodes for
+// utilization, and how many automatic drains it holds.
+type poolStat struct {
+	capCPUs, usedCPUs int64
+	capMem, usedMem   int64
+	drains            int
+	// shapes counts the pool's serving nodes by capacity (a fleet has few
+	// shapes), so "is this envelope wide on any node" costs no node scan
+	shapes map[Resources]int
+}
+
+func (c *Core) poolStat(pool string) *poolStat {
+	ps := c.pstat[pool]
+	if ps == nil {
+		ps = &poolStat{}
+		c.pstat[pool] = ps
+	}
+	return ps
+}
+
+func (ps *poolStat) add(n *node, sign int64) {
+	ps.capCPUs += sign * n.capacity.CPUs
+	ps.usedCPUs += sign * n.used.CPUs
+	ps.capMem += sign * n.capacity.MemBytes
+	ps.usedMem += sign * n.used.MemBytes
+}
+
+func (ps *poolStat) utilization() float64 {
+	var u float64
+	if ps.capCPUs > 0 {
+		u = float64(ps.usedCPUs) / float64(ps.capCPUs)
+	}
+	if ps.capMem > 0 {
+		u = max(u, float64(ps.usedMem)/float64(ps.capMem))
+	}
+	return u
+}
+
+// Utilization returns a pool's utilization: the larger of the fractions of
+// vCPUs and of memory its ready, reachable nodes have placed (offers,
+// reservations and jobs), 0 for an unknown or empty pool (BS-21).
+func (c *Core) Utilization(pool string) float64 {
+	if ps := c.pstat[pool]; ps != nil {
+		return ps.utilization()
+	}
+	return 0
+}
+
+// packing reports whether p's work goes to the most loaded node first.
+func (c *Core) packing(p *pq) bool {
+	if c.pol.PackAboveUtilization <= 0 {
+		return false
+	}
+	ps := c.pstat[p.pl.Pool]
+	return ps != nil && ps.utilization() >= c.pol.PackAboveUtilization
+}
+
+// intern returns the index of a job name, 0 for "".
+func (c *Core) intern(name string) uint32 {
+	if name == "" {
+		return 0
+	}
+	if i, ok := c.nameIdx[name]; ok {
+		return i
+	}
+	i := uint32(len(c.names))
+	c.names = append(c.names, name)
+	c.nameIdx[name] = i
+	return i
+}
+
+// jobRunning records that jb's node accepted it.
+func (c *Core) jobRunning(jb *job) {
+	jb.state = jobRunning
+	jb.deadline = c.now.UnixNano() // now the time it started (see job.deadline)
+}
+
+// wideOn reports whether env is wide on n (BS-20) and n could hold it when
+// empty.
+func (c *Core) wideOn(n *node, env Resources) bool { return c.wideOnCap(n.capacity, env) }
+
+func (c *Core) wideOnCap(capacity, env Resources) bool {
+	if env.MemBytes > capacity.MemBytes || env.DiskBytes > capacity.DiskBytes {
+		return false
+	}
+	f := c.pol.WideFraction
+	return capacity.CPUs > 0 && float64(env.CPUs) >= f*float64(capacity.CPUs) ||
+		capacity.MemBytes > 0 && float64(env.MemBytes) >= f*float64(capacity.MemBytes)
+}
+
+// shapeOut and shapeIn keep poolStat.shapes: call shapeOut before a
+// node's capacity, pools or serving state change and shapeIn after.
+func (c *Core) shapeOut(n *node) {
+	if !n.shapeIn {
+		return
+	}
+	n.shapeIn = false
+	for _, pool := range n.pools {
+		ps := c.poolStat(pool)
+		if ps.shapes[n.capacity]--; ps.shapes[n.capacity] <= 0 {
+			delete(ps.shapes, n.capacity)
+		}
+	}
+}
+
+func (c *Core) shapeIn(n *node) {
+	if n.shapeIn || !n.serving() {
+		return
+	}
+	n.shapeIn = true
+	for _, pool := range n.pools {
+		ps := c.poolStat(pool)
+		if ps.shapes == nil {
+			ps.shapes = map[Resources]int{}
+		}
+		ps.shapes[n.capacity]++
+	}
+}
+
+// wideSomewhere reports whether env is wide on some serving node shape of
+// the pool (labels aside).
+func (c *Core) wideSomewhere(ps *poolStat, env Resources) bool {
+	for shape := range ps.shapes {
+		if c.wideOnCap(shape, env) {
+			return true
+		}
+	}
+	return false
+}
+
+// autoDrainFits returns p's drained node when w may take it now.
+func (c *Core) autoDrainFits(p *pq, w *waiter) *node {
+	n := p.drain
+	if n == nil || w.skip[n.id] {
+		return nil
+	}
+	n.autoDrain = nil // room as if unreserved
+	room := roomFor(n, p.pl.Envelope, n.used, n.placed)
+	n.autoDrain = p
+	if room < 1 {
+		return nil
+	}
+	if jb := w.jb; jb != nil {
+		if pp, _ := c.pol.project(jb.runnerTenant(), jb.project); len(pp.Rules) > 0 && !rulesAllow(pp.Rules, jb.ref, n.id, n.pools) {
+			return nil
+		}
+	}
+	return n
+}
+
+// headroomBlocksUndrained is headroomBlocks for p's envelope on n as if
+// n's automatic drain were lifted (a drained node counts no headroom room).
+func (c *Core) headroomBlocksUndrained(n *node, p *pq) bool {
+	c.nodeChanging(n)
+	n.autoDrain = nil
+	c.nodeChanged(n)
+	blocked := c.headroomBlocks(n, p.pl.Envelope)
+	c.nodeChanging(n)
+	n.autoDrain = p
+	c.nodeChanged(n)
+	return blocked
+}
+
+// maybeDrain places an automatic drain reservation for p, whose first
+// waiter w found no node with room (BS-22).
+func (c *Core) maybeDrain(p *pq, w *waiter) {
+	if c.pol.DrainsPerPool <= 0 || p.drain != nil || p.nodes.Len() > 0 {
+		return
+	}
+	ps := c.poolStat(p.pl.Pool)
+	if ps.drains >= c.pol.DrainsPerPool || !c.wideSomewhere(ps, p.pl.Envelope) {
+		return
+	}
+	n := c.drainTarget(p, w)
+	if n == nil {
+		return
+	}
+	c.nodeChanging(n)
+	n.autoDrain, n.drainAt = p, c.now.UnixNano()
+	c.nodeChanged(n)
+	p.drain = n
+	ps.drains++
+	c.addTimer(c.now.Add(c.pol.DrainMaxHold), tmDrain, uint64(n.id))
+}
+
+// liftAutoDrain ends p's automatic drain; the node takes work again.
+func (c *Core) liftAutoDrain(p *pq) {
+	n := p.drain
+	if n == nil {
+		return
+	}
+	p.drain = nil
+	c.poolStat(p.pl.Pool).drains--
+	c.nodeChanging(n)
+	n.autoDrain, n.drainAt = nil, 0
+	c.nodeChanged(n)
+	// the pool may drain for another starved placement now
+	for _, q := range c.poolPQs[p.pl.Pool] {
+		if q.starved && q != p {
+			c.markDirty(q)
+		}
+	}
+}
+
+// redrain lifts p's drain and has p served again, so a drain is chosen
+// afresh if its first waiter still finds no room.
+func (c *Core) redrain(p *pq) {
+	c.liftAutoDrain(p)
+	c.markDirty(p)
+}
+
+// checkDrains lifts an automatic drain whose node stopped serving or
+// matching its placement after a node event.
+func (c *Core) checkDrains(ev Event) {
+	var id NodeID
+	switch e := ev.(type) {
+	case NodeReport:
+		id = e.Node
+	case NodeUnreachable:
+		id = e.Node
+	case NodeLost:
+		id = e.Node
+	default:
+		return
+	}
+	if n := c.nodes[id]; n != nil && n.autoDrain != nil && (!n.serving() || !matches(n, &n.autoDrain.pl)) {
+		c.redrain(n.autoDrain)
+	}
+}
+
+// fireDrain ends an automatic drain held DrainMaxHold.
+func (c *Core) fireDrain(id NodeID) {
+	n := c.nodes[id]
+	if n == nil || n.autoDrain == nil || c.now.UnixNano() < n.drainAt+int64(c.pol.DrainMaxHold) {
+		return
+	}
+	c.redrain(n.autoDrain)
+}
+
+// liftAllDrains ends every automatic drain (policy change); they are chosen
+// again under the new policy.
+func (c *Core) liftAllDrains() {
+	for _, k := range sortedKeys(c.pqs) {
+		if p := c.pqs[k]; p.drain != nil {
+			c.redrain(p)
+		}
+	}
+}
+
+// drainTarget picks the node to drain for p (BS-22..24): among the pool's
+// serving, undrained nodes carrying p's labels on which p's envelope is
+// wide and which could hold it empty (and which w's rules and refusals
+// allow), the one predicted to empty first. It looks at every node of the
+// pool and every job on them: O(pool) once per drain, not per placement.
+func (c *Core) drainTarget(p *pq, w *waiter) *node {
+	env := p.pl.Envelope
+	var rules []PlacementRule
+	if jb := w.jb; jb != nil {
+		pp, _ := c.pol.project(jb.runnerTenant(), jb.project)
+		rules = pp.Rules
+	}
+	priors := c.allStats.Count > 0
+	var best *node
+	var bestLeft time.Duration
+	for _, n := range c.poolNodes[p.pl.Pool] {
+		if !n.serving() || n.drainFor != 0 || n.autoDrain != nil || !matches(n, &p.pl) || w.skip[n.id] || !c.wideOn(n, env) {
+			continue
+		}
+		if len(rules) > 0 && !rulesAllow(rules, w.jb.ref, n.id, n.pools) {
+			continue
+		}
+		var left time.Duration
+		if priors {
+			bound, ties := time.Duration(-1), true
+			if best != nil {
+				// a node that would lose a tie stops at equality too
+				bound, ties = bestLeft, c.drainBefore(n, 0, best, 0, false)
+			}
+			var over bool
+			if left, over = c.timeToEmpty(n, bound, ties); over {
+				continue // empties later than the best so far
+			}
+		}
+		if best == nil || c.drainBefore(n, left, best, bestLeft, priors) {
+			best, bestLeft = n, left
+		}
+	}
+	return best
+}
+
+// drainBefore orders drain candidates: predicted time to empty when priors
+// exist, then least placed work (allocations, vCPUs, bytes), then node ID.
+func (c *Core) drainBefore(a *node, aLeft time.Duration, b *node, bLeft time.Duration, priors bool) bool {
+	if priors && aLeft != bLeft {
+		return aLeft < bLeft
+	}
+	if r := cmp.Or(cmp.Compare(a.placed, b.placed), cmp.Compare(a.used.CPUs, b.used.CPUs),
+		cmp.Compare(a.used.MemBytes, b.used.MemBytes)); r != 0 {
+		return r < 0
+	}
+	return a.id < b.id
+}
+
+// timeToEmpty predicts how long until every job on n ended: the largest
+// expected remaining time of its jobs; a reservation or offer counts as a
+// job about to start of no known name. With bound ≥ 0 it stops, over true,
+// as soon as the prediction exceeds bound (or reaches it, unless ties).
+func (c *Core) timeToEmpty(n *node, bound time.Duration, ties bool) (left time.Duration, over bool) {
+	beyond := func() bool { return bound >= 0 && (left > bound || !ties && left == bound) }
+	now := c.now.UnixNano()
+	if len(n.res) > 0 {
+		left = expectedLeft(&c.allStats, 0)
+	}
+	for _, jb := range n.jobs {
+		if beyond() {
+			return left, true
+		}
+		st := &c.allStats
+		if jb.name != 0 {
+			if s, ok := c.stats[c.names[jb.name]]; ok && s.Count > 0 {
+				st = &s
+			}
+		}
+		var ran time.Duration
+		if jb.state == jobRunning && jb.deadline > 0 && jb.deadline <= now {
+			ran = time.Duration(now - jb.deadline)
+		}
+		left = max(left, expectedLeft(st, ran))
+	}
+	return left, beyond()
+}
+
+// expectedLeft estimates how much longer a job of wall-time distribution s
+// that has run ran will run (BS-23): for a job not yet running, the mean;
+// otherwise the mean of the runs that lasted longer than ran (each
+// histogram bucket at its middle, at least ran; the open last bucket at the
+// longest run) minus ran; a job that outran every prior is expected to run
+// as long again as it has.
+func expectedLeft(s *RuntimeStat, ran time.Duration) time.Duration {
+	if s.Count == 0 {
+		return 0
+	}
+	if ran <= 0 {
+		return s.Total / time.Duration(s.Count)
+	}
+	if ran >= s.Longest {
+		return ran
+	}
+	var sum float64
+	cnt := 0
+	lo := time.Duration(0)
+	for i, k := range s.Buckets {
+		last := i == len(s.Buckets)-1
+		hi := time.Minute << i
+		if k > 0 && (last && s.Longest > ran || !last && hi > ran) {
+			mid := (lo + hi) / 2
+			if last {
+				mid = max(lo, s.Longest)
+			}
+			sum += float64(k) * float64(max(mid, ran))
+			cnt += k
+		}
+		lo = hi
+	}
+	if cnt == 0 {
+		return ran
+	}
+	return max(time.Duration(sum/float64(cnt))-ran, 0)
+}
+
+// plural renders n of a noun: "one renewal", "2 renewals".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "one " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
