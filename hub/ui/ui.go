@@ -1,0 +1,265 @@
+package ui
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/vk-ci/vk/hub/admin"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/clock"
+)
+
+// Sentinel errors.
+var (
+	// ErrConfig: [New] was given an unusable [Config]; the error names the
+	// field.
+	ErrConfig = errors.New("ui: invalid config")
+	// ErrNoOutput: a [Backend] has no output for the job (never started,
+	// or dropped after settling). The job page then says so; it is no
+	// failure of the page.
+	ErrNoOutput = errors.New("ui: no output")
+	// ErrForbidden: a POST came without a session cookie or with a CSRF
+	// token that does not match it. Answered 403.
+	ErrForbidden = errors.New("ui: forbidden")
+	// ErrBadForm: a form field is malformed. Answered 400.
+	ErrBadForm = errors.New("ui: bad form")
+)
+
+// Defaults of [Config].
+const (
+	// DefaultOutputTail is how many bytes of a job's output its page shows.
+	DefaultOutputTail = 64 << 10
+	// DefaultJobs is how many recent jobs the Jobs page lists without a
+	// ?limit; MaxJobs bounds any ?limit.
+	DefaultJobs = 100
+	MaxJobs     = 1000
+	// DefaultAudit is how many audit entries the Audit page lists without
+	// a ?limit; MaxAudit bounds any ?limit.
+	DefaultAudit = 200
+	MaxAudit     = 5000
+	// maxForm bounds a POST body.
+	maxForm = 16 << 10
+)
+
+// WaitingKind says what waits in the queue.
+type WaitingKind string
+
+// Waiting kinds.
+const (
+	// WaitTicket is a reservation ticket: a relay's runner waiting for
+	// room before it asks GitLab for a job.
+	WaitTicket WaitingKind = "ticket"
+	// WaitJob is a submitted job not yet started on a node.
+	WaitJob WaitingKind = "job"
+)
+
+// Waiting is one entry of the hub's queue, as the Queue page shows it.
+type Waiting struct {
+	// Kind is ticket or job.
+	Kind WaitingKind
+	// ID is the ticket or job ID.
+	ID string
+	// Tenant is the capacity-policy tenant charged; empty means the
+	// default tenant.
+	Tenant string
+	// Relay and Runner name the relay and its runner that asked.
+	Relay  string
+	Runner string
+	// Instance and Project name the GitLab server and project (a job's;
+	// tickets have none yet: Project 0).
+	Instance string
+	Project  int64
+	// Placement is the placement (pool) asked for.
+	Placement string
+	// Class is the scheduling class ("production", "normal", "probe", …;
+	// free text shown as is).
+	Class string
+	// Since is when it started waiting; zero if unknown.
+	Since time.Time
+	// Reason is the current wait reason as operator text,
+	// sched.Reason.Text() (e.g. "waiting: tenant cap 20 reached"); empty
+	// means none known.
+	Reason string
+}
+
+// JobRow is one job as the Jobs page lists it. [RowFromJob] makes one
+// from a store record.
+type JobRow struct {
+	// ID is the hub job ID.
+	ID string
+	// State is queued, starting, running or finished.
+	State store.JobState
+	// Node is the node it was started on; empty before.
+	Node string
+	// Stage is the stage the node reported last.
+	Stage string
+	// Tenant, Relay (the submitting principal) and Runner.
+	Tenant string
+	Relay  string
+	Runner string
+	// Instance, Project and GitLabJob name it in GitLab; 0 if unknown.
+	Instance  string
+	Project   int64
+	GitLabJob int64
+	// Created and Updated are when the record was made and last changed.
+	Created time.Time
+	Updated time.Time
+	// Runtime is how long it has existed on the hub (finished: until its
+	// last change; unfinished: until now); 0 if unknown.
+	Runtime time.Duration
+	// Failure is why it failed ("script", "timeout", …); empty while
+	// unfinished or when it succeeded. Message explains it.
+	Failure string
+	Message string
+}
+
+// Backend is what the UI needs of the hub's live state: the admin
+// socket's [admin.Backend] (nodes, pools, ceiling, drain, policy,
+// approval changes) and three read-only views. Methods are called
+// concurrently from HTTP handler goroutines.
+type Backend interface {
+	admin.Backend
+	// Queue lists what waits for capacity or a node, in queue order
+	// (tickets and jobs mixed, or tickets first; the page keeps the
+	// order).
+	Queue(ctx context.Context) ([]Waiting, error)
+	// Jobs lists up to limit recent jobs, newest first (limit > 0).
+	Jobs(ctx context.Context, limit int) ([]JobRow, error)
+	// JobOutputTail returns the last max bytes (or fewer) of a job's
+	// output; an error wrapping [ErrNoOutput] or store.ErrNotFound when
+	// there is none.
+	JobOutputTail(ctx context.Context, id string, max int) ([]byte, error)
+}
+
+// Config configures [New]. Backend, Store and Operators are required.
+type Config struct {
+	// Backend is the hub's live state.
+	Backend Backend
+	// Store is the hub's durable store: approvals, jobs, audit.
+	Store store.Store
+	// BasePath is the path the UI is served under: "" (the root of its
+	// own listener) or e.g. "/ui" (no trailing slash). The UI URL the hub
+	// puts into approval_url (API-56) is the listener's URL + BasePath.
+	BasePath string
+	// Log receives request failures; nil discards.
+	Log *slog.Logger
+	// Clock is the time source ("waited", audit times); nil is real time.
+	Clock clock.Clock
+	// CSRFKey keys the CSRF HMAC; at least 32 bytes. nil makes a random
+	// key (forms do not survive a restart).
+	CSRFKey []byte
+	// Operators decides who may use the UI.
+	Operators Auth
+	// OutputTail is how many bytes of output a job page shows; 0 means
+	// [DefaultOutputTail].
+	OutputTail int
+}
+
+// server is the UI's state; read-only after New.
+type server struct {
+	cfg   Config
+	base  string
+	log   *slog.Logger
+	clk   clock.Clock
+	key   []byte
+	pages map[string]*pageTemplate
+	css   []byte
+}
+
+//go:embed templates/*.html static/ui.css
+var assets embed.FS
+
+// New checks cfg and returns the UI's handler. It starts nothing: the
+// handler serves requests on the caller's listener.
+func New(cfg Config) (http.Handler, error) {
+	var errs []error
+	if cfg.Backend == nil {
+		errs = append(errs, fmt.Errorf("%w: no Backend", ErrConfig))
+	}
+	if cfg.Store == nil {
+		errs = append(errs, fmt.Errorf("%w: no Store", ErrConfig))
+	}
+	if cfg.Operators == nil {
+		errs = append(errs, fmt.Errorf("%w: no Operators (use LoopbackOnly or BasicAuth)", ErrConfig))
+	}
+	if b := cfg.BasePath; b != "" && (!strings.HasPrefix(b, "/") || strings.HasSuffix(b, "/") || strings.ContainsAny(b, "{}? #%")) {
+		errs = append(errs, fmt.Errorf("%w: BasePath %q: want \"\" or \"/path\" without a trailing slash", ErrConfig, b))
+	}
+	if cfg.CSRFKey != nil && len(cfg.CSRFKey) < 32 {
+		errs = append(errs, fmt.Errorf("%w: CSRFKey of %d bytes, want at least 32", ErrConfig, len(cfg.CSRFKey)))
+	}
+	if cfg.OutputTail < 0 {
+		errs = append(errs, fmt.Errorf("%w: OutputTail %d", ErrConfig, cfg.OutputTail))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	s := &server{cfg: cfg, base: cfg.BasePath, log: cfg.Log, clk: clock.Or(cfg.Clock), key: cfg.CSRFKey}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.key == nil {
+		s.key = make([]byte, 32)
+		rand.Read(s.key)
+	} else {
+		s.key = append([]byte(nil), s.key...)
+	}
+	if s.cfg.OutputTail == 0 {
+		s.cfg.OutputTail = DefaultOutputTail
+	}
+	var err error
+	if s.pages, err = parseTemplates(s); err != nil {
+		return nil, err
+	}
+	if s.css, err = fs.ReadFile(assets, "static/ui.css"); err != nil {
+		return nil, fmt.Errorf("ui: %w", err)
+	}
+	return s.routes(), nil
+}
+
+// routes registers every page and form on a fresh mux, behind auth and
+// the security headers.
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	b := s.base
+	get := func(pat string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.Handle("GET "+b+pat, s.wrap(pat, h))
+	}
+	post := func(pat string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.Handle("POST "+b+pat, s.wrapPost(pat, h))
+	}
+	get("/{$}", s.fleet)
+	get("/nodes/{id}", s.node)
+	get("/queue", s.queue)
+	get("/jobs", s.jobs)
+	get("/jobs/{id}", s.job)
+	get("/gitlab", s.servers)
+	get("/gitlab/{instance}/projects/{project}", s.project)
+	get("/policy", s.policy)
+	get("/audit", s.audit)
+	mux.HandleFunc("GET "+b+"/static/ui.css", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Write(s.css)
+	})
+	post("/nodes/{id}/pools", s.setPools)
+	post("/nodes/{id}/ceiling", s.setCeiling)
+	post("/nodes/{id}/drain", s.setDrain)
+	post("/gitlab/{instance}/approval", s.decideServer)
+	post("/gitlab/{instance}/projects/{project}/approval", s.decideProject)
+	if b != "" {
+		mux.Handle("GET "+b, http.RedirectHandler(b+"/", http.StatusMovedPermanently))
+	}
+	mux.Handle(b+"/", s.wrap("notfound", func(http.ResponseWriter, *http.Request) error {
+		return errNotFound
+	}))
+	return s.authenticate(mux)
+}
