@@ -23,7 +23,6 @@ import (
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/internal/version"
 	"github.com/vk-ci/vk/node/exec"
-	"github.com/vk-ci/vk/node/exec/process"
 	"github.com/vk-ci/vk/node/journal"
 	"github.com/vk-ci/vk/node/ledger"
 	"github.com/vk-ci/vk/node/session"
@@ -69,7 +68,8 @@ type Options struct {
 	// DetectRunner reports a local gitlab-runner when [NodeSection.Runner]
 	// is unset; nil means [DetectLocalRunner] with [RunnerUnits].
 	DetectRunner func() bool
-	// Executor replaces the configured backend.
+	// Executor replaces the process backend (the oci backend, when
+	// configured, still runs jobs with an image).
 	Executor exec.Executor
 	// ResultRetry is the first repeat interval of a result; 0 means
 	// DefaultResultRetry.
@@ -78,6 +78,17 @@ type Options struct {
 	// ResultGrace bounds Shutdown's wait for results to be recorded once
 	// the jobs ended; 0 means [ResultGrace].
 	ResultGrace time.Duration
+
+	// egressSource, when set (tests), measures every job's egress in
+	// place of the oci backend's network namespace.
+	egressSource func(jobID string) egressSource
+	// egressSampled, when set (tests), is called after each egress sample
+	// with whether a frame was sent.
+	egressSampled func(jobID string, sent bool)
+
+	// imageSwept, when set (tests), is called after each image cache
+	// sweep with the images it removed.
+	imageSwept func(removed []string)
 
 	// leaseArmed, when set (tests), is called each time the lease timer is
 	// armed, with the deadline on the ledger's clock.
@@ -97,12 +108,14 @@ type Agent struct {
 	ident   Identity
 	journal *journal.Journal
 	runner  *stage.Runner
+	be      *backends
 	sess    *session.Client
 	spools  string // directory of the spools
 	retry   time.Duration
 	metrics *metrics
 	httpSrv *http.Server
 	httpLn  net.Listener
+	ctlLn   net.Listener // the control socket
 
 	runCtx    context.Context // the agent's lifetime: session, senders, lease timer
 	runCancel context.CancelFunc
@@ -114,16 +127,17 @@ type Agent struct {
 	stopOnce  sync.Once
 	stopped   chan struct{}
 
-	mu        sync.Mutex
-	led       *ledger.Ledger     // guarded by mu
-	jobs      map[string]*jobRun // unrecorded jobs; guarded by mu
-	connected bool               // guarded by mu
-	pools     []string           // applied from settings; nil until then; guarded by mu
-	hasPools  bool               // guarded by mu
-	capTotal  ledger.Envelope    // guarded by mu (immutable after Start)
-	runnerOn  bool               // a local runner is present; guarded by mu
-	crashed   bool               // test crash: no more persistence; guarded by mu
-	changed   chan struct{}      // closed and replaced when a job changes; guarded by mu
+	mu          sync.Mutex
+	led         *ledger.Ledger     // guarded by mu
+	jobs        map[string]*jobRun // unrecorded jobs; guarded by mu
+	connected   bool               // guarded by mu
+	sessVersion int                // the session's negotiated version; guarded by mu
+	pools       []string           // applied from settings; nil until then; guarded by mu
+	hasPools    bool               // guarded by mu
+	capTotal    ledger.Envelope    // guarded by mu (immutable after Start)
+	runnerOn    bool               // a local runner is present; guarded by mu
+	crashed     bool               // test crash: no more persistence; guarded by mu
+	changed     chan struct{}      // closed and replaced when a job changes; guarded by mu
 }
 
 // Run starts the node agent and holds it until ctx ends, then shuts it
@@ -202,11 +216,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 		log.Warn("a local gitlab-runner is present: refusing new offers with runner (PLACE-08); set [node] runner = \"none\" if the host takes placed jobs only")
 	}
 
-	ex := opts.Executor
-	if ex == nil {
-		if ex, err = a.newExecutor(); err != nil {
-			return nil, err
-		}
+	if a.be, err = a.newBackends(); err != nil {
+		return nil, err
 	}
 	var tr stage.Transfers
 	if xc, ok := a.xferConfig(); ok {
@@ -216,10 +227,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 	if name == "" {
 		name, _ = os.Hostname()
 	}
+	def := a.be.process
+	if def == nil {
+		def = refuseExecutor{fmt.Errorf("%w: no executor chosen", exec.ErrConfiguration)}
+	}
 	a.runner, err = stage.New(stage.Config{
-		Executor: ex, ExecutorName: BackendProcess, Transfers: tr,
+		Executor: def, ExecutorName: BackendProcess, Transfers: tr,
 		Ceiling:  exec.Size{CPUs: int(total.CPUs), MemMiB: total.MemBytes >> 20},
 		NodeName: name, SystemID: a.ident.NodeID, Clock: opts.Clock, Log: log,
+		OnStage: a.onStage,
 	})
 	if err != nil {
 		return nil, err
@@ -233,7 +249,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 	}
 	a.runCtx, a.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 	a.jobsCtx, a.jobsStop = context.WithCancel(a.runCtx)
-	a.metrics = newMetrics()
+	a.metrics = newMetrics(a)
 	fail := func(err error) (*Agent, error) {
 		a.runCancel()
 		for _, jr := range a.jobs {
@@ -242,6 +258,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 		a.journal.Close()
 		return nil, err
 	}
+	a.cleanLeftovers()
 	if err := a.recover(); err != nil {
 		return fail(err)
 	}
@@ -250,6 +267,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 		Release: version.Version, Clock: opts.SessionClock, Logger: base,
 	}, handler{a})
 	if err != nil {
+		return fail(err)
+	}
+	if err := a.serveControl(); err != nil {
 		return fail(err)
 	}
 	if cfg.Node.MetricsListen != "" {
@@ -265,6 +285,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 	a.bg.Add(2)
 	go func() { defer a.bg.Done(); a.sess.Run(a.runCtx) }()
 	go func() { defer a.bg.Done(); a.leaseLoop() }()
+	if a.be.images != nil {
+		every := imageGCEvery(cfg.imageIdle())
+		first := a.clk.NewTimer(every)
+		a.bg.Add(1)
+		go func() { defer a.bg.Done(); a.imageGCLoop(a.be.images, every, first) }()
+	}
 	log.Info("node agent started", logkey.NodeID, a.ident.NodeID, "hub", a.ident.HubURL,
 		"mem", total.MemBytes, "disk", total.DiskBytes, "cpus", total.CPUs, "local_runner", a.runnerOn)
 	return a, nil
@@ -299,25 +325,6 @@ func clientTLS(caPEM []byte) (*tls.Config, error) {
 	return c, nil
 }
 
-func (a *Agent) newExecutor() (exec.Executor, error) {
-	pc := process.Config{Root: a.cfg.buildsDir(), CgroupParent: a.cfg.Executor.CgroupParent,
-		NoCgroups: !a.cfg.Executor.Cgroups, Clock: a.opts.Clock, Log: a.log}
-	if a.cfg.Executor.User != "" {
-		uid, gid, err := parseUser(a.cfg.Executor.User)
-		if err != nil {
-			return nil, err
-		}
-		pc.User = &process.User{UID: uid, GID: gid}
-	}
-	if a.cfg.Executor.Backend != BackendProcess {
-		a.log.Warn("executor backend not wired in this build; using process", "backend", a.cfg.Executor.Backend)
-	}
-	if err := os.MkdirAll(pc.Root, 0o755); err != nil {
-		return nil, fmt.Errorf("node: builds dir: %w", err)
-	}
-	return process.New(pc)
-}
-
 // xferConfig returns the transfers' config; ok is false when neither
 // sources nor caches can be moved (never: git checkouts need no registry).
 func (a *Agent) xferConfig() (xfer.Config, bool) {
@@ -341,7 +348,7 @@ func (a *Agent) serveMetrics(addr string) error {
 		return fmt.Errorf("node: metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", a.metrics.handler(a))
+	mux.Handle("GET /metrics", a.metrics.handler())
 	a.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	a.httpLn = ln
 	a.bg.Add(1)
@@ -359,7 +366,7 @@ func (a *Agent) MetricsAddr() string {
 
 // WriteMetrics writes the node's metrics in the Prometheus text format
 // (what the metrics listener serves at /metrics).
-func (a *Agent) WriteMetrics(w io.Writer) { a.metrics.write(w, a) }
+func (a *Agent) WriteMetrics(w io.Writer) error { return a.metrics.write(w) }
 
 // now is the ledger's monotonic time.
 func (a *Agent) now() time.Duration { return a.clk.Now().Sub(a.t0) }
@@ -581,7 +588,7 @@ func (a *Agent) reportLocked() *dispatch.Report {
 		Pools:          pools,
 		Registry:       a.cfg.Registry.URL,
 		MaxConcurrency: a.cfg.Executor.Schedule.MaxConcurrency,
-		Executor:       BackendProcess,
+		Executor:       a.be.reported(),
 		LocalRunner:    a.runnerOn,
 	}
 }

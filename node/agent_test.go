@@ -521,8 +521,8 @@ func TestMetrics(t *testing.T) {
 	for _, want := range []string{
 		`vk_node_reservations 1`,
 		`vk_node_ledger_used{resource="cpus"} 1`,
-		`vk_node_capacity{resource="mem"} 8589934592`,
-		`vk_node_offers_total{reply="accepted",reason=""} 1`,
+		`vk_node_capacity{resource="mem"} 8.589934592e+09`,
+		`vk_node_offers_total{reason="",reply="accepted"} 1`,
 		`vk_node_state{state="ready"} 1`,
 		`vk_node_session_connected 1`,
 	} {

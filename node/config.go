@@ -59,9 +59,14 @@ const (
 const (
 	// BackendProcess runs jobs under bash in per-job directories.
 	BackendProcess = "process"
-	// BackendOCI runs jobs in their image with runc (not wired yet).
+	// BackendOCI runs every job in its image (or [ExecutorConfig.DefaultImage])
+	// with runc (node/exec/oci); a job without either fails
+	// configuration. The node refuses to start when runc, root or cgroup
+	// v1 is missing.
 	BackendOCI = "oci"
-	// BackendAuto picks oci for jobs with an image (not wired yet).
+	// BackendAuto runs a job in a container when it names an image (or
+	// the node has a default image) and the container backend is
+	// available here (oci.Available), else in the process backend.
 	BackendAuto = "auto"
 )
 
@@ -142,10 +147,24 @@ type ResourcesConfig struct {
 
 // ExecutorConfig is [executor].
 type ExecutorConfig struct {
-	// Backend is process (default), oci or auto (oci when the job names
-	// an image and the oci backend is built, else process). Only process
-	// is wired today.
+	// Backend is process (default: every job under bash on the host, its
+	// image ignored with a warning), oci (every job in a container) or
+	// auto (a container when the job has an image and runc and cgroup v1
+	// are available, else process).
 	Backend string `toml:"backend"`
+	// DefaultImage is the image of a job that names none, for the oci and
+	// auto backends; "" means such a job runs in the process backend
+	// (auto) or fails configuration (oci).
+	DefaultImage string `toml:"default_image"`
+	// RequireImage makes a job without an image (its own or DefaultImage)
+	// fail configuration (FAIL-05) instead of running in the process
+	// backend (auto).
+	RequireImage bool `toml:"require_image"`
+	// Runc is the runc binary of the oci backend; "" means runc from PATH.
+	Runc string `toml:"runc"`
+	// Images is [executor.images]: how the oci backend finds and keeps
+	// images.
+	Images ImagesConfig `toml:"images"`
 	// BuildsDir is where jobs' directories are made; "" means
 	// <state_dir>/builds.
 	BuildsDir string `toml:"builds_dir"`
@@ -158,6 +177,28 @@ type ExecutorConfig struct {
 	Cgroups bool `toml:"cgroups"`
 	// Schedule is [executor.schedule].
 	Schedule ScheduleConfig `toml:"schedule"`
+}
+
+// ImagesConfig is [executor.images] (node/exec/oci/imagestore). The
+// image cache lives in <state_dir>/images; an image unused for
+// [NodeSection.ImageCacheIdleSecs] is removed (PLACE-15).
+type ImagesConfig struct {
+	// Registry is the registry host[:port] for image names that do not
+	// name one (e.g. "ruby:3.3"); "" means Docker Hub.
+	Registry string `toml:"registry"`
+	// Prefix is put before names that do not name a registry, e.g.
+	// "dockerhub-proxy"; "" means none.
+	Prefix string `toml:"prefix"`
+	// Mirrors maps a registry host[:port] to mirrors tried first, in
+	// order.
+	Mirrors map[string][]string `toml:"mirrors"`
+	// PlainHTTP lists registry hosts[:port] spoken to over plain HTTP.
+	// The [registry] host is added when [RegistryConfig.PlainHTTP] is set
+	// or its URL is http.
+	PlainHTTP []string `toml:"plain_http"`
+	// PullPolicy is the pull policy of a job that gives none: always,
+	// if-not-present or never; "" means always (gitlab-runner's default).
+	PullPolicy string `toml:"pull_policy"`
 }
 
 // ScheduleConfig is [executor.schedule].
@@ -279,6 +320,16 @@ func (c Config) Validate() error {
 	if c.Executor.User != "" && !userRe.MatchString(c.Executor.User) {
 		bad("[executor] user %q: want uid:gid", c.Executor.User)
 	}
+	switch c.Executor.Images.PullPolicy {
+	case "", "always", "if-not-present", "never":
+	default:
+		bad("[executor.images] pull_policy %q: want always, if-not-present or never", c.Executor.Images.PullPolicy)
+	}
+	for _, h := range append(append([]string{c.Executor.Images.Registry}, c.Executor.Images.PlainHTTP...), mirrorHosts(c.Executor.Images.Mirrors)...) {
+		if strings.Contains(h, "/") || strings.ContainsAny(h, " \t") {
+			bad("[executor.images] %q: want a registry host[:port]", h)
+		}
+	}
 	if c.Executor.Schedule.MaxConcurrency < 0 {
 		bad("[executor.schedule] max_concurrency is negative")
 	}
@@ -296,6 +347,14 @@ func (c Config) Validate() error {
 		bad("[output] spool_limit %s: at least 4M", c.Output.SpoolLimit)
 	}
 	return errors.Join(errs...)
+}
+
+func mirrorHosts(m map[string][]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(append(out, k), v...)
+	}
+	return out
 }
 
 func loopback(hostport string) bool {

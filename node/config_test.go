@@ -63,6 +63,36 @@ spool_limit = "128M"
 				t.Errorf("config = %+v", c)
 			}
 		}},
+		{name: "executor images", file: `version = 1
+[registry]
+url = "http://127.0.0.1:5000"
+[executor]
+backend = "auto"
+default_image = "alpine:3.20"
+require_image = true
+[executor.images]
+registry = "registry.example.com"
+prefix = "dockerhub-proxy"
+mirrors = { "index.docker.io" = ["mirror.example.com:5000"] }
+plain_http = ["mirror.example.com:5000"]
+pull_policy = "if-not-present"
+`, check: func(t *testing.T, c Config) {
+			im := c.Executor.Images
+			if c.Executor.Backend != BackendAuto || c.Executor.DefaultImage != "alpine:3.20" || !c.Executor.RequireImage ||
+				im.Registry != "registry.example.com" || im.Prefix != "dockerhub-proxy" || im.PullPolicy != "if-not-present" ||
+				len(im.Mirrors["index.docker.io"]) != 1 {
+				t.Errorf("config = %+v", c.Executor)
+			}
+			r := c.imageRules()
+			if strings.Join(r.PlainHTTP, ",") != "mirror.example.com:5000,127.0.0.1:5000" {
+				t.Errorf("plain-HTTP hosts %v: want the mirror and the http [registry]", r.PlainHTTP)
+			}
+			if c.ociCgroupParent() != "vk-oci" || c.processCgroupParent() != "vk" {
+				t.Errorf("cgroup parents %q %q", c.ociCgroupParent(), c.processCgroupParent())
+			}
+		}},
+		{name: "bad pull policy", file: "version = 1\n[executor.images]\npull_policy = \"sometimes\"\n", wantErr: "pull_policy"},
+		{name: "image registry is a host", file: "version = 1\n[executor.images]\nregistry = \"https://r.example.com/x\"\n", wantErr: "executor.images"},
 		{name: "unknown key names it", file: "version = 1\n[node]\nnmae = \"x\"\n", wantErr: "nmae"},
 		{name: "missing version", file: "[node]\nname = \"x\"\n", wantErr: "version"},
 		{name: "bad runner", file: "version = 1\n[node]\nrunner = \"maybe\"\n", wantErr: "runner"},

@@ -1,7 +1,8 @@
 // Package node is the node agent (`vk node run`): it wires the admission
 // ledger (node/ledger), the start journal (node/journal), the output spools
-// (node/spool), the stage runner (node/stage) on the process executor and
-// the hub session client (node/session) into one running [Agent].
+// (node/spool), the stage runner (node/stage) on the process and container
+// executors (node/exec/process, node/exec/oci) and the hub session client
+// (node/session) into one running [Agent].
 //
 // # What the agent does with each hub frame
 //
@@ -14,7 +15,9 @@
 //	            (converting the reservation, NODE-07/08) → spool opened →
 //	            journal.Accept (synced) → job accepted → size (NODE-09,
 //	            DECISIONS 9) → wait in the ledger if short → stage runner →
-//	            job running {stage, guest} per trace section (NSESS-14/18)
+//	            job running {stage, guest} at each stage start, from the
+//	            runner's OnStage hook (NSESS-14/18); egress sampled there
+//	            and every 5 s (oci jobs, NSESS-17..20)
 //	            → job finished → result once all output is acked (NODE-13),
 //	            repeated until recorded (NSESS-16)
 //	output_ack→ spool.Ack; the sender moves on (≤ 256 KiB a frame, ≤ 4 MiB
@@ -54,9 +57,55 @@
 //   - Results are repeated after 5 s, doubling to 1 min, and at once after
 //     every new session or redelivered start.
 //   - Drain and quarantine are local operator actions: SIGUSR1 drains,
-//     SIGUSR2 makes the node ready again (`vk node run`), and
+//     SIGUSR2 makes the node ready again (`vk node run`); the control
+//     socket <state_dir>/node.sock (0600, [Control], `vk node
+//     drain|ready|quarantine|status`) does the same and quarantines
+//     (every held reservation released at once, NODE-05);
 //     [Agent.SetState] for embedders. SIGTERM drains, waits up to
 //     shutdown_timeout_secs for running jobs, then interrupts them.
+//
+// # Executors
+//
+// [ExecutorConfig.Backend] picks how jobs run. process: every job under
+// bash on the host (an image is ignored with a warning in the trace).
+// oci: every job in its image under runc (node/exec/oci); the agent does
+// not start without runc, root and cgroup v1. auto: oci.Chooser decides
+// per job — a container when the job names an image (or
+// [ExecutorConfig.DefaultImage] is set) and the container backend is
+// available, else the process backend; [ExecutorConfig.RequireImage]
+// makes an imageless job fail configuration (FAIL-05). The stage runner
+// is shared; each job's executor goes in its stage.Spec, with the
+// chooser's warnings and, after Prepare, the container job's own (a
+// service's dropped aliases, DECISIONS 8) written to the trace as
+// warnings. An image that cannot be pulled ends the job image_pull with
+// the registry's answer in the trace (FAIL-04). Images are kept in
+// <state_dir>/images and swept every quarter of image_cache_idle_secs
+// (10 s to 5 min) of those idle that long (PLACE-15, DECISIONS 10).
+//
+// # Crash leftovers
+//
+// Before it recovers the journal, the agent removes what jobs of a killed
+// predecessor left: the containers in its private runc root, the mounts
+// and job directories under <state_dir>/oci, and every job cgroup under
+// the process backend's parent (with cgroups) and the oci backend's
+// (<cgroup_parent>-oci, default vk-oci), killing what still runs there.
+// These parents belong to the agent: one agent per host, or distinct
+// cgroup_parent values.
+//
+// # Egress (NSESS-17..20)
+//
+// Only oci jobs are measured: their container has a network namespace of
+// its own, whose non-loopback interfaces' byte counters
+// (/proc/<init>/net/dev) are the job's egress; traffic to its services
+// stays on lo and does not count. A process job shares the host's
+// namespace, where its traffic cannot be told from the host's, so its
+// result carries no report. A job is sampled at each stage start and
+// every 5 s, never within 2 s of the previous sample; a change takes the
+// next revision and is sent as an egress frame on sessions of version 6
+// or more, and the latest is resent on every new session. The result
+// carries the last report (revision 1 with zero bytes when nothing was
+// ever counted), journaled with it. The job netns has only lo today, so
+// oci jobs report zero until the backend gets outside networking.
 //   - A local gitlab-runner is "present" when its systemd unit or binary
 //     is (PLACE-10); the node cannot tell which executor it uses, so any
 //     such runner counts. `[node] runner = "none"` overrides the check.

@@ -21,10 +21,12 @@ func (h handler) Connected(w dispatch.Welcome) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.connected = true
+	a.sessVersion = w.Version
 	a.metrics.connected.Set(1)
 	if !w.Resumed {
 		a.send(a.reportLocked())
 		a.send(a.heldLocked())
+		a.resendEgressLocked()
 		for _, jr := range a.jobs {
 			jr.sendOff = jr.sp.Status().Acked
 			jr.gen++

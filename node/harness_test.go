@@ -36,6 +36,7 @@ type testHub struct {
 	srv    *session.NodeServer
 	url    string
 	cliTLS *tls.Config
+	caPEM  []byte
 
 	mu        sync.Mutex
 	sess      *session.NodeSession
@@ -62,6 +63,13 @@ func (h *testHub) LookupPrincipal(_ context.Context, kind session.Kind, id strin
 
 func startHub(t testing.TB) *testHub {
 	t.Helper()
+	return startHubVersions(t, dispatch.Range{})
+}
+
+// startHubVersions is startHub speaking the node-session versions r (zero:
+// the hub's default range).
+func startHubVersions(t testing.TB, r dispatch.Range) *testHub {
+	t.Helper()
 	b, err := pki.Ensure(t.TempDir(), []string{"127.0.0.1"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -70,8 +78,8 @@ func startHub(t testing.TB) *testHub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &testHub{t: t, cliTLS: cc, changed: make(chan struct{}), out: map[string][]byte{}, results: map[string]int{}, acked: map[string]int64{}}
-	h.srv = session.NewNodeServer(session.Config{Lookup: h, Logger: testlog.New(t).With("side", "hub"), HeartbeatSecs: 1}, h)
+	h := &testHub{t: t, cliTLS: cc, caPEM: b.CACertPEM, changed: make(chan struct{}), out: map[string][]byte{}, results: map[string]int{}, acked: map[string]int64{}}
+	h.srv = session.NewNodeServer(session.Config{Lookup: h, Logger: testlog.New(t).With("side", "hub"), HeartbeatSecs: 1, NodeVersions: r}, h)
 	mux := http.NewServeMux()
 	mux.Handle(dispatch.RouteNodeSession, h.srv)
 	srv := httptest.NewUnstartedServer(mux)
@@ -137,6 +145,14 @@ func (h *testHub) NodeMessage(s *session.NodeSession, m dispatch.Message) {
 		if after != nil {
 			after(n)
 		}
+		return
+	case *dispatch.Egress:
+		if v := s.Version(); v < dispatch.VersionEgress {
+			h.t.Errorf("egress frame on a version %d session (NSESS-20)", v)
+		}
+		h.log = append(h.log, m)
+		h.bumpLocked()
+		h.mu.Unlock()
 		return
 	case *dispatch.Heartbeat:
 		h.log = append(h.log, m)

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/journal"
@@ -38,6 +38,7 @@ type jobRun struct {
 	guest   *dispatch.Guest
 	reserve exec.Size // the envelope the stage runner defaults to
 
+	egress   *egressMeter  // nil when the job's egress is not measured; detached at finish
 	h        *stage.Handle // set once running
 	stage    string        // last stage seen in the trace
 	cancel   exec.CancelMode
@@ -224,8 +225,30 @@ func (a *Agent) run(jr *jobRun) {
 		return
 	}
 	w := &spoolWriter{a: a, jr: jr}
-	h, err := a.runner.Start(a.jobsCtx, stage.Spec{ID: jr.id, Job: jr.start.Spec.GitLabCI, Reserved: jr.reserve, Out: w})
+	ex, exName, warns := a.be.choose(jr.start.Spec.GitLabCI)
+	var src egressSource
+	if _, refused := ex.(refuseExecutor); exName == BackendOCI && !refused {
+		// The job's own network namespace: its counters are the job's
+		// (NSESS-17). The process backend shares the host's and cannot
+		// tell a job's traffic from the host's.
+		src = a.ociEgress(jr.id)
+	}
+	if a.opts.egressSource != nil {
+		src = a.opts.egressSource(jr.id)
+	}
+	var egressTimer clock.Timer
+	if src != nil {
+		a.mu.Lock()
+		jr.egress = &egressMeter{src: src}
+		a.mu.Unlock()
+		egressTimer = a.clk.NewTimer(EgressEvery)
+	}
+	h, err := a.runner.Start(a.jobsCtx, stage.Spec{ID: jr.id, Job: jr.start.Spec.GitLabCI, Reserved: jr.reserve, Out: w,
+		Executor: ex, ExecutorName: exName, Warnings: warns})
 	if err != nil {
+		if egressTimer != nil {
+			egressTimer.Stop()
+		}
 		a.finish(jr, stage.Result{Failure: stage.FailureSystem, Err: err})
 		return
 	}
@@ -235,11 +258,17 @@ func (a *Agent) run(jr *jobRun) {
 		h.Cancel(jr.cancel)
 	}
 	if jr.stage == "" {
+		// The runner reports prepare_executor through onStage as it
+		// starts; this covers a start that has not got there yet.
 		jr.stage = "prepare_executor"
+		a.send(&dispatch.JobUpdate{Job: jr.id, State: dispatch.JobRunning, Stage: jr.stage, Guest: jr.guest})
 	}
-	a.send(&dispatch.JobUpdate{Job: jr.id, State: dispatch.JobRunning, Stage: jr.stage, Guest: jr.guest})
 	a.broadcastLocked()
 	a.mu.Unlock()
+	if src != nil {
+		a.jobsWG.Add(1)
+		go func() { defer a.jobsWG.Done(); a.egressLoop(jr, h.Done(), egressTimer) }()
+	}
 	<-h.Done()
 	a.finish(jr, h.Result())
 }
@@ -249,6 +278,8 @@ func (a *Agent) run(jr *jobRun) {
 func (a *Agent) finish(jr *jobRun, res stage.Result) {
 	a.mu.Lock()
 	crashed := a.crashed
+	egress := jr.finalEgressLocked()
+	jr.egress = nil // no sample after this one (NSESS-19: the result's is the last)
 	a.mu.Unlock()
 	if crashed {
 		return
@@ -259,7 +290,7 @@ func (a *Agent) finish(jr *jobRun, res stage.Result) {
 		outLen = jr.sp.Status().Produced
 	}
 	wire := wireResult(res, outLen)
-	b, _ := json.Marshal(wire)
+	b, _ := json.Marshal(journaledResult{JobResult: wire, Egress: egress})
 	if err := a.journal.Finished(jr.id, b); err != nil {
 		a.log.Error("journal finished", logkey.JobID, jr.id, logkey.Err, err)
 	}
@@ -270,13 +301,21 @@ func (a *Agent) finish(jr *jobRun, res stage.Result) {
 	}
 	a.wakeLocked()
 	a.checkDrainedLocked()
-	jr.result = &dispatch.Result{Job: jr.id, Result: wire}
+	jr.result = &dispatch.Result{Job: jr.id, Result: wire, Egress: egress}
 	jr.resultAt, jr.resultEvery = a.clk.Now(), 0
 	a.send(&dispatch.JobUpdate{Job: jr.id, State: dispatch.JobFinished})
 	jr.kick()
 	a.broadcastLocked()
 	a.metrics.finished.WithLabelValues(failureLabel(wire.Failure)).Inc()
 	a.log.Info("job finished", logkey.JobID, jr.id, "failure", wire.Failure, "output_len", outLen)
+}
+
+// journaledResult is what the journal keeps of a finished job: the
+// result and its final egress report, so a result resent after a restart
+// still carries it.
+type journaledResult struct {
+	client.JobResult
+	Egress *dispatch.EgressReport `json:"egress,omitempty"`
 }
 
 func failureLabel(f client.Failure) string {
@@ -395,12 +434,9 @@ func (a *Agent) sender(jr *jobRun) {
 }
 
 // spoolWriter is the stage runner's Out: the trace into the job's spool.
-// It also reads the section markers to report the stage running
-// (NSESS-14).
 type spoolWriter struct {
-	a    *Agent
-	jr   *jobRun
-	scan stageScanner
+	a  *Agent
+	jr *jobRun
 }
 
 var errCrashed = errors.New("node: agent crashed")
@@ -419,47 +455,19 @@ func (w *spoolWriter) Write(p []byte) (int, error) {
 	if _, err := w.jr.sp.Append(a.jobsCtx, p); err != nil {
 		return 0, err
 	}
-	for _, name := range w.scan.scan(p) {
-		a.stageStarted(w.jr, name)
-	}
 	return len(p), nil
 }
 
-// stageScanner finds gitlab-runner section markers
-// ("section_start:<unix>:<name>" then a byte not in a name) in a trace
-// written in arbitrary pieces, each marker once.
-type stageScanner struct {
-	tail []byte // the end of the stream so far, when it may hold a marker's start
-}
-
-var sectionRe = regexp.MustCompile(`section_start:[0-9]+:([A-Za-z0-9_.-]+)[^A-Za-z0-9_.-]`)
-
-// maxMarker bounds how much of the stream a marker spans.
-const maxMarker = 160
-
-func (s *stageScanner) scan(p []byte) []string {
-	if len(s.tail) == 0 && !bytes.Contains(p, []byte("s")) {
-		return nil
+// onStage is the stage runner's hook (stage.Config.OnStage): each stage
+// of a job as it starts.
+func (a *Agent) onStage(id, name string) {
+	a.mu.Lock()
+	jr := a.jobs[id]
+	a.mu.Unlock()
+	if jr != nil {
+		a.stageStarted(jr, name)
+		a.sampleEgress(jr) // NSESS-20: at each stage start
 	}
-	buf := append(s.tail, p...)
-	var names []string
-	for _, m := range sectionRe.FindAllSubmatchIndex(buf, -1) {
-		if m[1] > len(s.tail) {
-			names = append(names, string(buf[m[2]:m[3]]))
-		}
-	}
-	// Keep what may begin a marker that ends in a later piece: from the
-	// last "s" that could start one, at most maxMarker bytes.
-	keep := buf[max(len(buf)-maxMarker, 0):]
-	if i := bytes.LastIndex(keep, []byte("section_start:")); i >= 0 {
-		keep = keep[i:]
-	} else if i := bytes.IndexByte(keep, 's'); i >= 0 {
-		keep = keep[i:]
-	} else {
-		keep = nil
-	}
-	s.tail = append(s.tail[:0:0], keep...)
-	return names
 }
 
 // stageStarted journals and reports a new stage (NSESS-14, NSESS-18).

@@ -1,97 +1,70 @@
 package node
 
 import (
-	"fmt"
 	"io"
 	"net/http"
-	"slices"
-	"strings"
-	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 )
 
-// metrics are the node's Prometheus series (docs/node.md lists them),
-// written in the text exposition format (0.0.4) at /metrics: ledger use,
-// leases, jobs by state, spool bytes.
-//
-// github.com/prometheus/client_golang is in go.mod but its dependencies
-// are not in go.sum (the same reason hub/metrics.go gives), so the few
-// counters the node needs are kept here, stdlib only.
+// metrics are the node's Prometheus series (docs/node.md lists them) in a
+// registry of the agent's own, served by promhttp at /metrics: counters
+// kept as events happen, gauges read from a snapshot of the agent at each
+// scrape.
 type metrics struct {
-	mu       sync.Mutex
-	counters map[string]float64 // `name{labels}` → value; guarded by mu
-	conn     float64            // guarded by mu
-
-	connected gauge
-	offers    counterVec // reply, reason
-	leaseGone counterVec // why
-	finished  counterVec // failure ("success")
+	reg       *prometheus.Registry
+	connected prometheus.Gauge
+	offers    *prometheus.CounterVec // reply, reason
+	leaseGone *prometheus.CounterVec // why
+	finished  *prometheus.CounterVec // failure ("success")
 }
 
-func newMetrics() *metrics {
-	m := &metrics{counters: map[string]float64{}}
-	m.connected = gauge{m}
-	m.offers = m.vec("vk_node_offers_total", "reply", "reason")
-	m.leaseGone = m.vec("vk_node_leases_gone_total", "why")
-	m.finished = m.vec("vk_node_jobs_finished_total", "failure")
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vk_node_session_connected", Help: "1 while the hub session is up."}),
+		offers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vk_node_offers_total", Help: "Offers answered, by reply and refusal reason."}, []string{"reply", "reason"}),
+		leaseGone: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vk_node_leases_gone_total", Help: "Reservations ended on the node, by why (expired, released)."}, []string{"why"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vk_node_jobs_finished_total", Help: "Jobs ended, by failure (success when none)."}, []string{"failure"}),
+	}
+	m.reg.MustRegister(m.connected, m.offers, m.leaseGone, m.finished, snapshotCollector{a})
 	return m
 }
 
-// counterVec adds to one labelled counter.
-type counterVec struct {
-	m      *metrics
-	name   string
-	labels []string
-}
+// snapshotCollector reads the gauges from the agent at scrape time.
+type snapshotCollector struct{ a *Agent }
 
-func (m *metrics) vec(name string, labels ...string) counterVec {
-	return counterVec{m: m, name: name, labels: labels}
-}
+var (
+	descCapacity = prometheus.NewDesc("vk_node_capacity",
+		"What the node offers to placed work, by resource (mem and disk in bytes, cpus).", []string{"resource"}, nil)
+	descUsed = prometheus.NewDesc("vk_node_ledger_used",
+		"What reservations and jobs hold in the ledger, by resource.", []string{"resource"}, nil)
+	descReservations = prometheus.NewDesc("vk_node_reservations", "Reservations held.", nil, nil)
+	descJobs         = prometheus.NewDesc("vk_node_jobs",
+		"Jobs held until their result is recorded, by state.", []string{"state"}, nil)
+	descUnacked = prometheus.NewDesc("vk_node_spool_unacked_bytes",
+		"Output bytes spooled and not yet acked by the hub, all jobs.", nil, nil)
+	descState = prometheus.NewDesc("vk_node_state", "1 for the node's admission state.", []string{"state"}, nil)
+	descCap   = prometheus.NewDesc("vk_node_cap",
+		"The node's cap: min(hub ceiling, max_concurrency); -1 for none.", nil, nil)
+	descRunner = prometheus.NewDesc("vk_node_local_runner",
+		"1 when a local gitlab-runner makes the node refuse new work (PLACE-08).", nil, nil)
+)
 
-type counter struct {
-	m   *metrics
-	key string
-}
-
-func (c counterVec) WithLabelValues(vals ...string) counter {
-	var b strings.Builder
-	b.WriteString(c.name)
-	b.WriteByte('{')
-	for i, l := range c.labels {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		v := ""
-		if i < len(vals) {
-			v = vals[i]
-		}
-		fmt.Fprintf(&b, "%s=%q", l, v)
+func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descReservations, descJobs, descUnacked, descState, descCap, descRunner} {
+		ch <- d
 	}
-	b.WriteByte('}')
-	return counter{m: c.m, key: b.String()}
 }
 
-func (c counter) Inc() {
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
-	c.m.counters[c.key]++
-}
-
-type gauge struct{ m *metrics }
-
-func (g gauge) Set(v float64) {
-	g.m.mu.Lock()
-	defer g.m.mu.Unlock()
-	g.m.conn = v
-}
-
-var counterHelp = map[string]string{
-	"vk_node_offers_total":        "Offers answered, by reply and refusal reason.",
-	"vk_node_leases_gone_total":   "Reservations ended on the node, by why (expired, released).",
-	"vk_node_jobs_finished_total": "Jobs ended, by failure (success when none).",
-}
-
-// write renders every series; the gauges come from a snapshot of a.
-func (m *metrics) write(w io.Writer, a *Agent) {
+func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	a := c.a
 	a.mu.Lock()
 	s := a.led.Snapshot(a.now())
 	var waiting, running, finished int
@@ -109,54 +82,46 @@ func (m *metrics) write(w io.Writer, a *Agent) {
 		unacked += st.Produced - st.Acked
 	}
 	a.mu.Unlock()
-	gauge := func(name, help string, rows ...string) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
-		for _, r := range rows {
-			fmt.Fprintf(w, "%s%s\n", name, r)
-		}
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	res := func(e [3]int64) []string {
-		return []string{fmt.Sprintf(`{resource="mem"} %d`, e[0]), fmt.Sprintf(`{resource="disk"} %d`, e[1]), fmt.Sprintf(`{resource="cpus"} %d`, e[2])}
+	for _, r := range []struct {
+		name        string
+		total, used int64
+	}{{"mem", s.Total.MemBytes, s.Used.MemBytes}, {"disk", s.Total.DiskBytes, s.Used.DiskBytes}, {"cpus", s.Total.CPUs, s.Used.CPUs}} {
+		g(descCapacity, float64(r.total), r.name)
+		g(descUsed, float64(r.used), r.name)
 	}
-	gauge("vk_node_capacity", "What the node offers to placed work, by resource (mem and disk in bytes, cpus).",
-		res([3]int64{s.Total.MemBytes, s.Total.DiskBytes, s.Total.CPUs})...)
-	gauge("vk_node_ledger_used", "What reservations and jobs hold in the ledger, by resource.",
-		res([3]int64{s.Used.MemBytes, s.Used.DiskBytes, s.Used.CPUs})...)
-	gauge("vk_node_reservations", "Reservations held.", fmt.Sprintf(" %d", len(s.Reservations)))
-	gauge("vk_node_jobs", "Jobs held until their result is recorded, by state.",
-		fmt.Sprintf(`{state="waiting"} %d`, waiting), fmt.Sprintf(`{state="running"} %d`, running), fmt.Sprintf(`{state="finished"} %d`, finished))
-	gauge("vk_node_spool_unacked_bytes", "Output bytes spooled and not yet acked by the hub, all jobs.", fmt.Sprintf(" %d", unacked))
-	gauge("vk_node_state", "1 for the node's admission state.", fmt.Sprintf(`{state=%q} 1`, string(s.State)))
-	gauge("vk_node_cap", "The node's cap: min(hub ceiling, max_concurrency); -1 for none.", fmt.Sprintf(" %d", s.Cap))
-	runner := 0
+	g(descReservations, float64(len(s.Reservations)))
+	g(descJobs, float64(waiting), "waiting")
+	g(descJobs, float64(running), "running")
+	g(descJobs, float64(finished), "finished")
+	g(descUnacked, float64(unacked))
+	g(descState, 1, string(s.State))
+	g(descCap, float64(s.Cap))
+	runner := 0.0
 	if s.Runner {
 		runner = 1
 	}
-	gauge("vk_node_local_runner", "1 when a local gitlab-runner makes the node refuse new work (PLACE-08).", fmt.Sprintf(" %d", runner))
-
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	gauge("vk_node_session_connected", "1 while the hub session is up.", fmt.Sprintf(" %g", m.conn))
-	keys := make([]string, 0, len(m.counters))
-	for k := range m.counters {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	last := ""
-	for _, k := range keys {
-		name := k[:strings.IndexByte(k, '{')]
-		if name != last {
-			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", name, counterHelp[name], name)
-			last = name
-		}
-		fmt.Fprintf(w, "%s %g\n", k, m.counters[k])
-	}
+	g(descRunner, runner)
 }
 
 // handler serves /metrics.
-func (m *metrics) handler(a *Agent) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		m.write(w, a)
-	})
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// write renders every series in the Prometheus text format.
+func (m *metrics) write(w io.Writer) error {
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -41,11 +41,12 @@ func (a *Agent) recover() error {
 			return fmt.Errorf("node: recover %s: %w", e.Job, err)
 		}
 		st := sp.Status()
-		var res client.JobResult
-		if err := json.Unmarshal(e.Result, &res); err != nil {
+		var jres journaledResult
+		if err := json.Unmarshal(e.Result, &jres); err != nil {
 			a.log.Error("journaled result unreadable; reporting a system failure", logkey.JobID, e.Job, logkey.Err, err)
-			res = client.JobResult{Failure: client.FailureSystem, Message: "journaled result unreadable"}
+			jres = journaledResult{JobResult: client.JobResult{Failure: client.FailureSystem, Message: "journaled result unreadable"}}
 		}
+		res := jres.JobResult
 		if !st.Finished {
 			n, err := sp.Finish()
 			if err != nil {
@@ -55,7 +56,7 @@ func (a *Agent) recover() error {
 		}
 		res.OutputLen = st.OutputLen
 		jr := newJobRun(e.Job, sp)
-		jr.result = &dispatch.Result{Job: e.Job, Result: res}
+		jr.result = &dispatch.Result{Job: e.Job, Result: res, Egress: jres.Egress}
 		jr.resultAt = a.clk.Now()
 		jr.sendOff = st.Acked
 		close(jr.granted)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +24,51 @@ import (
 func nodeCommand() *cobra.Command {
 	n := &cobra.Command{Use: "node", Short: "the node agent: admission ledger, journal, job execution"}
 	n.AddCommand(nodeRunCommand(), nodeJoinCommand())
+	for _, c := range []struct{ name, short string }{
+		{node.CmdStatus, "print the running agent's state (control socket)"},
+		{node.CmdDrain, "refuse new offers, let held reservations lapse; running jobs finish (NODE-05)"},
+		{node.CmdReady, "take offers again"},
+		{node.CmdQuarantine, "refuse new offers and release every held reservation now (NODE-05)"},
+	} {
+		n.AddCommand(nodeControlCommand(c.name, c.short))
+	}
 	return n
+}
+
+// nodeControlCommand sends one command to the running agent over
+// <state_dir>/node.sock and prints its state as JSON.
+func nodeControlCommand(name, short string) *cobra.Command {
+	var configPath, stateDir string
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir := stateDir
+			if !cmd.Flags().Changed("state-dir") {
+				cfg, err := node.LoadConfig(configPath)
+				switch {
+				case err == nil:
+					dir = cfg.Node.StateDir
+				case cmd.Flags().Changed("config"):
+					return err
+				}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
+			defer cancel()
+			st, err := node.Control(ctx, dir, name)
+			if err != nil {
+				return err
+			}
+			b, _ := json.Marshal(st)
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "/etc/vk/node.toml", "node config file (TOML), for its [node] state_dir")
+	f.StringVar(&stateDir, "state-dir", node.DefaultStateDir, "the agent's state dir (holds node.sock)")
+	return cmd
 }
 
 func nodeRunCommand() *cobra.Command {
@@ -36,7 +81,8 @@ admission ledger, run jobs and stream their output.
 
 Signals: SIGTERM or SIGINT drain the node (no new offers), let running jobs
 finish for up to [node] shutdown_timeout_secs, then interrupt the rest.
-SIGUSR1 drains the node without stopping it; SIGUSR2 makes it ready again.`,
+SIGUSR1 drains the node without stopping it; SIGUSR2 makes it ready again.
+The same and quarantine over <state_dir>/node.sock: vk node drain|ready|quarantine|status.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logFormat, logLevel)

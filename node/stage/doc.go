@@ -27,6 +27,17 @@
 // ARTIFACT_DOWNLOAD_ATTEMPTS times (1–10, default 1), a warning naming each
 // failed attempt.
 //
+// # Hooks for the node
+//
+// [Config.OnStage] is called with the job's ID and each stage's name as
+// the stage starts (the node reports `running {stage}` and samples egress
+// there). [Spec.Executor] (with [Spec.ExecutorName]) runs one job on
+// another backend than [Config.Executor] — the node picks it per job by
+// image — and [Spec.Warnings] go to the trace as warnings after the
+// executor line, followed by those of a prepared job that has a
+// `Warnings() []string` method (the container backend's dropped service
+// aliases, DECISIONS 8, and unhealthy services).
+//
 // # Scripts
 //
 // Each script stage is one bash script shaped exactly like gitlab-runner's

@@ -107,4 +107,16 @@ type Spec struct {
 	Reserved exec.Size
 	// Out receives the trace bytes as GitLab will store them. Required.
 	Out io.Writer
+	// Executor, when set, prepares this job instead of [Config.Executor]
+	// (a node choosing the backend per job by its image); nil means
+	// Config.Executor.
+	Executor exec.Executor
+	// ExecutorName names Executor in the trace; "" means
+	// [Config.ExecutorName]. Used only with Executor.
+	ExecutorName string
+	// Warnings are written to the trace as warnings right after the
+	// executor line of prepare_executor (a backend chooser's notes, e.g.
+	// services ignored without an image). A prepared job that has a
+	// `Warnings() []string` method gets those written after Prepare too.
+	Warnings []string
 }

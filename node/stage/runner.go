@@ -65,6 +65,13 @@ type Config struct {
 	Clock clock.Clock
 	// Log receives the runner's diagnostics; nil discards them.
 	Log *slog.Logger
+	// OnStage, when set, is called with the job's [Spec.ID] and the
+	// stage's name (prepare_executor, prepare_script, get_sources, …,
+	// step_<name>, after_script, …; the section names of STAGE-01) as each
+	// stage starts, before its first trace line. It is called from the
+	// job's goroutine, one call at a time per job, and must not block for
+	// long.
+	OnStage func(jobID, stage string)
 }
 
 // Runner runs jobs stage by stage. It is safe for concurrent use.
@@ -295,8 +302,23 @@ func (x *run) canceled() bool {
 	return x.h.canceled
 }
 
-func (x *run) section(name, title string, fn func()) {
+// warn writes a backend's warning, which may already begin "WARNING: ",
+// as one warning line.
+func (x *run) warn(w string) {
+	x.tr.Warningln(strings.TrimPrefix(strings.TrimRight(w, "\n"), "WARNING: "))
+}
+
+// sectionStart opens a stage's section and reports the stage
+// ([Config.OnStage]).
+func (x *run) sectionStart(name string) {
+	if f := x.r.cfg.OnStage; f != nil {
+		f(x.spec.ID, name)
+	}
 	x.tr.SectionStart(name, trace.SectionOptions{})
+}
+
+func (x *run) section(name, title string, fn func()) {
+	x.sectionStart(name)
 	x.tr.Title(title)
 	fn()
 	x.tr.SectionEnd(name)
@@ -404,7 +426,17 @@ func (x *run) lookup(key string) (string, bool) { return job.Lookup(x.job.Variab
 func (x *run) prepareExecutor(ctx context.Context) bool {
 	ok := true
 	x.section("prepare_executor", `Preparing the "vk" executor`, func() {
-		x.tr.Println("Using the " + x.r.cfg.ExecutorName + " executor with bash...")
+		exName, executor := x.r.cfg.ExecutorName, x.r.cfg.Executor
+		if x.spec.Executor != nil {
+			executor = x.spec.Executor
+			if x.spec.ExecutorName != "" {
+				exName = x.spec.ExecutorName
+			}
+		}
+		x.tr.Println("Using the " + exName + " executor with bash...")
+		for _, w := range x.spec.Warnings {
+			x.warn(w)
+		}
 		in := exec.SizeInput{Default: x.spec.Reserved, Ceiling: x.r.cfg.Ceiling}
 		in.CPUsVar, _ = x.lookup("MICROVM_CPUS")
 		in.MemVar, _ = x.lookup("MICROVM_MEM")
@@ -422,13 +454,20 @@ func (x *run) prepareExecutor(ctx context.Context) bool {
 			ok = false
 			return
 		}
-		ej, err := x.r.cfg.Executor.Prepare(ctx, exec.PrepareRequest{ID: x.spec.ID, Size: x.size})
+		ej, err := executor.Prepare(ctx, exec.PrepareRequest{ID: x.spec.ID, Size: x.size})
 		if err != nil {
 			x.failStage(ctx, err, FailureSystem)
 			ok = false
 			return
 		}
 		x.ej = ej
+		if wj, isW := ej.(interface{ Warnings() []string }); isW {
+			// Backends' notes on the prepared environment: dropped service
+			// aliases (DECISIONS 8), services that did not start.
+			for _, w := range wj.Warnings() {
+				x.warn(w)
+			}
+		}
 		x.projectDir = path.Join(ej.BuildsDir(), projectPath(x.job))
 		x.tmpDir = x.projectDir + ".tmp"
 	})
@@ -685,7 +724,7 @@ func (x *run) userSteps(ctx context.Context) {
 			continue
 		}
 		name := "step_" + strings.ToLower(st.Name)
-		x.tr.SectionStart(name, trace.SectionOptions{})
+		x.sectionStart(name)
 		x.tr.Title(`Executing "` + name + `" stage of the job script`)
 		w := x.writer()
 		w.exports(x.exports("running"))
