@@ -145,3 +145,20 @@ func TestRunRefusesOpenStateDir(t *testing.T) {
 		t.Errorf("Run without an enrolment = %v, want a hint to join", err)
 	}
 }
+
+// One vk-gitlab serves one GitLab: a runner cannot name a server of its own
+// (the key is refused with its line), and a config without [gitlab] url is
+// refused.
+//
+// spec: RELAY-01
+func TestOneGitLabServer(t *testing.T) {
+	p := writeConfig(t, "version = 1\n[gitlab]\nurl = \"https://gitlab.example.com\"\n"+runnerTOML+"url = \"https://other.example.com\"\n")
+	_, _, err := LoadConfig(p)
+	if err == nil || !strings.Contains(err.Error(), `unknown key "runners.url"`) {
+		t.Fatalf("LoadConfig with a per-runner url = %v, want the key refused", err)
+	}
+	p = writeConfig(t, "version = 1\n"+runnerTOML)
+	if _, _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), "gitlab") {
+		t.Fatalf("LoadConfig without [gitlab] url = %v, want an error naming gitlab", err)
+	}
+}
