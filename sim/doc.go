@@ -1,0 +1,109 @@
+// Package sim is vk's deterministic fleet simulator (BS-18): it drives the
+// hub's own scheduling core, [sched.Core], unmodified, against a simulated
+// fleet in virtual time, and runs the policies CI fleets use today on the
+// same jobs, so that a policy is proven before the hub runs it.
+//
+// A run ([Run]) reads a [Scenario] (TOML, decoded strictly: unknown keys
+// are errors), samples the workload once from the seed ([Sample]: arrivals
+// and runtimes), then runs each policy on that same job list with its own
+// PRNG stream derived from the seed, and returns a [Report] (text tables and
+// a self-contained HTML page). Same scenario and seed, same bytes.
+//
+// # Engine
+//
+// A virtual clock and an event heap ordered by (time, sequence): events at
+// one instant run in the order they were scheduled. Nothing reads the wall
+// clock except the measurement of time spent inside sched.Core.Step, which
+// is reported apart ([Report.WriteWall]) and never in the report.
+//
+// # Models
+//
+// GitLab holds a FIFO queue of pending jobs per runner; a runner is one job
+// template (tenant, envelope). A job request takes a round trip sampled
+// from [GitLabParams.RoundTrip] and gets the oldest queued job (demand, not
+// a specific job, BS-26) or an empty answer; with [GitLabParams.LongPoll]
+// GitLab holds an empty request open that long, as Workhorse does.
+//
+// vk: one relay per tenant, one runner per template with
+// request_concurrency loops, as vk-gitlab runs them: queue a ticket,
+// long-poll it, claim the grant, ask GitLab, report the outcome (job: submit
+// under the admission; empty: the core backs the runner off), queue again.
+// Nodes answer offers and starts from a ledger (accept if the envelope fits
+// in vCPUs, memory and disk and under max_concurrency; refuse otherwise)
+// after [VKParams.NodeAnswer]; a job runs its sampled runtime, finishes and
+// is settled [VKParams.SettleDelay] later. Every answer goes back through
+// Core.Step, whose deadlines are driven by Tick at Core.NextDeadline.
+//
+// pull-fifo: hosts with room pull from one shared FIFO queue (seed 003's
+// Redis script); a head that fits no host blocks everything behind it.
+// greedy-backfill: the same queue, but any job that fits now is taken,
+// oldest first, whatever its size. For both, the host with the most free
+// vCPUs pulls; the job starts after the host's next poll (uniform within
+// poll_interval) and a GitLab round trip, its room held meanwhile.
+//
+// accept-then-wait (K8S-03): per runner, replicas × request_concurrency
+// request slots feed every check_interval (jittered) and take jobs while
+// their replica holds fewer than concurrent, room or not. A job becomes a
+// pod after pod_create; the Kubernetes scheduler binds pending pods oldest
+// first to the node with the most free vCPUs (backfilling); a pod not bound
+// within poll_timeout fails its job.
+//
+// quota-margin (K8S-01..14): the same managers, but a slot requests only
+// when used + in_flight + margin < hard holds on the namespace quota for
+// pods (when quota_pods is set) and for requests.cpu and requests.memory
+// (used + (in_flight + margin + 1) × the pod's request ≤ hard, hard being
+// the fleet's capacity, K8S-11). in_flight is the slot's replica's jobs
+// without a pod (K8S-02); used counts every admitted pod of every runner
+// (K8S-04). Admission rejects a pod over hard and its job fails
+// ("quota_rejected", K8S-08). A maxSurge 100% rollout runs a second
+// replica set for rollout_for from rollout_at, after which the old one
+// stops requesting (K8S-06). Each margin of [BaselineParams.Margins] is
+// one result (K8S-10).
+//
+// # Metrics
+//
+// Utilization is running vCPUs over fleet vCPUs, integrated over the
+// arrival window. A wait is from a job's arrival at GitLab to its start on
+// a node. Held-idle is vCPU·time set aside on nodes without a running job
+// (vk reservations granted and not yet used, including while a long-polled
+// GitLab request is open; pulled jobs before they boot). Free-while-waiting
+// is vCPU·time free on nodes while any job waited (head-of-line blocking,
+// margins, fragmentation). Jain's index is over each tenant's vCPU·s in the
+// window divided by its weight, among tenants that had jobs; it reads 1
+// only when every tenant was backlogged and served by weight, so read it
+// beside the per-tenant waits.
+//
+// [VKParams.Variants] add runs of the same core with some policy knobs
+// changed ("vk/NAME"), e.g. packing above a utilization threshold and drain
+// reservations for wide jobs (BS-21, BS-22), so a candidate policy is
+// compared with the current one on the same jobs (BS-06).
+//
+// # Choices where the spec is silent
+//
+//   - Relays run without a relay-wide concurrent and runners without a
+//     limit (vk-gitlab's defaults would cap a tenant at 10 jobs): an
+//     operator sizes them to the fleet; relay_concurrent models a limit.
+//   - The hub's tick (tick_every, default 250 ms as the hub's tick_ms)
+//     decides when the Core's deadlines fire; the sim sends a Tick only at
+//     the first tick at or after the Core's next deadline.
+//   - A finished job reports its name (project/template) and wall time, so
+//     the Core's runtime statistics (BS-23) see every job.
+//   - Memory is sized at 4 GiB per vCPU in nodes and jobs alike, so
+//     sched's memory bound (it treats vCPUs as load, PLACE-12) and the
+//     baselines' vCPU fit agree; the sim's node ledger checks both.
+//   - Relays heartbeat when their session starts and every
+//     heartbeat_every (default 10 s), listing each runner's admissions with
+//     a GitLab request out and those of its unsettled jobs (RSESS-04); a
+//     request out longer than a third of its lease is renewed (API-29).
+//   - Jobs are submitted without a place_within deadline.
+//   - The quota check re-runs every check_interval × U[0.5, 1.5) after a
+//     failure or an empty answer, so all managers see a freed slot within
+//     about one interval (K8S-05).
+//   - Pods over hard are rejected at creation; a pod in quota that no node
+//     fits (fragmentation) still waits for poll_timeout.
+//   - Every simulated pod carries the runner's per-pod cpu and memory
+//     requests, so a requests.memory quota never rejects a pod for lacking
+//     one (K8S-12); the quota needs no cleanup (K8S-13). The exact
+//     alternative K8S-13 names, one lease per job renewed and swept, is the
+//     shape of vk's reservations, so the vk policy stands for it.
+package sim

@@ -1,0 +1,159 @@
+package sim
+
+import (
+	"time"
+)
+
+// Failure reasons a policy can end a job with.
+const (
+	FailQuotaRejected = "quota_rejected" // pod over quota at admission (K8S-08)
+	FailPollTimeout   = "poll_timeout"   // pod not placed within poll_timeout (K8S-03)
+	FailNoCapacity    = "no_capacity"    // vk: EndJob no_capacity
+	FailLost          = "lost"           // vk: EndJob lost
+)
+
+// meter collects one policy's measurements as the run goes. Areas are
+// integrals over virtual time in vCPU·seconds, restricted to [0, window).
+type meter struct {
+	window   time.Duration
+	bucket   time.Duration
+	totalCPU float64
+	tmplCPU  []float64
+	tenantOf []int // per template
+
+	last       time.Duration
+	runCPU     float64
+	tenantCPU  []float64
+	heldIdle   float64 // vCPUs set aside on nodes, not running a job
+	waiting    int     // jobs arrived, neither started nor ended
+	freeCPU    float64 // totalCPU - runCPU - heldIdle
+	util       []float64
+	tenantUtil [][]float64
+	runArea    float64
+	idleArea   float64
+	freeWait   float64
+
+	tenantJobs []int // jobs running per tenant now
+	tenantPeak []int // most jobs running at once per tenant
+
+	start  []time.Duration // per job; -1 before it starts
+	failed []string        // per job; "" unless it failed
+	ended  int
+	fails  map[string]int
+
+	gitlabRequests int
+	emptyAnswers   int
+	peakOver       int // quota-margin: most pods rejected within one refresh interval
+	overshoot      int // quota-margin with a pods quota: most pods past hard − margin
+}
+
+func newMeter(s *Scenario, jobs []Job, totalCPU int64) *meter {
+	nb := int((s.Duration.Duration + s.Bucket.Duration - 1) / s.Bucket.Duration)
+	m := &meter{window: s.Duration.Duration, bucket: s.Bucket.Duration, totalCPU: float64(totalCPU),
+		freeCPU: float64(totalCPU), util: make([]float64, nb), tenantCPU: make([]float64, len(s.Tenants)),
+		start: make([]time.Duration, len(jobs)), failed: make([]string, len(jobs)), fails: map[string]int{}}
+	ti := map[string]int{}
+	for i, t := range s.Tenants {
+		ti[t.Name] = i
+	}
+	for _, j := range s.Jobs {
+		m.tmplCPU = append(m.tmplCPU, float64(j.CPUs))
+		m.tenantOf = append(m.tenantOf, ti[j.Tenant])
+	}
+	m.tenantJobs = make([]int, len(s.Tenants))
+	m.tenantPeak = make([]int, len(s.Tenants))
+	m.tenantUtil = make([][]float64, len(s.Tenants))
+	for i := range m.tenantUtil {
+		m.tenantUtil[i] = make([]float64, nb)
+	}
+	for i := range m.start {
+		m.start[i] = -1
+	}
+	return m
+}
+
+// advance integrates the current levels from m.last to t.
+func (m *meter) advance(t time.Duration) {
+	end := min(t, m.window)
+	for m.last < end {
+		b := int(m.last / m.bucket)
+		be := min(time.Duration(b+1)*m.bucket, end)
+		dt := (be - m.last).Seconds()
+		m.util[b] += m.runCPU * dt
+		for i, c := range m.tenantCPU {
+			if c != 0 {
+				m.tenantUtil[i][b] += c * dt
+			}
+		}
+		m.runArea += m.runCPU * dt
+		m.idleArea += m.heldIdle * dt
+		if m.waiting > 0 {
+			m.freeWait += m.freeCPU * dt
+		}
+		m.last = be
+	}
+	if t > m.last {
+		m.last = t
+	}
+}
+
+func (m *meter) arrived(t time.Duration, _ int) {
+	m.advance(t)
+	m.waiting++
+}
+
+// hold and unhold count vCPUs set aside on a node but not running a job
+// (reservations, claimed-but-not-started pulls).
+func (m *meter) hold(t time.Duration, cpus int64) {
+	m.advance(t)
+	m.heldIdle += float64(cpus)
+	m.freeCPU -= float64(cpus)
+}
+
+func (m *meter) unhold(t time.Duration, cpus int64) {
+	m.advance(t)
+	m.heldIdle -= float64(cpus)
+	m.freeCPU += float64(cpus)
+}
+
+// started marks job j (of template tmpl) running from t.
+func (m *meter) started(t time.Duration, j, tmpl int) {
+	m.advance(t)
+	if m.start[j] >= 0 || m.failed[j] != "" {
+		return
+	}
+	m.start[j] = t
+	m.waiting--
+	c := m.tmplCPU[tmpl]
+	m.runCPU += c
+	m.freeCPU -= c
+	tn := m.tenantOf[tmpl]
+	m.tenantCPU[tn] += c
+	m.tenantJobs[tn]++
+	m.tenantPeak[tn] = max(m.tenantPeak[tn], m.tenantJobs[tn])
+}
+
+// finished marks a running job done at t.
+func (m *meter) finished(t time.Duration, j, tmpl int) {
+	m.advance(t)
+	c := m.tmplCPU[tmpl]
+	m.runCPU -= c
+	m.freeCPU += c
+	m.tenantCPU[m.tenantOf[tmpl]] -= c
+	m.tenantJobs[m.tenantOf[tmpl]]--
+	m.ended++
+}
+
+// fail ends a job that never ran.
+func (m *meter) fail(t time.Duration, j int, reason string) {
+	m.advance(t)
+	if m.start[j] >= 0 || m.failed[j] != "" {
+		return
+	}
+	m.failed[j] = reason
+	m.fails[reason]++
+	m.waiting--
+	m.ended++
+}
+
+func (m *meter) close(t time.Duration) { m.advance(t) }

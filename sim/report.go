@@ -1,0 +1,144 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s" }
+
+func pct(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+
+func cpuHours(s float64) string { return strconv.FormatFloat(s/3600, 'f', 1, 64) }
+
+// WriteText writes the comparison as text tables. The output is a pure
+// function of (scenario, seed): wall-clock figures are left out (see
+// [Report.WriteWall]).
+func (rep *Report) WriteText(w io.Writer) error {
+	s := rep.Scenario
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario %s  seed %d  jobs %d  nodes %d (%d vCPU)  window %s\n", s.Name, rep.Seed, rep.Jobs, rep.Nodes, rep.CPUs, s.Duration.Duration)
+	if s.Description != "" {
+		fmt.Fprintf(&b, "%s\n", strings.TrimSpace(s.Description))
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tutil\twait p50\tp95\tp99\tstarted\tfailed\tquota-lost\tovershoot\ttimeout\tunstarted\theld-idle vCPU·h\tfree-while-waiting vCPU·h\tgitlab req\tempty\tjain\t")
+	for _, r := range rep.Results {
+		ws := Percentiles(r.Waits)
+		over := "-"
+		if r.Policy == "quota-margin" && s.Baseline.QuotaPods > 0 {
+			over = strconv.Itoa(r.MarginOvershoot)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%.3f\t\n", r.Label, pct(r.Util), secs(ws.P50), secs(ws.P95), secs(ws.P99),
+			r.Started, r.FailedTotal(), r.Failed[FailQuotaRejected], over, r.Failed[FailPollTimeout], r.Unstarted,
+			cpuHours(r.HeldIdleCPUSecs), cpuHours(r.FreeWhileWaitingCPUSecs), r.GitLabRequests, r.EmptyAnswers, r.Jain)
+	}
+	tw.Flush()
+
+	// waits by envelope size
+	sizes := map[string]bool{}
+	for _, j := range s.Jobs {
+		sizes[envLabel(j)] = true
+	}
+	sizeKeys := sortedStrings(sizes)
+	b.WriteString("\nwait p50/p95/p99 by envelope\n")
+	tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "policy\t")
+	for _, k := range sizeKeys {
+		fmt.Fprintf(tw, "%s\t", k)
+	}
+	fmt.Fprintln(tw)
+	for _, r := range rep.Results {
+		by := rep.WaitsBy(r, func(t int) string { return envLabel(s.Jobs[t]) })
+		fmt.Fprintf(tw, "%s\t", r.Label)
+		for _, k := range sizeKeys {
+			fmt.Fprintf(tw, "%s\t", statCell(by[k]))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+
+	if len(s.Tenants) > 1 {
+		b.WriteString("\nby tenant: wait p50/p95/p99, share of vCPU·s run in the window (weight share)\n")
+		tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "policy\t")
+		wsum := 0
+		for _, t := range s.Tenants {
+			fmt.Fprintf(tw, "%s\t", t.Name)
+			wsum += t.Weight
+		}
+		fmt.Fprintln(tw)
+		for _, r := range rep.Results {
+			by := rep.WaitsBy(r, func(t int) string { return s.Jobs[t].Tenant })
+			total := 0.0
+			for _, c := range r.TenantCPUSecs {
+				total += c
+			}
+			fmt.Fprintf(tw, "%s\t", r.Label)
+			for ti, t := range s.Tenants {
+				share := 0.0
+				if total > 0 {
+					share = r.TenantCPUSecs[ti] / total
+				}
+				fmt.Fprintf(tw, "%s %s (%s)\t", statCell(by[t.Name]), pct(share), pct(float64(t.Weight)/float64(wsum)))
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+	}
+	for _, r := range rep.Results {
+		if len(r.Invariants) > 0 {
+			fmt.Fprintf(&b, "\n%s: %d sched invariant violations, first: %s\n", r.Label, len(r.Invariants), r.Invariants[0])
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteWall writes the wall-clock figures: the vk core's events per second.
+// They vary from run to run and are kept apart from the report.
+func (rep *Report) WriteWall(w io.Writer) error {
+	for _, r := range rep.Results {
+		if r.CoreSteps > 0 {
+			if _, err := fmt.Fprintf(w, "%s core: %d steps in %s wall, %.0f decisions/s\n", r.Label, r.CoreSteps, r.CoreWall.Round(time.Millisecond), r.DecisionsPerSec()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func envLabel(j JobTemplate) string {
+	return strconv.Itoa(j.CPUs) + "vCPU/" + strconv.Itoa(j.MemGiB) + "G"
+}
+
+func statCell(ws []time.Duration) string {
+	st := Percentiles(ws)
+	if st.N == 0 {
+		return "-"
+	}
+	return secs(st.P50) + "/" + secs(st.P95) + "/" + secs(st.P99)
+}
+
+func sortedStrings(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		// numeric vCPU first
+		ai, _ := strconv.Atoi(a[:strings.IndexByte(a+"v", 'v')])
+		bi, _ := strconv.Atoi(b[:strings.IndexByte(b+"v", 'v')])
+		if ai != bi {
+			return ai - bi
+		}
+		return strings.Compare(a, b)
+	})
+	return out
+}

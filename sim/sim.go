@@ -1,0 +1,317 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// PolicyNames lists the policies the simulator knows, in report order.
+var PolicyNames = []string{"vk", "pull-fifo", "accept-then-wait", "quota-margin", "greedy-backfill"}
+
+// Options configure [Run]. The zero value of each optional field means:
+// Seed 0 → the scenario's seed; Policies nil → the scenario's list, or all
+// of [PolicyNames]; Progress nil → silent; Log nil → discard.
+type Options struct {
+	Scenario *Scenario // required
+	Seed     uint64    // 0: the scenario's seed
+	Policies []string  // nil: the scenario's list, or all
+	// Progress receives a line per finished policy when the run has taken
+	// more than two seconds of wall time so far.
+	Progress io.Writer
+	Log      *slog.Logger // nil: discard
+	// CheckInvariants runs sched's CheckInvariants after every step of the
+	// vk policy and reports violations in Result.Invariants (slow).
+	CheckInvariants bool
+}
+
+// Report is the outcome of one run: every policy on the same sampled jobs.
+type Report struct {
+	Scenario *Scenario // as run, with the seed used
+	Seed     uint64    // the seed used
+	Jobs     int       // jobs in the workload
+	Nodes    int       // nodes in the fleet
+	CPUs     int64     // vCPUs in the fleet
+	Results  []*Result // one per policy run, in PolicyNames order
+
+	jobs []Job
+}
+
+// Result is one policy's measurements. All fields but CoreWall are a pure
+// function of (scenario, seed).
+type Result struct {
+	// Label is the policy name, with the margin for quota-margin
+	// ("quota-margin/m=12").
+	Label  string
+	Policy string // one of PolicyNames
+	Margin int    // quota-margin's margin in pods; 0 otherwise
+
+	Started   int            // jobs that started
+	Finished  int            // jobs that finished by the end of the run
+	Unstarted int            // neither started nor failed by the end of the run
+	Failed    map[string]int // by Fail* reason
+	// Util is the mean CPU-weighted utilization over the window, 0..1;
+	// UtilSeries the same per bucket.
+	Util       float64
+	UtilSeries []float64 // per Scenario.Bucket, 0..1
+	// TenantSeries[t][b] is tenant t's share of the fleet's vCPUs in bucket b.
+	TenantSeries [][]float64
+	// TenantCPUSecs is what each tenant ran within the window (vCPU·s).
+	TenantCPUSecs []float64
+	// TenantPeakJobs is the most jobs each tenant had running at once.
+	TenantPeakJobs []int
+	// Jain is Jain's fairness index over TenantCPUSecs[t]/weight[t] for
+	// tenants that had jobs (1 is perfectly weighted-fair).
+	Jain float64
+	// Waits are the waits (arrival at GitLab to running) of started jobs,
+	// by job ID; -1 for jobs that never started.
+	Waits []time.Duration
+	// HeldIdleCPUSecs: vCPU·s set aside on nodes without running a job
+	// (vk reservations granted but not yet used, pulled jobs booting).
+	HeldIdleCPUSecs float64
+	// FreeWhileWaitingCPUSecs: vCPU·s free while some job waited.
+	FreeWhileWaitingCPUSecs float64
+	GitLabRequests          int // job requests made (pull policies: one per job)
+	EmptyAnswers            int // job requests answered without a job
+	// PeakOvershoot is the most pods admission rejected within one quota
+	// refresh interval (quota-margin).
+	PeakOvershoot int
+	// MarginOvershoot is, with a pods quota, the most pods admitted or in
+	// flight beyond hard − margin at once: how much of the margin the
+	// managers' race used (K8S-07; the sandbox saw 1-3 against 12).
+	MarginOvershoot int
+	// CoreSteps is how many events the vk core took; CoreWall the wall
+	// time spent inside Step (not deterministic; never in Text/HTML).
+	CoreSteps  int
+	CoreWall   time.Duration // wall time inside Step; not deterministic
+	Invariants []string      // sched invariant violations (Options.CheckInvariants)
+	Events     uint64        // engine events run
+}
+
+// FailedTotal is the number of jobs the policy failed.
+func (r *Result) FailedTotal() int {
+	n := 0
+	for _, v := range r.Failed {
+		n += v
+	}
+	return n
+}
+
+// DecisionsPerSec is the vk core's events per second of wall time, 0 when
+// not measured.
+func (r *Result) DecisionsPerSec() float64 {
+	if r.CoreWall <= 0 {
+		return 0
+	}
+	return float64(r.CoreSteps) / r.CoreWall.Seconds()
+}
+
+// Run samples the scenario's jobs once from the seed and runs each policy
+// on them in virtual time (BS-18). It stops early with ctx's error.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	s := opt.Scenario
+	if s == nil {
+		return nil, fmt.Errorf("%w: no scenario", ErrScenario)
+	}
+	seed := opt.Seed
+	if seed == 0 {
+		seed = s.Seed
+	}
+	log := opt.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pols := opt.Policies
+	if len(pols) == 0 {
+		pols = s.Policies
+	}
+	if len(pols) == 0 {
+		pols = PolicyNames
+	}
+	for _, p := range pols {
+		if !slices.Contains(PolicyNames, p) {
+			return nil, fmt.Errorf("%w: unknown policy %q", ErrScenario, p)
+		}
+	}
+	// the scenario's seed also seeds the Core; a --seed override wins
+	sc := *s
+	sc.Seed = seed
+	s = &sc
+	jobs := Sample(s, seed)
+	rep := &Report{Scenario: s, Seed: seed, Jobs: len(jobs), jobs: jobs}
+	for _, n := range s.Nodes {
+		rep.Nodes += n.Count
+		rep.CPUs += int64(n.Count * n.CPUs)
+	}
+	t0 := time.Now()
+	for _, p := range PolicyNames { // report order, whatever the flag order
+		if !slices.Contains(pols, p) {
+			continue
+		}
+		// quota-margin runs once per margin, vk once plus once per variant
+		type variant struct {
+			margin int
+			vk     VKVariant
+		}
+		runs := []variant{{}}
+		switch p {
+		case "quota-margin":
+			runs = nil
+			for _, m := range s.Baseline.Margins {
+				runs = append(runs, variant{margin: m})
+			}
+		case "vk":
+			for _, x := range s.VK.Variants {
+				runs = append(runs, variant{vk: x})
+			}
+		}
+		for _, vr := range runs {
+			m := vr.margin
+			label := p
+			switch p {
+			case "quota-margin":
+				label = p + "/m=" + strconv.Itoa(m)
+			case "vk":
+				label = p + variantLabel(vr.vk.Name)
+			}
+			w := newWorld(s, jobs, seed, label)
+			r := &Result{Label: label, Policy: p, Margin: m}
+			var err error
+			tp := time.Now()
+			switch p {
+			case "vk":
+				var v *vkRun
+				v, err = runVK(ctx, w, vr.vk.apply(s.VK), opt.CheckInvariants)
+				if v != nil {
+					r.CoreSteps, r.CoreWall, r.Invariants = v.steps, v.wall, v.invErrs
+				}
+			case "pull-fifo":
+				err = runPull(ctx, w, false)
+			case "greedy-backfill":
+				err = runPull(ctx, w, true)
+			case "accept-then-wait":
+				err = runK8s(ctx, w, false, 0)
+			case "quota-margin":
+				err = runK8s(ctx, w, true, m)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("sim: %s: %w", label, err)
+			}
+			r.fill(s, w)
+			rep.Results = append(rep.Results, r)
+			log.Debug("policy done", "policy", label, "events", w.eng.n, "wall", time.Since(tp))
+			if opt.Progress != nil && time.Since(t0) > 2*time.Second {
+				fmt.Fprintf(opt.Progress, "vk-sim: %s done (%d events, %.1fs)\n", label, w.eng.n, time.Since(tp).Seconds())
+			}
+		}
+	}
+	return rep, nil
+}
+
+func (r *Result) fill(s *Scenario, w *world) {
+	m := w.m
+	r.Events = w.eng.n
+	r.Failed = m.fails
+	win := w.window.Seconds()
+	r.Util = m.runArea / (m.totalCPU * win)
+	r.UtilSeries = make([]float64, len(m.util))
+	bsec := s.Bucket.Duration.Seconds()
+	for b, a := range m.util {
+		width := min(bsec, win-float64(b)*bsec)
+		r.UtilSeries[b] = a / (m.totalCPU * width)
+	}
+	r.TenantSeries = make([][]float64, len(m.tenantUtil))
+	r.TenantCPUSecs = make([]float64, len(m.tenantUtil))
+	for t, ser := range m.tenantUtil {
+		r.TenantSeries[t] = make([]float64, len(ser))
+		for b, a := range ser {
+			width := min(bsec, win-float64(b)*bsec)
+			r.TenantSeries[t][b] = a / (m.totalCPU * width)
+			r.TenantCPUSecs[t] += a
+		}
+	}
+	hasJobs := make([]bool, len(s.Tenants))
+	for _, j := range w.jobs {
+		hasJobs[j.Tenant] = true
+	}
+	var sum, sq float64
+	n := 0
+	for t, c := range r.TenantCPUSecs {
+		if !hasJobs[t] {
+			continue
+		}
+		x := c / float64(max(s.Tenants[t].Weight, 1))
+		sum += x
+		sq += x * x
+		n++
+	}
+	if sq > 0 {
+		r.Jain = sum * sum / (float64(n) * sq)
+	}
+	r.Waits = make([]time.Duration, len(w.jobs))
+	for j, st := range m.start {
+		switch {
+		case st >= 0:
+			r.Started++
+			r.Waits[j] = st - w.jobs[j].Arrive
+		case m.failed[j] == "":
+			r.Unstarted++
+			r.Waits[j] = -1
+		default:
+			r.Waits[j] = -1
+		}
+	}
+	r.Finished = m.ended - r.FailedTotal()
+	r.TenantPeakJobs = m.tenantPeak
+	r.HeldIdleCPUSecs = m.idleArea
+	r.FreeWhileWaitingCPUSecs = m.freeWait
+	r.GitLabRequests = m.gitlabRequests
+	r.EmptyAnswers = m.emptyAnswers
+	r.PeakOvershoot = m.peakOver
+	r.MarginOvershoot = m.overshoot
+}
+
+// WaitStats are percentiles of a set of waits.
+type WaitStats struct {
+	N   int           // waits counted
+	P50 time.Duration // median
+	P95 time.Duration // 95th percentile
+	P99 time.Duration // 99th percentile
+}
+
+// Percentiles returns nearest-rank percentiles of ws (negative entries,
+// jobs that never started, are left out).
+func Percentiles(ws []time.Duration) WaitStats {
+	var v []time.Duration
+	for _, w := range ws {
+		if w >= 0 {
+			v = append(v, w)
+		}
+	}
+	slices.Sort(v)
+	st := WaitStats{N: len(v)}
+	if len(v) == 0 {
+		return st
+	}
+	q := func(p float64) time.Duration {
+		i := int(math.Ceil(p*float64(len(v)))) - 1
+		return v[max(0, min(i, len(v)-1))]
+	}
+	st.P50, st.P95, st.P99 = q(0.50), q(0.95), q(0.99)
+	return st
+}
+
+// WaitsBy returns the waits of the jobs whose key (by template index) is k.
+func (rep *Report) WaitsBy(r *Result, key func(tmpl int) string) map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	for j, w := range r.Waits {
+		k := key(rep.jobs[j].Template)
+		out[k] = append(out[k], w)
+	}
+	return out
+}

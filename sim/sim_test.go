@@ -1,0 +1,431 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vk-ci/vk/internal/testlog"
+)
+
+// testSeeds: each pathology must show on several seeds, not one tuned seed.
+var testSeeds = []uint64{1, 2, 3}
+
+func load(t testing.TB, name string) *Scenario {
+	t.Helper()
+	s, err := LoadScenario(filepath.Join("scenarios", name+".toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func run(t testing.TB, s *Scenario, seed uint64, policies ...string) *Report {
+	t.Helper()
+	rep, err := Run(context.Background(), Options{Scenario: s, Seed: seed, Policies: policies, Log: testlog.New(t.(*testing.T))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func result(t *testing.T, rep *Report, label string) *Result {
+	t.Helper()
+	for _, r := range rep.Results {
+		if r.Label == label {
+			return r
+		}
+	}
+	t.Fatalf("no result %q", label)
+	return nil
+}
+
+func render(t *testing.T, rep *Report) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// Same seed and scenario give a byte-identical report (text and HTML); a
+// different seed changes it.
+//
+// spec: BS-18
+func TestDeterminism(t *testing.T) {
+	s := load(t, "push-burst")
+	a := render(t, run(t, s, 7))
+	b := render(t, run(t, s, 7))
+	if !bytes.Equal(a, b) {
+		t.Fatalf("same seed, different reports:\n%s\n----\n%s", a, b)
+	}
+	c := render(t, run(t, s, 8))
+	if bytes.Equal(a, c) {
+		t.Fatal("seeds 7 and 8 gave the same report")
+	}
+	// the scenario's own seed is the default
+	if d := render(t, run(t, s, 0)); !bytes.Equal(d, render(t, run(t, s, s.Seed))) {
+		t.Fatal("seed 0 is not the scenario's seed")
+	}
+}
+
+// Every policy sees the same sampled jobs: the same count, and each job
+// that finishes ran its sampled runtime on every policy.
+//
+// spec: BS-18
+func TestSameWorkloadForEveryPolicy(t *testing.T) {
+	s := load(t, "push-burst")
+	rep := run(t, s, 0)
+	for _, r := range rep.Results {
+		if len(r.Waits) != rep.Jobs {
+			t.Errorf("%s: %d jobs, want %d", r.Label, len(r.Waits), rep.Jobs)
+		}
+		if got := r.Started + r.FailedTotal() + r.Unstarted; got != rep.Jobs {
+			t.Errorf("%s: started+failed+unstarted = %d, want %d", r.Label, got, rep.Jobs)
+		}
+	}
+}
+
+// The vk policy drives the real sched core: its invariants hold after every
+// step of a burst, and no job fails to a capacity race.
+//
+// spec: BS-01, BS-06, BS-25
+func TestVKCoreInvariants(t *testing.T) {
+	for _, name := range []string{"rollout", "push-burst", "probe-storm"} {
+		t.Run(name, func(t *testing.T) {
+			s := load(t, name)
+			rep, err := Run(context.Background(), Options{Scenario: s, Policies: []string{"vk"}, CheckInvariants: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := result(t, rep, "vk")
+			if len(r.Invariants) > 0 {
+				t.Fatalf("%d invariant violations, first: %s", len(r.Invariants), r.Invariants[0])
+			}
+			if r.CoreSteps == 0 || r.Started != rep.Jobs || r.FailedTotal() != 0 {
+				t.Fatalf("vk started %d of %d jobs (failed %v) in %d core steps", r.Started, rep.Jobs, r.Failed, r.CoreSteps)
+			}
+		})
+	}
+}
+
+// pull-fifo's head-of-line blocking under wide jobs: the fleet sits near
+// 70% utilization while jobs wait minutes (seed 003), with capacity free
+// while they wait; greedy backfill starts small jobs at once (and starves
+// the wide ones). vk fails nothing.
+//
+// spec: BS-20, BS-18
+func TestPullFIFOWideJobs(t *testing.T) {
+	for _, seed := range testSeeds {
+		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
+			s := load(t, "wide-jobs")
+			s.VK.Variants = nil // the scenario's candidate policies are not under test here
+			rep := run(t, s, seed, "vk", "pull-fifo", "greedy-backfill")
+			pf, gb, vk := result(t, rep, "pull-fifo"), result(t, rep, "greedy-backfill"), result(t, rep, "vk")
+			pw := Percentiles(pf.Waits)
+			// seed 003: "could regularly take fleet utilization below 70%";
+			// seeds 1..3 give 67-71%, so the bound is 75%
+			if pf.Util >= 0.75 || pw.P50 < 5*time.Minute {
+				t.Errorf("pull-fifo: util %.3f (want < 0.75), wait p50 %s (want ≥ 5m)", pf.Util, pw.P50)
+			}
+			if hours := pf.FreeWhileWaitingCPUSecs / 3600; hours < 0.2*float64(rep.CPUs)*s.Duration.Hours() {
+				t.Errorf("pull-fifo: only %.0f vCPU·h free while jobs waited", hours)
+			}
+			small := rep.WaitsBy(gb, func(tm int) string { return s.Jobs[tm].Name })["unit"]
+			if p := Percentiles(small); p.P95 > 10*time.Second {
+				t.Errorf("greedy-backfill: small-job wait p95 %s, want ≤ 10s", p.P95)
+			}
+			if vk.FailedTotal() != 0 {
+				t.Errorf("vk failed %v", vk.Failed)
+			}
+		})
+	}
+}
+
+// accept-then-wait under push bursts: runners take jobs up to concurrent
+// with no room, and those whose pod is not placed within poll_timeout fail
+// (K8S-03); quota-margin without margin loses jobs to pods rejected at
+// admission (K8S-08). vk asks GitLab only with room reserved and fails none.
+//
+// spec: K8S-01, K8S-02, K8S-03, K8S-08, BS-19
+func TestBurstBaselinesFailJobs(t *testing.T) {
+	for _, seed := range testSeeds {
+		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
+			s := load(t, "push-burst")
+			rep := run(t, s, seed, "vk", "accept-then-wait", "quota-margin")
+			atw, qm, vk := result(t, rep, "accept-then-wait"), result(t, rep, "quota-margin/m=0"), result(t, rep, "vk")
+			if n := atw.Failed[FailPollTimeout]; n < 20 {
+				t.Errorf("accept-then-wait: %d jobs failed at poll_timeout, want ≥ 20 of %d", n, rep.Jobs)
+			}
+			if n := qm.Failed[FailQuotaRejected]; n < 20 {
+				t.Errorf("quota-margin m=0: %d jobs rejected by quota, want ≥ 20 of %d", n, rep.Jobs)
+			}
+			if vk.FailedTotal() != 0 || vk.Started != rep.Jobs {
+				t.Errorf("vk: failed %v, started %d of %d", vk.Failed, vk.Started, rep.Jobs)
+			}
+		})
+	}
+}
+
+// Seed 002's sandbox: 3 replicas × request_concurrency 4 racing for a
+// 10-pod quota with a rollout doubling the managers. Without margin a few
+// of 30 jobs are lost (the sandbox lost 5); the margin sweep trades losses
+// for capacity left idle; vk loses none on the same jobs.
+//
+// spec: K8S-04, K8S-05, K8S-06, K8S-07, K8S-08, K8S-09, K8S-10, K8S-11, K8S-14
+func TestQuotaMarginSandbox(t *testing.T) {
+	for _, seed := range testSeeds {
+		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
+			s := load(t, "rollout")
+			rep := run(t, s, seed)
+			if rep.Jobs != 30 {
+				t.Fatalf("%d jobs, want 30", rep.Jobs)
+			}
+			m0 := result(t, rep, "quota-margin/m=0")
+			if n := m0.Failed[FailQuotaRejected]; n < 2 || n > 10 {
+				t.Errorf("margin 0 lost %d of 30 jobs, want 2..10 (the sandbox lost 5)", n)
+			}
+			if m0.PeakOvershoot < 1 {
+				t.Errorf("margin 0: peak overshoot %d, want ≥ 1", m0.PeakOvershoot)
+			}
+			prevLost := 1 << 30
+			for _, m := range s.Baseline.Margins {
+				r := result(t, rep, "quota-margin/m="+itoa(m))
+				lost := r.Failed[FailQuotaRejected]
+				if lost > prevLost {
+					t.Errorf("margin %d lost %d, more than a smaller margin (%d)", m, lost, prevLost)
+				}
+				prevLost = lost
+			}
+			// the margin is capacity never used (K8S-09): the largest margin loses
+			// nothing but leaves far more room idle while jobs wait
+			last := result(t, rep, "quota-margin/m="+itoa(s.Baseline.Margins[len(s.Baseline.Margins)-1]))
+			if last.FailedTotal() != 0 {
+				t.Errorf("largest margin still lost %v", last.Failed)
+			}
+			if last.FreeWhileWaitingCPUSecs < 5*m0.FreeWhileWaitingCPUSecs || last.FreeWhileWaitingCPUSecs < 3600 {
+				t.Errorf("largest margin left %.0f vCPU·s idle while jobs waited, margin 0 %.0f; want ≥ 5× and ≥ 1 vCPU·h",
+					last.FreeWhileWaitingCPUSecs, m0.FreeWhileWaitingCPUSecs)
+			}
+			if vk := result(t, rep, "vk"); vk.FailedTotal() != 0 || vk.Started != 30 {
+				t.Errorf("vk: failed %v, started %d", vk.Failed, vk.Started)
+			}
+		})
+	}
+}
+
+// One tenant's flood does not leave a quiet tenant waiting under vk's
+// global fair share, while a shared FIFO makes it queue behind the flood.
+//
+// spec: BS-28, BS-27
+func TestTenantFlood(t *testing.T) {
+	for _, seed := range testSeeds {
+		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
+			s := load(t, "tenant-flood")
+			rep := run(t, s, seed, "vk", "pull-fifo")
+			quiet := func(r *Result) WaitStats {
+				return Percentiles(rep.WaitsBy(r, func(tm int) string { return s.Jobs[tm].Tenant })["quiet"])
+			}
+			vq, pq := quiet(result(t, rep, "vk")), quiet(result(t, rep, "pull-fifo"))
+			if vq.P95 > 2*time.Minute || pq.P95 < 10*vq.P95 {
+				t.Errorf("quiet tenant wait p95: vk %s (want ≤ 2m), pull-fifo %s (want ≥ 10× vk)", vq.P95, pq.P95)
+			}
+		})
+	}
+}
+
+// Idle runners against empty queues: vk's probes and backoff make a small
+// fraction of the GitLab requests that polling managers make.
+//
+// spec: BS-02, BS-18
+func TestProbeStorm(t *testing.T) {
+	for _, seed := range testSeeds {
+		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
+			s := load(t, "probe-storm")
+			rep := run(t, s, seed, "vk", "accept-then-wait")
+			vk, atw := result(t, rep, "vk"), result(t, rep, "accept-then-wait")
+			if vk.GitLabRequests*5 > atw.GitLabRequests {
+				t.Errorf("vk made %d GitLab requests, accept-then-wait %d; want ≤ 1/5", vk.GitLabRequests, atw.GitLabRequests)
+			}
+			if vk.Started != rep.Jobs {
+				t.Errorf("vk started %d of %d", vk.Started, rep.Jobs)
+			}
+		})
+	}
+}
+
+// Every shipped scenario parses strictly and runs.
+func TestScenariosParse(t *testing.T) {
+	files, _ := filepath.Glob("scenarios/*.toml")
+	if len(files) < 6 {
+		t.Fatalf("%d scenarios, want ≥ 6", len(files))
+	}
+	for _, f := range files {
+		if _, err := LoadScenario(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestParseScenarioStrict(t *testing.T) {
+	b, err := os.ReadFile("scenarios/rollout.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{
+		"unknown key":    string(b) + "\nbogus = 1\n",
+		"unknown policy": strings.Replace(string(b), `"vk",`, `"vk", "nope",`, 1),
+		"bad duration":   strings.Replace(string(b), `duration = "40m"`, `duration = "forty"`, 1),
+		"no arrivals":    strings.Replace(string(b), "pushes =", "# pushes =", 1),
+		"bad dist":       strings.Replace(string(b), `kind = "lognormal"`, `kind = "weibull"`, 1),
+		"unknown tenant": strings.Replace(string(b), `tenant = "sandbox"`, `tenant = "other"`, 1),
+		"variant name":   string(b) + "\n[[vk.variants]]\nname = \"a/b\"\n",
+		"variant knob":   string(b) + "\n[[vk.variants]]\nname = \"x\"\nbogus = 1\n",
+		"variant range":  string(b) + "\n[[vk.variants]]\nname = \"x\"\npack_above_utilization = 2.0\n",
+	}
+	for name, text := range cases {
+		if _, err := ParseScenario([]byte(text)); err == nil {
+			t.Errorf("%s: parsed", name)
+		} else if !errorsIs(err, ErrScenario) {
+			t.Errorf("%s: %v does not wrap ErrScenario", name, err)
+		}
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Run(ctx, Options{Scenario: load(t, "steady"), Policies: []string{"vk"}})
+	if err == nil {
+		t.Fatal("a cancelled run succeeded")
+	}
+}
+
+// A tenant cap holds at decision time against the live global view: the
+// flooding tenant never runs more than its cap under vk, while the pull
+// baselines, which have no such knob, run far more; the quiet tenant is
+// still served.
+//
+// spec: BS-27, BS-28
+func TestTenantCap(t *testing.T) {
+	s := load(t, "tenant-flood")
+	s.Tenants[0].Cap = 40
+	rep := run(t, s, 0, "vk", "pull-fifo")
+	vk, pf := result(t, rep, "vk"), result(t, rep, "pull-fifo")
+	t.Logf("peak jobs: vk %v, pull-fifo %v", vk.TenantPeakJobs, pf.TenantPeakJobs)
+	if got := vk.TenantPeakJobs[0]; got > 40 || got < 30 {
+		t.Errorf("vk: flood tenant peaked at %d jobs, cap 40 (want 30..40: capped, and used)", got)
+	}
+	if got := pf.TenantPeakJobs[0]; got <= 80 {
+		t.Errorf("pull-fifo: flood tenant peaked at %d jobs, want > 80 (no caps)", got)
+	}
+	if vk.Started != rep.Jobs || vk.FailedTotal() != 0 {
+		t.Errorf("vk started %d of %d, failed %v", vk.Started, rep.Jobs, vk.Failed)
+	}
+}
+
+// A maxSurge 100% rollout keeps two replica sets requesting for two minutes
+// and so doubles the race (K8S-06): a margin that holds without the rollout
+// (4 pods of a 10-pod quota) loses jobs with it, summed over seeds.
+//
+// spec: K8S-05, K8S-06, K8S-07
+func TestRolloutDoublesRace(t *testing.T) {
+	lost := func(rollout bool) (n int) {
+		for seed := uint64(1); seed <= 5; seed++ {
+			s := load(t, "rollout")
+			if !rollout {
+				s.Baseline.RolloutFor = Duration{}
+			}
+			s.Baseline.Margins = []int{4}
+			n += result(t, run(t, s, seed, "quota-margin"), "quota-margin/m=4").Failed[FailQuotaRejected]
+		}
+		return n
+	}
+	with, without := lost(true), lost(false)
+	if with < 2 || with <= without {
+		t.Errorf("margin 4 over seeds 1..5: %d jobs lost with the rollout, %d without; want ≥ 2 and more with it", with, without)
+	}
+}
+
+// vk variants run the same core with some policy knobs changed, beside the
+// scenario's own vk run: a shorter backoff ceiling (ARB-20) buys lower
+// waits on an idle fleet with more GitLab requests.
+//
+// spec: BS-06, BS-18
+func TestVKVariants(t *testing.T) {
+	s := load(t, "probe-storm")
+	five := 5
+	s.VK.Variants = []VKVariant{{Name: "fast", BackoffMaxSecs: &five}}
+	rep := run(t, s, 0, "vk")
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results, want vk and vk/fast", len(rep.Results))
+	}
+	base, fast := result(t, rep, "vk"), result(t, rep, "vk/fast")
+	if fast.GitLabRequests <= base.GitLabRequests || Percentiles(fast.Waits).P50 >= Percentiles(base.Waits).P50 {
+		t.Errorf("backoff_max 5 s: %d requests, p50 %s; default: %d requests, p50 %s; want more requests and a lower p50",
+			fast.GitLabRequests, Percentiles(fast.Waits).P50, base.GitLabRequests, Percentiles(base.Waits).P50)
+	}
+}
+
+// Wide jobs at a load the fleet can carry: plain vk (spread, no drains)
+// starves them; packing above 70% and one drain reservation per pool,
+// predicted from per-job-name runtimes, place them within minutes at a
+// utilization pull-fifo cannot reach, without failing or moving a job.
+//
+// spec: BS-20, BS-21, BS-22, BS-23, BS-24, BS-25, BS-06
+func TestWideJobsDrain(t *testing.T) {
+	for _, seed := range testSeeds {
+		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
+			s := load(t, "wide-drain")
+			s.VK.Variants = slices.DeleteFunc(s.VK.Variants, func(v VKVariant) bool { return v.Name != "pack+drain" })
+			rep := run(t, s, seed, "vk", "pull-fifo")
+			wide := func(r *Result) WaitStats {
+				return Percentiles(rep.WaitsBy(r, func(tm int) string { return s.Jobs[tm].Name })["train"])
+			}
+			base, drain, pf := result(t, rep, "vk"), result(t, rep, "vk/pack+drain"), result(t, rep, "pull-fifo")
+			wb, wd, wp := wide(base), wide(drain), wide(pf)
+			t.Logf("wide p50/p95: vk %s/%s, vk/pack+drain %s/%s, pull-fifo %s/%s; util %.3f %.3f %.3f",
+				wb.P50, wb.P95, wd.P50, wd.P95, wp.P50, wp.P95, base.Util, drain.Util, pf.Util)
+			if wd.P95*3 > wb.P95 || wd.P95 >= wp.P95 {
+				t.Errorf("wide p95: pack+drain %s, want ≤ 1/3 of plain vk's %s and below pull-fifo's %s", wd.P95, wb.P95, wp.P95)
+			}
+			if drain.Util < pf.Util+0.10 || drain.Util < base.Util {
+				t.Errorf("util: pack+drain %.3f, plain vk %.3f, pull-fifo %.3f", drain.Util, base.Util, pf.Util)
+			}
+			for _, r := range []*Result{base, drain} {
+				if r.FailedTotal() != 0 || r.Started != rep.Jobs {
+					t.Errorf("%s: failed %v, started %d of %d", r.Label, r.Failed, r.Started, rep.Jobs)
+				}
+			}
+		})
+	}
+}
+
+// The simulated relay behaves as vk-gitlab does: its periodic heartbeats
+// list every outstanding request and unsettled job, so the core reclaims
+// no admission (ARB-39); every admission that ends without a job ends
+// because GitLab had nothing (an empty outcome), never for capacity.
+//
+// spec: BS-26, BS-19
+func TestRelayModelReclaimsNothing(t *testing.T) {
+	for _, name := range []string{"push-burst", "rollout"} {
+		s := load(t, name)
+		w := newWorld(s, Sample(s, s.Seed), s.Seed, "vk")
+		v, err := runVKWith(context.Background(), w, s.VK, false, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v.ended) != 1 || v.ended["empty"] != w.m.emptyAnswers || w.m.emptyAnswers == 0 {
+			t.Errorf("%s: admissions ended %v, want only %d empty", name, v.ended, w.m.emptyAnswers)
+		}
+	}
+}
