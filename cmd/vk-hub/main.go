@@ -1,13 +1,22 @@
 // Command vk-hub is the fleet hub: the fleet picture, the arbitration queue,
 // placement, job records and output, and enrolment of relays and nodes.
+//
+// `vk-hub serve --config hub.toml` runs it until SIGTERM or SIGINT, then
+// shuts down gracefully (docs/hub.md).
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/vk-ci/vk/hub"
+	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/internal/version"
 )
 
@@ -20,19 +29,71 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(notBuilt("serve", "serve the client API and sessions (--config hub.toml)"))
+	stateDir := root.PersistentFlags().String("state-dir", hub.DefaultStateDir,
+		"state directory (serve: overrides the file's state_dir; other commands: where the admin socket is)")
+	root.AddCommand(serveCmd(stateDir))
+	// Operator commands talk to the running hub over its admin socket.
+	root.AddCommand(admin.Commands(func() string { return admin.SocketPath(*stateDir) })...)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vk-hub:", err)
 		os.Exit(1)
 	}
 }
 
-func notBuilt(use, short string) *cobra.Command {
-	return &cobra.Command{
-		Use:   use,
-		Short: short + " [not built yet]",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New(use + ": not built yet in this version; see the README for what works today")
+func serveCmd(stateDir *string) *cobra.Command {
+	var (
+		path, addr, logFormat, logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "serve the client API and sessions (--config hub.toml)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := hub.DefaultConfig()
+			if path != "" {
+				var err error
+				if cfg, err = hub.LoadConfig(path); err != nil {
+					return err
+				}
+			}
+			// defaults < file < flags (STYLE C13)
+			if cmd.Flags().Changed("addr") {
+				cfg.Addr = addr
+			}
+			if cmd.Flags().Changed("state-dir") {
+				cfg.StateDir = *stateDir
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			log, err := newLogger(logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return hub.Run(ctx, cfg, log)
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&path, "config", "", "hub.toml (TOML, `version = 1`); without it the defaults apply")
+	f.StringVar(&addr, "addr", hub.DefaultAddr, "listener address, overrides the file's addr")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, errors.New("--log-format: want text or json")
 }

@@ -1,0 +1,345 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/vk-ci/vk/hub/admin"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/sched"
+)
+
+// The driver implements admin.Backend: the admin socket's view of and
+// changes to live state (OPS-01..03).
+var _ admin.Backend = (*Driver)(nil)
+
+// Meta keys of operator settings that survive a restart.
+const (
+	metaPolicy   = "hub.capacity_policy" // JSON PolicyConfig set through the admin socket
+	metaNodeSets = "hub.node_settings"   // JSON map node → nodeSettings
+)
+
+// nodeSettings are an operator's settings of a node.
+type nodeSettings struct {
+	// Pools replace the pools the node reports when non-nil (OPS-01).
+	Pools []string `json:"pools,omitempty"`
+	// PoolsSet tells an empty Pools ("in no pool") from none set.
+	PoolsSet bool `json:"pools_set,omitempty"`
+	// Ceiling is the hub's concurrency ceiling; 0 none (OPS-02).
+	Ceiling int `json:"ceiling,omitempty"`
+	// Drain: the hub places nothing new on the node (NODE-05).
+	Drain bool `json:"drain,omitempty"`
+}
+
+// loadOperatorSettings reads the persisted policy and node settings.
+func (d *Driver) loadOperatorSettings(ctx context.Context) error {
+	if b, err := d.st.GetMeta(ctx, metaPolicy); err == nil {
+		var p PolicyConfig
+		if err := json.Unmarshal(b, &p); err != nil {
+			return fmt.Errorf("hub: stored capacity policy: %w", err)
+		}
+		d.policy = &p
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("hub: stored capacity policy: %w", err)
+	}
+	d.nodeSets = map[string]nodeSettings{}
+	if b, err := d.st.GetMeta(ctx, metaNodeSets); err == nil {
+		if err := json.Unmarshal(b, &d.nodeSets); err != nil {
+			return fmt.Errorf("hub: stored node settings: %w", err)
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("hub: stored node settings: %w", err)
+	}
+	return nil
+}
+
+func (d *Driver) saveNodeSettings() error {
+	b, _ := json.Marshal(d.nodeSets)
+	return d.st.PutMeta(d.bg, metaNodeSets, b)
+}
+
+// nodeEvent is the core's report of n with the operator's settings
+// applied: pools replaced, a drained node reported draining.
+func (d *Driver) nodeEvent(n *nodeRec) sched.NodeReport {
+	ev := reportToSched(n.id, *n.report, n.state)
+	set := d.nodeSets[n.name]
+	if set.PoolsSet {
+		ev.Pools = slices.Clone(set.Pools)
+	}
+	if set.Drain && ev.State == sched.NodeReady {
+		ev.State = sched.NodeDraining
+	}
+	return ev
+}
+
+// sendSettings tells the node its ceiling and pools (dispatch.Settings).
+func (d *Driver) sendSettings(n *nodeRec) {
+	set := d.nodeSets[n.name]
+	d.sendTo(n, dispatch.Settings{Ceiling: set.Ceiling, Pools: set.Pools})
+}
+
+// Nodes implements admin.Backend.
+func (d *Driver) Nodes(ctx context.Context) ([]admin.Node, error) {
+	enrolled, err := d.st.ListPrincipals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []admin.Node
+	err = d.do(ctx, func() {
+		views := map[sched.NodeID]sched.NodeView{}
+		for _, v := range d.core.Nodes() {
+			views[v.ID] = v
+		}
+		jobs := map[string]int{}
+		for _, j := range d.jobs {
+			if j.rec.State == store.JobStarting || j.rec.State == store.JobRunning {
+				jobs[j.rec.Node]++
+			}
+		}
+		seen := map[string]bool{}
+		add := func(id, name string) {
+			seen[id] = true
+			set := d.nodeSets[id]
+			an := admin.Node{ID: id, Name: name, State: "disconnected", Ceiling: admin.NoCeiling, Pools: set.Pools}
+			if set.Ceiling > 0 {
+				an.Ceiling = set.Ceiling
+			}
+			if n := d.nodes[id]; n != nil {
+				if n.report != nil {
+					an.Labels, an.MaxConcurrency = n.report.Labels, n.report.MaxConcurrency
+					an.Capacity = client.Envelope{Mem: n.report.Resources.Mem, Disk: n.report.Resources.Disk, CPUs: n.report.Resources.CPUs}
+					if !set.PoolsSet {
+						an.Pools = n.report.Pools
+					}
+				}
+				switch {
+				case n.send == nil && !n.downAt.IsZero():
+					an.State = "unreachable"
+				case n.send != nil && set.Drain:
+					an.State = "draining"
+				case n.send != nil:
+					an.State = string(n.state)
+				}
+				an.LastSeen = n.lastSeen
+				an.Jobs = jobs[id]
+				if v, ok := views[n.id]; ok {
+					an.Reservations = max(v.Placed-an.Jobs, 0)
+				}
+			}
+			out = append(out, an)
+		}
+		for _, p := range enrolled {
+			if p.Kind == store.KindNode && !p.Removed {
+				add(p.ID, p.Name)
+			}
+		}
+		for _, id := range sortedKeys(d.nodes) {
+			if !seen[id] && d.nodes[id].report != nil {
+				add(id, "")
+			}
+		}
+	})
+	return out, err
+}
+
+// SetPools implements admin.Backend (OPS-01).
+func (d *Driver) SetPools(ctx context.Context, node string, pools []string) error {
+	return d.changeNode(ctx, node, func(s *nodeSettings) {
+		s.Pools, s.PoolsSet = slices.Clone(pools), true
+	})
+}
+
+// SetCeiling implements admin.Backend (OPS-02, PLACE-04, PLACE-07).
+func (d *Driver) SetCeiling(ctx context.Context, node string, n int) error {
+	if n < admin.NoCeiling {
+		return fmt.Errorf("%w: ceiling %d", admin.ErrInvalid, n)
+	}
+	return d.changeNode(ctx, node, func(s *nodeSettings) { s.Ceiling = max(n, 0) })
+}
+
+// Drain implements admin.Backend: the hub offers and starts nothing new on
+// the node (its running jobs finish; held reservations lapse). The node is
+// not told: the dispatch protocol has no drain message, so a node-side
+// drain (`vk node drain`) is what makes it refuse work.
+func (d *Driver) Drain(ctx context.Context, node string, on bool) error {
+	return d.changeNode(ctx, node, func(s *nodeSettings) { s.Drain = on })
+}
+
+// changeNode applies an operator change to a known node, persists it,
+// updates the core and tells the node its settings.
+func (d *Driver) changeNode(ctx context.Context, node string, edit func(*nodeSettings)) error {
+	p, err := d.st.GetPrincipal(ctx, node)
+	if errors.Is(err, store.ErrNotFound) || err == nil && (p.Kind != store.KindNode || p.Removed) {
+		return fmt.Errorf("%w: node %s", admin.ErrNotFound, node)
+	}
+	if err != nil {
+		return err
+	}
+	var serr error
+	if derr := d.do(ctx, func() {
+		set := d.nodeSets[node]
+		edit(&set)
+		d.nodeSets[node] = set
+		if serr = d.saveNodeSettings(); serr != nil {
+			return
+		}
+		n := d.nodeRecord(node)
+		d.exec(d.step(sched.CeilingSet{Node: n.id, Ceiling: set.Ceiling}))
+		if n.report != nil && n.synced {
+			d.exec(d.step(d.nodeEvent(n)))
+		}
+		d.sendSettings(n)
+		d.log.Info("node settings changed", logkey.NodeID, node, "pools", set.Pools, "ceiling", set.Ceiling, "drain", set.Drain)
+	}); derr != nil {
+		return derr
+	}
+	return serr
+}
+
+// Policy implements admin.Backend (OPS-03).
+func (d *Driver) Policy(ctx context.Context) (admin.Policy, error) {
+	var p admin.Policy
+	err := d.do(ctx, func() { p = policyToAdmin(d.policy) })
+	return p, err
+}
+
+// SetPolicy implements admin.Backend (OPS-03): converted, validated,
+// persisted, then applied to the core and to every runner's tenant.
+func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
+	p := policyFromAdmin(ap)
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
+	}
+	if err := d.toSchedChecked(&p); err != nil {
+		return err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	if err := d.st.PutMeta(ctx, metaPolicy, b); err != nil {
+		return err
+	}
+	return d.do(ctx, func() {
+		d.policy = &p
+		d.exec(d.step(sched.PolicyChanged{Policy: d.schedPolicy()}))
+		for _, name := range sortedKeys(d.relays) {
+			r := d.relays[name]
+			if r.report != nil {
+				d.relayInventory(r, *r.report)
+			}
+		}
+		d.log.Info("capacity policy replaced", "tenants", len(p.Tenants), "headroom", len(p.Headroom))
+	})
+}
+
+// toSchedChecked converts p on a scratch ID table and validates the result
+// as the core would.
+func (d *Driver) toSchedChecked(p *PolicyConfig) error {
+	sp := p.toSched(newIDTable())
+	if err := sp.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
+	}
+	return nil
+}
+
+// RelayRemoved implements admin.Backend: the relay's session ends; its
+// requests are refused by the signature check from now on (AUTH-13).
+func (d *Driver) RelayRemoved(ctx context.Context, relay string) error {
+	var s RelaySender
+	if err := d.do(ctx, func() {
+		if r := d.relays[relay]; r != nil {
+			s = r.send
+		}
+	}); err != nil {
+		return err
+	}
+	if e, ok := s.(interface {
+		End(code client.RelayErrorCode, msg string)
+	}); ok {
+		e.End(client.RelayErrorUnauthorized, "relay removed by an operator")
+	}
+	return d.RelayDisconnected(ctx, relay)
+}
+
+// ApprovalChanged implements admin.Backend: a server's new status goes to
+// its relays at once (RSESS-07). Jobs refused pending approval are not
+// held (FAIL-20): they failed already, and a retry in GitLab submits anew.
+func (d *Driver) ApprovalChanged(ctx context.Context, a store.Approval) error {
+	return d.do(ctx, func() {
+		d.log.Info("approval changed", "instance", a.Instance, "project", a.Project, "state", a.State)
+		if a.Project != 0 {
+			return
+		}
+		for _, name := range sortedKeys(d.relays) {
+			if r := d.relays[name]; r.report != nil && instanceOf(r.report.GitLabURL) == a.Instance {
+				d.sendServerStatus(r)
+			}
+		}
+	})
+}
+
+// policyToAdmin and policyFromAdmin convert between the hub's policy and
+// the admin socket's (the same keys, field for field).
+func policyToAdmin(p *PolicyConfig) admin.Policy {
+	if p == nil {
+		return admin.Policy{}
+	}
+	out := admin.Policy{BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit, BackoffInitialSecs: p.BackoffInitialSecs,
+		BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst, LeaseSecs: p.LeaseSecs,
+		DefaultTenant: p.DefaultTenant}
+	for _, h := range p.Headroom {
+		out.Headroom = append(out.Headroom, admin.Headroom{Pool: h.Pool, Labels: h.Labels, Mem: h.Mem, CPUs: h.CPUs, Disk: h.Disk, Slots: h.Slots})
+	}
+	if len(p.Tenants) > 0 {
+		out.Tenants = map[string]admin.Tenant{}
+	}
+	for name, t := range p.Tenants {
+		at := admin.Tenant{Weight: t.Weight, Cap: t.Cap, Relays: t.Relays, Runners: t.Runners, ProductionRunners: t.ProductionRunners}
+		if len(t.Projects) > 0 {
+			at.Projects = map[string]admin.Project{}
+		}
+		for id, pr := range t.Projects {
+			ap := admin.Project{Production: pr.Production}
+			for _, r := range pr.PlacementRules {
+				ap.PlacementRules = append(ap.PlacementRules, admin.Rule{Nodes: r.Nodes, Pools: r.Pools, Branches: r.Branches})
+			}
+			at.Projects[id] = ap
+		}
+		out.Tenants[name] = at
+	}
+	return out
+}
+
+func policyFromAdmin(p admin.Policy) PolicyConfig {
+	out := PolicyConfig{BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit, BackoffInitialSecs: p.BackoffInitialSecs,
+		BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst, LeaseSecs: p.LeaseSecs,
+		DefaultTenant: p.DefaultTenant}
+	for _, h := range p.Headroom {
+		out.Headroom = append(out.Headroom, HeadroomConfig{Pool: h.Pool, Labels: h.Labels, Mem: h.Mem, CPUs: h.CPUs, Disk: h.Disk, Slots: h.Slots})
+	}
+	if len(p.Tenants) > 0 {
+		out.Tenants = map[string]TenantConfig{}
+	}
+	for name, t := range p.Tenants {
+		tc := TenantConfig{Weight: t.Weight, Cap: t.Cap, Relays: t.Relays, Runners: t.Runners, ProductionRunners: t.ProductionRunners}
+		if len(t.Projects) > 0 {
+			tc.Projects = map[string]ProjectConfig{}
+		}
+		for id, pr := range t.Projects {
+			pc := ProjectConfig{Production: pr.Production}
+			for _, r := range pr.PlacementRules {
+				pc.PlacementRules = append(pc.PlacementRules, RuleConfig{Nodes: r.Nodes, Pools: r.Pools, Branches: r.Branches})
+			}
+			tc.Projects[id] = pc
+		}
+		out.Tenants[name] = tc
+	}
+	return out
+}

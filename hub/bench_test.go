@@ -1,0 +1,132 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
+)
+
+// BenchmarkReserveClaimOutcome measures full reservation cycles over real
+// TLS 1.3 with signed requests, one connection per request (AUTH-14):
+// POST reservation (202) → the node accepts the offer → GET ticket (201)
+// → claim (204) → outcome released (204). Four requests and four TLS
+// handshakes per cycle; the node is played through the driver. "bolt" is
+// the default durable store (fsync per write: request_id answer, claimed
+// admission put and delete), "mem" shows the cost without the disk.
+func BenchmarkReserveClaimOutcome(b *testing.B) {
+	for _, store := range []string{"bolt", "mem"} {
+		b.Run(store, func(b *testing.B) {
+			h := newHarness(b)
+			if store == "mem" {
+				h.cfg.Store = "mem:"
+				h.restart()
+				h.enrol()
+			}
+			h.relayUp(1)
+			h.nodeUp(dispatch.Held{})
+			for b.Loop() {
+				g := h.grant()
+				h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/claim", nil)
+				h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/outcome",
+					client.OutcomeRequest{Admission: g.Admission, Outcome: client.OutcomeReleased})
+				expectFrame[dispatch.Release](h)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+		})
+	}
+}
+
+// autoNode accepts every offer and answers every renew, from its own
+// goroutine (Send is called on the driver's and must not call back).
+type autoNode struct {
+	h      *harness
+	frames chan dispatch.Message
+}
+
+func (a *autoNode) Send(m dispatch.Message) error {
+	a.frames <- m
+	return nil
+}
+
+func (a *autoNode) run(ctx context.Context) {
+	d := a.h.srv.Driver()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-a.frames:
+			if off, ok := m.(dispatch.Offer); ok {
+				d.NodeFrame(ctx, "n1", &dispatch.OfferReply{Reservation: off.Reservation, Reply: dispatch.ReplyAccepted, LeaseSecs: 90})
+			}
+		}
+	}
+}
+
+// BenchmarkReserveClaimOutcomeParallel runs the same cycle from 8
+// concurrent request loops (one runner each) against an auto-accepting
+// node: the hub's throughput when handshakes and store commits of several
+// requests overlap.
+func BenchmarkReserveClaimOutcomeParallel(b *testing.B) {
+	h := newHarness(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	an := &autoNode{h: h, frames: make(chan dispatch.Message, 4096)}
+	go an.run(ctx)
+	d := h.srv.Driver()
+	const loops = 8
+	rep := &client.RelayReport{Concurrent: 0}
+	for i := range loops {
+		rep.Runners = append(rep.Runners, client.RunnerReport{Name: fmt.Sprintf("p%d", i), Placement: testPlacement, RequestConcurrency: 1})
+	}
+	if err := d.RelayConnected(b.Context(), h.relay, h.rsend); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.RelayFrame(b.Context(), h.relay, rep); err != nil {
+		b.Fatal(err)
+	}
+	hb := &client.RelayHeartbeat{}
+	for _, r := range rep.Runners {
+		hb.Runners = append(hb.Runners, client.RunnerHeartbeat{Name: r.Name, State: client.RunnerPolling})
+	}
+	d.RelayFrame(b.Context(), h.relay, hb)
+	d.NodeConnected(b.Context(), "n1", an, false)
+	h.nodeSay(&dispatch.Report{Resources: dispatch.Resources{Mem: 64 << 30, Disk: 400 << 30, CPUs: 64}, Pools: []string{"linux"}, Labels: []string{"ssd"}})
+	h.nodeSay(&dispatch.Held{})
+	var next atomic.Int32
+	b.SetParallelism(loops / 2) // GOMAXPROCS 2 × 4 = 8 loops
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		runner := fmt.Sprintf("p%d", next.Add(1)-1)
+		for pb.Next() {
+			var tk client.ReservationTicket
+			code, body, _ := h.call("POST", "/v1/reservations", client.ReservationRequest{Runner: runner, Queue: true,
+				RequestID: client.NewRequestID(), Placement: testPlacement})
+			if code != http.StatusAccepted || json.Unmarshal(body, &tk) != nil {
+				b.Errorf("reserve = %d %s", code, body)
+				return
+			}
+			var g client.ReservationGrant
+			code, body, _ = h.call("GET", "/v1/reservations/tickets/"+tk.Ticket+"?wait=30", nil)
+			if code != http.StatusCreated || json.Unmarshal(body, &g) != nil {
+				b.Errorf("ticket = %d %s", code, body)
+				return
+			}
+			if code, body, _ = h.call("POST", "/v1/reservations/"+g.Admission+"/claim", nil); code != http.StatusNoContent {
+				b.Errorf("claim = %d %s", code, body)
+				return
+			}
+			if code, body, _ = h.call("POST", "/v1/reservations/"+g.Admission+"/outcome",
+				client.OutcomeRequest{Admission: g.Admission, Outcome: client.OutcomeReleased}); code != http.StatusNoContent {
+				b.Errorf("outcome = %d %s", code, body)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+}

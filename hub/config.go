@@ -1,0 +1,233 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vk-ci/vk/internal/conffile"
+	"github.com/vk-ci/vk/proto/client"
+)
+
+// ConfigVersion is the only `version` this build reads in hub.toml and in a
+// capacity policy file.
+const ConfigVersion = 1
+
+// Defaults of [Config] (docs/defaults.md, docs/hub.md).
+const (
+	DefaultAddr              = "127.0.0.1:8443"
+	DefaultStateDir          = "/var/lib/vk-hub"
+	DefaultSkewSecs          = 300
+	DefaultTickMillis        = 250
+	DefaultShutdownGraceSecs = 10
+	DefaultMaxBodyBytes      = 2 << 20
+	DefaultJobLostAfterSecs  = 300
+	DefaultPlaceWithinSecs   = 300
+	DefaultTenant            = "default"
+)
+
+// ErrConfig is wrapped by every error [Config.Validate] returns.
+var ErrConfig = errors.New("hub: invalid config")
+
+// Config is vk-hub's configuration (hub.toml, STYLE C13): defaults from
+// [DefaultConfig], then the file (decoded strictly by [LoadConfig]), then
+// flags. Every field documents its default; docs/hub.md is the operator's
+// reference.
+type Config struct {
+	// Version must be 1.
+	Version int `toml:"version"`
+	// Addr is the client API and session listener, host:port. Default
+	// 127.0.0.1:8443. Port 0 picks a free port (tests).
+	Addr string `toml:"addr"`
+	// StateDir holds the store, job output and the self-made PKI. Default
+	// /var/lib/vk-hub. Created 0700 when missing.
+	StateDir string `toml:"state_dir"`
+	// Store is where records live: "mem:" (nothing survives a restart) or
+	// a bbolt file path. Empty means <state_dir>/hub.db.
+	Store string `toml:"store"`
+	// UIURL is the base URL of the hub's web UI, used to build
+	// approval_url (API-56); empty means no UI and no approval_url.
+	UIURL string `toml:"ui_url"`
+	// TLS names the serving certificate; empty means the self-made CA in
+	// <state_dir>/pki.
+	TLS TLSConfig `toml:"tls"`
+	// Auth configures request signature checks.
+	Auth AuthConfig `toml:"auth"`
+	// Limits bounds outstanding reservations (API-20) and request sizes.
+	Limits LimitsConfig `toml:"limits"`
+	// Sessions configures node liveness.
+	Sessions SessionsConfig `toml:"sessions"`
+	// Jobs configures job defaults.
+	Jobs JobsConfig `toml:"jobs"`
+	// Approvals configures operator approval of GitLab servers and
+	// projects (API-49, OPS-06).
+	Approvals ApprovalsConfig `toml:"approvals"`
+	// CapacityPolicyFile is a TOML file holding the capacity policy
+	// (`version = 1` plus the keys of [PolicyConfig]); empty means the
+	// inline [capacity_policy] table, or an empty policy.
+	CapacityPolicyFile string `toml:"capacity_policy_file"`
+	// CapacityPolicy is the capacity policy inline (DECISIONS 11). At most
+	// one of it and CapacityPolicyFile may be set.
+	CapacityPolicy *PolicyConfig `toml:"capacity_policy"`
+	// TickMillis is the scheduling core's tick period in milliseconds.
+	// Default 250.
+	TickMillis int `toml:"tick_ms"`
+	// ShutdownGraceSecs bounds a graceful shutdown's wait for in-flight
+	// requests, in seconds. Default 10.
+	ShutdownGraceSecs int `toml:"shutdown_grace_secs"`
+}
+
+// TLSConfig names an operator-provided serving certificate. Both or
+// neither must be set. Names are extra DNS names or IPs the self-made
+// serving certificate must cover (ignored with Cert/Key).
+type TLSConfig struct {
+	Cert  string   `toml:"cert"`
+	Key   string   `toml:"key"`
+	Names []string `toml:"names"`
+}
+
+// AuthConfig configures signature checks (AUTH-13).
+type AuthConfig struct {
+	// SkewSecs is the largest accepted |vk-time − now|, in seconds.
+	// Default 300 (DECISIONS 10).
+	SkewSecs int `toml:"skew_secs"`
+}
+
+// LimitsConfig bounds what a principal and the hub hold (API-20).
+type LimitsConfig struct {
+	// PerPrincipal bounds a principal's unended reservations. Default 256.
+	PerPrincipal int `toml:"per_principal"`
+	// PerHub bounds the hub's unended reservations. Default 4096.
+	PerHub int `toml:"per_hub"`
+	// MaxBodyBytes bounds a request body; larger is 413 too_large.
+	// Default 2 MiB (a spec may be 512 KiB, API-35).
+	MaxBodyBytes int64 `toml:"max_body_bytes"`
+}
+
+// SessionsConfig configures node liveness (FAIL-16) and the periods the
+// hub states in its session welcomes (STYLE C6).
+type SessionsConfig struct {
+	// NodeHeartbeatSecs is the base node heartbeat period, in seconds,
+	// lengthened with the fleet by the session layer. Default 5.
+	NodeHeartbeatSecs int `toml:"node_heartbeat_secs"`
+	// UnreachableAfterMissed: a node is unreachable after this many
+	// missed heartbeats. Default 3.
+	UnreachableAfterMissed int `toml:"unreachable_after_missed"`
+	// JobLostAfterSecs: a node whose session is gone this long loses its
+	// jobs (they end lost). Default 300.
+	JobLostAfterSecs int `toml:"job_lost_after_secs"`
+}
+
+// JobsConfig configures job defaults.
+type JobsConfig struct {
+	// PlaceWithinSecs is the place_within_secs of a submission that names
+	// none (0). Default 300 (ARB-38).
+	PlaceWithinSecs int `toml:"place_within_secs"`
+}
+
+// ApprovalsConfig configures approvals.
+type ApprovalsConfig struct {
+	// Required: a relay's GitLab server and each project must be approved
+	// by an operator (`vk-hub projects approve …`) before the hub takes
+	// their work; a first sighting is recorded pending. Default false:
+	// every server and project counts as approved.
+	Required bool `toml:"required"`
+}
+
+// DefaultConfig returns the configuration with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		Version:           ConfigVersion,
+		Addr:              DefaultAddr,
+		StateDir:          DefaultStateDir,
+		Auth:              AuthConfig{SkewSecs: DefaultSkewSecs},
+		Limits:            LimitsConfig{PerPrincipal: client.MaxUnendedPerPrincipal, PerHub: client.MaxUnendedPerHub, MaxBodyBytes: DefaultMaxBodyBytes},
+		Sessions:          SessionsConfig{NodeHeartbeatSecs: 5, UnreachableAfterMissed: 3, JobLostAfterSecs: DefaultJobLostAfterSecs},
+		Jobs:              JobsConfig{PlaceWithinSecs: DefaultPlaceWithinSecs},
+		TickMillis:        DefaultTickMillis,
+		ShutdownGraceSecs: DefaultShutdownGraceSecs,
+	}
+}
+
+// LoadConfig reads path strictly over [DefaultConfig] (unknown keys, wrong
+// types and a missing `version` are errors naming file, line and key), then
+// validates. A missing file wraps conffile.ErrNoConfig.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	cfg.Version = 0
+	if err := conffile.Load(path, &cfg, ConfigVersion); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Validate lists every problem of c, each wrapping [ErrConfig]. It is pure.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...))
+	}
+	if c.Version != ConfigVersion {
+		bad("version is %d, want %d", c.Version, ConfigVersion)
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		bad("addr %q: %v", c.Addr, err)
+	}
+	if c.StateDir == "" {
+		bad("state_dir is empty")
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		bad("tls: set both cert and key, or neither")
+	}
+	if c.UIURL != "" && !strings.HasPrefix(c.UIURL, "https://") && !strings.HasPrefix(c.UIURL, "http://") {
+		bad("ui_url %q is not an http(s) URL", c.UIURL)
+	}
+	if c.Auth.SkewSecs <= 0 {
+		bad("auth.skew_secs must be > 0")
+	}
+	if c.Limits.PerPrincipal <= 0 || c.Limits.PerHub <= 0 {
+		bad("limits.per_principal and limits.per_hub must be > 0")
+	}
+	if c.Limits.MaxBodyBytes < 1<<20 {
+		bad("limits.max_body_bytes must be at least 1 MiB")
+	}
+	if c.Sessions.JobLostAfterSecs <= 0 || c.Sessions.NodeHeartbeatSecs <= 0 || c.Sessions.UnreachableAfterMissed <= 0 {
+		bad("sessions.node_heartbeat_secs, unreachable_after_missed and job_lost_after_secs must be > 0")
+	}
+	if c.Jobs.PlaceWithinSecs <= 0 {
+		bad("jobs.place_within_secs must be > 0")
+	}
+	if c.TickMillis <= 0 || c.TickMillis > 10000 {
+		bad("tick_ms must be in 1..10000")
+	}
+	if c.ShutdownGraceSecs < 0 {
+		bad("shutdown_grace_secs must be >= 0")
+	}
+	if c.CapacityPolicyFile != "" && c.CapacityPolicy != nil {
+		bad("set capacity_policy_file or [capacity_policy], not both")
+	}
+	if c.CapacityPolicy != nil {
+		if err := c.CapacityPolicy.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// storeLocation returns where the store lives.
+func (c *Config) storeLocation() string {
+	if c.Store != "" {
+		return c.Store
+	}
+	return filepath.Join(c.StateDir, "hub.db")
+}
+
+func (c *Config) tick() time.Duration  { return time.Duration(c.TickMillis) * time.Millisecond }
+func (c *Config) skew() time.Duration  { return time.Duration(c.Auth.SkewSecs) * time.Second }
+func (c *Config) grace() time.Duration { return time.Duration(c.ShutdownGraceSecs) * time.Second }
+func (c *Config) lostAfter() time.Duration {
+	return time.Duration(c.Sessions.JobLostAfterSecs) * time.Second
+}

@@ -1,0 +1,702 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vk-ci/vk/hub/output"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/proto/job"
+	"github.com/vk-ci/vk/sched"
+)
+
+// Driver is the one goroutine that owns the scheduling core (STYLE C1):
+// client requests and session messages become [sched.Event]s, and the
+// [sched.Action]s that come out are carried out — frames to node sessions,
+// answers to waiting long polls, job record changes (with revision bumps
+// and wakeups), persisted claimed admissions.
+//
+// Everything the driver owns is touched only on its goroutine: other
+// goroutines hand it closures (do) and wait for their results. Disk writes
+// of job output happen on the caller's goroutine (the node session's
+// reader); record writes (job records, claimed admissions, audit) are
+// queued, in order, to a writer goroutine (recWriter), and whoever must
+// not answer before one is durable waits for it off the driver's
+// goroutine: a claim's 204 (DECISIONS 6), a settle's 204, the node's
+// "recorded" (NSESS-10). Only a job's creation (before its 201) and the
+// rare ID-floor raise are written on the driver's goroutine.
+//
+// Get it from [Server.Driver]. Its exported methods are the session seam
+// (NodeConnected, NodeFrame, NodeDisconnected, RelayConnected, RelayFrame,
+// RelayDisconnected — what hub/session's handlers call, and what tests
+// call to play a node or a relay), api.Backend and admin.Backend.
+//
+// Restart (FAIL-19, ARB-04, DECISIONS 6): newDriver reloads unsettled
+// job records and claimed admissions from the store. Jobs a node had
+// accepted are restored into the core, to be adopted when their node's
+// held lists them; jobs not yet accepted end lost (their specs, kept in
+// memory only, are gone, AUTH-07); claimed admissions are restored and
+// adopted when their node's held lists their reservation.
+type Driver struct {
+	core   *sched.Core
+	clk    clock.Clock
+	st     store.Store
+	out    output.Store
+	log    *slog.Logger
+	met    *metrics
+	cfg    Config
+	policy *PolicyConfig
+	epoch  string // ticket ID epoch of this start
+
+	reqs chan func()
+	bg   context.Context // for store writes; never cancelled mid-write
+	w    *recWriter      // record writes, in order, off the driver goroutine
+
+	// Owned by the loop goroutine.
+	ids      *idTable
+	relays   map[string]*relayRec
+	nodes    map[string]*nodeRec
+	tickets  map[sched.TicketID]*ticketRec
+	adms     map[sched.AdmissionID]*admRec
+	resAdm   map[sched.ReservationID]sched.AdmissionID
+	jobs     map[string]*jobRec
+	jobBySID map[sched.JobID]*jobRec
+	renewers map[sched.ReservationID][]chan renewAnswer
+	unended  map[string]int      // per principal: live tickets + restored admissions
+	openTk   map[runnerKey]int   // per runner: live unclaimed tickets (API-20)
+	down     map[string]*nodeRec // nodes whose session is gone, not yet declared lost
+	total    int
+	nextTk   uint64
+	nextJob  uint64
+	session  uint64
+	idFloor  uint64
+	capRev   uint64
+	capWake  chan struct{}
+	nodeSets map[string]nodeSettings // operator settings by node (admin socket)
+}
+
+// relayRec is a relay as the driver knows it.
+type relayRec struct {
+	name    string
+	id      sched.RelayID
+	up      bool
+	send    RelaySender
+	noWork  bool                 // session below version 2: no new work (RSESS-11)
+	report  *client.RelayReport  // the last report; nil before the first
+	runners map[string]runnerRec // by name, from the last report
+}
+
+type runnerRec struct {
+	id          sched.RunnerID
+	tenant      string
+	placement   client.Placement
+	concurrency int // request_concurrency (≥ 1)
+}
+
+// nodeRec is a node as the driver knows it.
+type nodeRec struct {
+	name     string
+	id       sched.NodeID
+	send     NodeSender // nil while disconnected
+	report   *dispatch.Report
+	state    dispatch.NodeState
+	downAt   time.Time // when its session went; zero while connected
+	lastSeen time.Time // last frame from the node
+	lostSent bool
+	// synced: the core has this session's report and held (a new
+	// session's report waits for its held).
+	synced bool
+}
+
+// ticketRec is a live ticket: from TicketQueued until it expires, its
+// admission ends or becomes a job.
+type ticketRec struct {
+	id      sched.TicketID
+	wire    string
+	owner   string
+	runner  string
+	adm     sched.AdmissionID // once granted
+	claimed bool
+	wake    chan struct{} // closed and replaced on every change
+}
+
+// admRec is a granted (or restored claimed) admission.
+type admRec struct {
+	id        sched.AdmissionID
+	owner     string
+	runner    string
+	tenant    string
+	placement client.Placement
+	res       sched.ReservationID
+	node      string
+	ticket    sched.TicketID // 0 for a restored one
+	claimed   bool
+	claimedAt time.Time
+	job       string
+	lease     int
+}
+
+// jobRec is an unsettled job.
+type jobRec struct {
+	sid    sched.JobID
+	rec    store.Job
+	spec   *job.JobSpec // full spec, secrets included; nil once a node accepted it (AUTH-07)
+	name   string       // the GitLab job's name, for the core's runtime statistics (BS-23)
+	stored *writeDone   // the finished record's write; nil before finishJob
+	outLen int64
+	result *client.JobResult
+	wake   chan struct{}
+}
+
+// writeDone is one record write's end: err is set before done is closed
+// and read only after.
+type writeDone struct {
+	done chan struct{}
+	err  error
+}
+
+type renewAnswer struct {
+	remaining int
+	gone      bool
+}
+
+// Meta keys of the driver.
+const (
+	metaIDFloor = "hub.id_floor"
+	idFloorStep = 1 << 16
+)
+
+// newDriver builds the driver over an open store and output store,
+// restoring what survived a restart. Run it with [Driver.Run].
+func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Store, out output.Store, clk clock.Clock, log *slog.Logger, met *metrics) (*Driver, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if met == nil {
+		met = newMetrics()
+	}
+	clk = clock.Or(clk)
+	var ep [4]byte
+	rand.Read(ep[:])
+	d := &Driver{
+		clk: clk, st: st, out: out, log: log, met: met, cfg: cfg, policy: pol,
+		epoch: hex.EncodeToString(ep[:]), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
+		ids: newIDTable(), relays: map[string]*relayRec{}, nodes: map[string]*nodeRec{},
+		tickets: map[sched.TicketID]*ticketRec{}, adms: map[sched.AdmissionID]*admRec{},
+		resAdm: map[sched.ReservationID]sched.AdmissionID{}, jobs: map[string]*jobRec{},
+		jobBySID: map[sched.JobID]*jobRec{}, renewers: map[sched.ReservationID][]chan renewAnswer{},
+		unended: map[string]int{}, openTk: map[runnerKey]int{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
+	}
+	d.w = newRecWriter(d.bg, st, log)
+	if err := d.loadOperatorSettings(ctx); err != nil {
+		d.w.close()
+		return nil, err
+	}
+	var seed [8]byte
+	rand.Read(seed[:])
+	sb, err := st.InitMeta(ctx, store.MetaSchedulerSeed, seed[:])
+	if err != nil {
+		d.w.close()
+		return nil, fmt.Errorf("hub: scheduler seed: %w", err)
+	}
+	if len(sb) != 8 {
+		sb = seed[:]
+	}
+	d.core = sched.New(d.schedPolicy(), binary.BigEndian.Uint64(sb))
+	if b, err := st.GetMeta(ctx, metaIDFloor); err == nil && len(b) == 8 {
+		d.idFloor = binary.BigEndian.Uint64(b)
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		d.w.close()
+		return nil, fmt.Errorf("hub: id floor: %w", err)
+	}
+	if err := d.restore(ctx); err != nil {
+		d.w.close()
+		return nil, err
+	}
+	met.collect = func(ctx context.Context) { d.do(ctx, d.countJobs) }
+	return d, nil
+}
+
+// schedPolicy is the core's policy: the capacity policy in force plus the
+// hub's outstanding-ticket limits (API-20).
+func (d *Driver) schedPolicy() sched.Policy {
+	p := d.policy.toSched(d.ids)
+	p.RelayTicketLimit, p.TicketLimit = d.cfg.Limits.PerPrincipal, d.cfg.Limits.PerHub
+	return p
+}
+
+// Run runs the driver loop until ctx ends: closures from other
+// goroutines, and a Tick every cfg.TickMillis. When it returns, every
+// record write it queued is durable.
+func (d *Driver) Run(ctx context.Context) error {
+	t := d.clk.NewTimer(d.cfg.tick())
+	defer t.Stop()
+	defer d.w.close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case f := <-d.reqs:
+			f()
+		case <-t.C():
+			d.onTick()
+			t.Reset(d.cfg.tick())
+		}
+	}
+}
+
+// errStopped is returned when the driver loop is gone.
+var errStopped = errors.New("hub: driver stopped")
+
+// do runs f on the driver goroutine and waits for it; ctx bounds the wait
+// for the loop to take f (once taken, f runs to completion).
+func (d *Driver) do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case d.reqs <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-done
+	return nil
+}
+
+// now is the driver's clock reading.
+func (d *Driver) now() time.Time { return d.clk.Now() }
+
+// step feeds one event to the core and returns a copy of the actions.
+func (d *Driver) step(ev sched.Event) []sched.Action {
+	start := time.Now()
+	acts := d.core.Step(d.now(), ev)
+	d.met.observeHist("vk_hub_decision_seconds", time.Since(start).Seconds())
+	if _, isTick := ev.(sched.Tick); !isTick || len(acts) > 0 {
+		d.bumpCapacity()
+	}
+	return append([]sched.Action(nil), acts...)
+}
+
+// stepExec steps and carries out every action but the verdict, which it
+// returns (VerdictOK when the event has none).
+func (d *Driver) stepExec(ev sched.Event) sched.Verdict {
+	acts := d.step(ev)
+	d.exec(acts)
+	return verdictOf(acts)
+}
+
+func verdictOf(acts []sched.Action) sched.Verdict {
+	if len(acts) > 0 {
+		if v, ok := acts[0].(sched.Verdict); ok {
+			return v
+		}
+	}
+	return sched.Verdict{Code: sched.VerdictOK}
+}
+
+func (d *Driver) bumpCapacity() {
+	d.capRev++
+	close(d.capWake)
+	d.capWake = make(chan struct{})
+}
+
+// exec carries out actions (verdicts are the caller's).
+func (d *Driver) exec(acts []sched.Action) {
+	for _, a := range acts {
+		d.log.Debug("sched action", "action", a.String())
+		switch a := a.(type) {
+		case sched.Verdict:
+		case sched.Offer:
+			d.raiseFloor(uint64(a.Reservation))
+			d.sendNode(a.Node, offerFromSched(a))
+		case sched.Grant:
+			d.onGrant(a)
+		case sched.Release:
+			d.sendNode(a.Node, releaseFromSched(a))
+		case sched.Renew:
+			d.sendNode(a.Node, renewFromSched(a))
+		case sched.Start:
+			d.onStart(a)
+		case sched.Expire:
+			d.onExpire(a)
+		case sched.EndJob:
+			if j := d.jobBySID[a.Job]; j != nil {
+				d.finishJob(j, client.JobResult{Failure: client.Failure(a.Failure), Message: a.Message, OutputLen: j.outLen})
+			}
+		case sched.CancelJob:
+			jid := ""
+			if j := d.jobBySID[a.Job]; j != nil {
+				jid = j.rec.ID
+			}
+			if jid != "" {
+				d.sendNode(a.Node, cancelFrame(jid, client.CancelImmediate))
+			}
+		case sched.AdmissionEnded:
+			d.onAdmissionEnded(a.Admission, a.Reason)
+		}
+	}
+	d.met.set("vk_hub_queue_depth", float64(len(d.tickets)), "class", "tickets")
+}
+
+// raiseFloor persists a floor above the IDs the core mints, so a restarted
+// hub never reuses a reservation ID a node may still hold.
+func (d *Driver) raiseFloor(id uint64) {
+	if id < d.idFloor {
+		return
+	}
+	d.idFloor = id + idFloorStep
+	b := binary.BigEndian.AppendUint64(nil, d.idFloor)
+	if err := d.st.PutMeta(d.bg, metaIDFloor, b); err != nil {
+		d.log.Error("persisting the ID floor failed", logkey.Err, err)
+	}
+}
+
+func (d *Driver) sendNode(id sched.NodeID, m dispatch.Message) {
+	name := d.ids.nodeNames[id]
+	n := d.nodes[name]
+	if n == nil || n.send == nil {
+		d.log.Debug("node not connected; frame dropped", logkey.NodeID, name, "kind", string(m.FrameKind()))
+		return
+	}
+	if err := n.send.Send(m); err != nil {
+		d.log.Warn("send to node failed", logkey.NodeID, name, logkey.Err, err)
+	}
+}
+
+func (d *Driver) onGrant(g sched.Grant) {
+	d.met.add("vk_hub_grants_total", 1)
+	t := d.tickets[g.Ticket]
+	if t == nil {
+		return
+	}
+	t.adm = g.Admission
+	rr := d.relays[t.owner].runners[t.runner]
+	d.adms[g.Admission] = &admRec{id: g.Admission, owner: t.owner, runner: t.runner, tenant: rr.tenant,
+		placement: rr.placement, res: g.Reservation, node: d.ids.nodeNames[g.Node], ticket: g.Ticket, lease: g.LeaseSecs}
+	d.resAdm[g.Reservation] = g.Admission
+	d.wakeTicket(t)
+}
+
+func (d *Driver) wakeTicket(t *ticketRec) {
+	close(t.wake)
+	t.wake = make(chan struct{})
+}
+
+func (d *Driver) onExpire(e sched.Expire) {
+	t := d.tickets[e.Ticket]
+	if t == nil {
+		return
+	}
+	d.met.add("vk_hub_tickets_ended_total", 1)
+	if a := d.adms[t.adm]; a != nil && !a.claimed {
+		d.dropAdm(a)
+	}
+	d.dropTicket(t)
+}
+
+// dropTicket forgets a ticket and wakes its pollers (who then read 410).
+func (d *Driver) dropTicket(t *ticketRec) {
+	delete(d.tickets, t.id)
+	if !t.claimed {
+		d.openTk[runnerKey{t.owner, t.runner}]--
+	}
+	d.unended[t.owner]--
+	d.total--
+	d.wakeTicket(t)
+}
+
+func (d *Driver) dropAdm(a *admRec) {
+	delete(d.adms, a.id)
+	if d.resAdm[a.res] == a.id {
+		delete(d.resAdm, a.res)
+	}
+	for _, ch := range d.renewers[a.res] {
+		ch <- renewAnswer{gone: true}
+	}
+	delete(d.renewers, a.res)
+}
+
+func (d *Driver) onAdmissionEnded(id sched.AdmissionID, why string) {
+	a := d.adms[id]
+	if a == nil {
+		return
+	}
+	d.log.Debug("admission ended", logkey.Admission, admissionWire(id), "reason", why)
+	if t := d.tickets[a.ticket]; t != nil {
+		d.dropTicket(t)
+	} else if a.ticket == 0 {
+		d.unended[a.owner]--
+		d.total--
+	}
+	d.dropAdm(a)
+	if a.claimed {
+		wire := admissionWire(id)
+		d.w.do(func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, wire) })
+	}
+}
+
+// onStart sends a start with the job's full spec (secrets included: the
+// node needs them).
+func (d *Driver) onStart(s sched.Start) {
+	j := d.jobBySID[s.Job]
+	if j == nil {
+		return
+	}
+	node := d.ids.nodeNames[s.Node]
+	j.rec.State, j.rec.Node = store.JobStarting, node
+	d.saveJob(j, true)
+	if j.spec == nil {
+		d.log.Error("start without a spec in memory", logkey.JobID, j.rec.ID)
+		return
+	}
+	d.sendNode(s.Node, startFromSched(s, j.rec.ID, *j.spec))
+}
+
+// saveJob queues a write of the job record (see recWriter) and, when
+// bump, moves its revision and wakes its long polls (API-36). The
+// returned channel says when the write is durable.
+func (d *Driver) saveJob(j *jobRec, bump bool) <-chan error {
+	if bump {
+		j.rec.Revision++
+	}
+	j.rec.Updated = d.now()
+	j.rec.OutputLen = j.outLen
+	ch := d.w.saveJob(j.rec.Clone())
+	if bump {
+		close(j.wake)
+		j.wake = make(chan struct{})
+	}
+	return ch
+}
+
+// finishJob records a job's result (once) and marks its output complete;
+// j.stored is closed once the record is durable.
+func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
+	if j.rec.State == store.JobFinished {
+		return
+	}
+	if res.OutputLen < j.outLen {
+		res.OutputLen = j.outLen
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		d.log.Error("encoding a job result failed", logkey.JobID, j.rec.ID, logkey.Err, err)
+	}
+	j.rec.State, j.rec.Result, j.result, j.spec = store.JobFinished, b, &res, nil
+	id := j.rec.ID
+	d.w.do(func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
+	d.met.add("vk_hub_jobs_finished_total", 1, "failure", string(res.Failure))
+	d.log.Info("job finished", logkey.JobID, j.rec.ID, "failure", string(res.Failure), "message", res.Message)
+	d.storeFinished(j, true)
+}
+
+// storeFinished saves a finished job's record and sets j.stored.
+func (d *Driver) storeFinished(j *jobRec, bump bool) {
+	durable, wd := d.saveJob(j, bump), &writeDone{done: make(chan struct{})}
+	j.stored = wd
+	go func() {
+		wd.err = <-durable
+		close(wd.done)
+	}()
+}
+
+// countJobs sets the job gauges; O(unsettled jobs), so it runs when
+// /metrics is scraped, not on every change.
+func (d *Driver) countJobs() {
+	counts := map[store.JobState]int{}
+	for _, j := range d.jobs {
+		counts[j.rec.State]++
+	}
+	for _, s := range []store.JobState{store.JobQueued, store.JobStarting, store.JobRunning, store.JobFinished} {
+		d.met.set("vk_hub_jobs", float64(counts[s]), "state", string(s))
+	}
+	d.met.set("vk_hub_queue_depth", float64(counts[store.JobQueued]), "class", "jobs")
+}
+
+// onTick lets time pass in the core and declares nodes lost whose session
+// is gone past job_lost_after (FAIL-16).
+func (d *Driver) onTick() {
+	d.exec(d.step(sched.Tick{}))
+	now := d.now()
+	for _, name := range sortedKeys(d.down) {
+		n := d.down[name]
+		if n.send == nil && !n.downAt.IsZero() && !n.lostSent && now.Sub(n.downAt) >= d.cfg.lostAfter() {
+			n.lostSent = true
+			delete(d.down, name)
+			d.log.Warn("node lost", logkey.NodeID, name, "down_since", n.downAt)
+			d.exec(d.step(sched.NodeLost{Node: n.id}))
+		}
+	}
+}
+
+// audit appends an audit log entry. Entries name IDs and redacted facts
+// only, never a spec's secrets (AUTH-07).
+func (d *Driver) audit(actor, action, subject, detail string) {
+	e := store.AuditEntry{Time: d.now(), Actor: actor, Action: action, Subject: subject, Detail: detail}
+	d.w.do(func(ctx context.Context) error {
+		_, err := d.st.AppendAudit(ctx, e)
+		return err
+	})
+}
+
+// newJobID returns a random 16-hex-digit job ID.
+func newJobID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// restore reloads claimed admissions and unsettled jobs (FAIL-19,
+// DECISIONS 6) and feeds them to the core as one Restore event.
+func (d *Driver) restore(ctx context.Context) error {
+	now := d.now()
+	ev := sched.Restore{NextID: d.idFloor}
+	adms, err := d.st.ListAdmissions(ctx)
+	if err != nil {
+		return fmt.Errorf("hub: restore admissions: %w", err)
+	}
+	jobs, err := d.st.ListJobs(ctx, true)
+	if err != nil {
+		return fmt.Errorf("hub: restore jobs: %w", err)
+	}
+	byAdm := map[string]store.Admission{}
+	touch := func(node string) {
+		if node == "" {
+			return
+		}
+		if d.nodes[node] == nil {
+			d.nodes[node] = &nodeRec{name: node, id: d.ids.node(node), downAt: now}
+			d.down[node] = d.nodes[node]
+		}
+	}
+	for _, a := range adms {
+		byAdm[a.ID] = a
+		if a.Job != "" {
+			continue // its job decides (below)
+		}
+		aid, ok := parseAdmission(a.ID)
+		if !ok {
+			continue
+		}
+		pl, _ := parsePlacementKey(a.Placement)
+		rid, _ := parseReservation(a.Reservation)
+		rel := d.ids.relay(a.Relay)
+		run, _ := d.ids.runner(a.Relay, a.Runner)
+		touch(a.Node)
+		ev.Admissions = append(ev.Admissions, sched.RestoredAdmission{Admission: aid, Reservation: rid,
+			Node: d.ids.node(a.Node), Runner: run, Tenant: d.ids.tenant(a.Tenant), Relay: rel, Placement: placementToSched(pl)})
+		d.adms[aid] = &admRec{id: aid, owner: a.Relay, runner: a.Runner, tenant: a.Tenant, placement: pl, res: rid,
+			node: a.Node, claimed: true, claimedAt: a.ClaimedAt}
+		if rid != 0 {
+			d.resAdm[rid] = aid
+		}
+		d.unended[a.Relay]++
+		d.total++
+	}
+	for _, r := range jobs {
+		n, _, err := d.out.Len(ctx, r.ID)
+		if err != nil {
+			d.log.Warn("output length unknown", logkey.JobID, r.ID, logkey.Err, err)
+		}
+		d.nextJob++
+		j := &jobRec{sid: sched.JobID(d.nextJob), rec: r, outLen: n, wake: make(chan struct{}), name: specName(r.Spec)}
+		d.jobs[r.ID] = j
+		d.jobBySID[j.sid] = j
+		switch r.State {
+		case store.JobFinished:
+			var res client.JobResult
+			if json.Unmarshal(r.Result, &res) == nil {
+				j.result = &res
+			}
+		case store.JobRunning:
+			pl, _ := parsePlacementKey(r.Placement)
+			aid, _ := parseAdmission(r.Admission)
+			run, _ := d.ids.runner(r.Principal, r.Runner)
+			touch(r.Node)
+			ev.Jobs = append(ev.Jobs, sched.RestoredJob{Job: j.sid, Node: d.ids.node(r.Node), Runner: run,
+				Tenant: d.ids.tenant(r.Tenant), Relay: d.ids.relay(r.Principal), Admission: aid,
+				Envelope: envelopeToSched(pl.Envelope)})
+		default:
+			// FAIL-19: not accepted by a node before the restart; its spec
+			// (with secrets) was in memory only.
+			d.finishJob(j, client.JobResult{Failure: client.FailureLost, Message: sched.MsgNotAcceptedAfter, OutputLen: n})
+			d.audit("hub", "job.lost", r.ID, sched.MsgNotAcceptedAfter)
+			if a, ok := byAdm[r.Admission]; ok {
+				d.st.DeleteAdmission(ctx, a.ID)
+			}
+		}
+	}
+	d.exec(d.step(ev))
+	d.log.Info("hub state restored", "admissions", len(ev.Admissions), "running_jobs", len(ev.Jobs), "jobs", len(jobs))
+	return nil
+}
+
+// jobView converts a job record to its API view.
+func (j *jobRec) view() client.JobView {
+	v := client.JobView{ID: j.rec.ID, Revision: j.rec.Revision, State: client.JobState(j.rec.State),
+		Node: j.rec.Node, Stage: j.rec.Stage, OutputLen: j.outLen, Cancel: client.CancelMode(j.rec.Cancel)}
+	if j.rec.State == store.JobFinished {
+		if j.result != nil {
+			r := *j.result
+			v.Result = &r
+		} else {
+			v.Result = &client.JobResult{Failure: client.FailureOther, OutputLen: j.outLen}
+		}
+	}
+	return v
+}
+
+// viewOfRecord is the view of a job known only from the store (settled).
+func viewOfRecord(r store.Job) client.JobView {
+	j := &jobRec{rec: r, outLen: r.OutputLen}
+	if len(r.Result) > 0 {
+		var res client.JobResult
+		if json.Unmarshal(r.Result, &res) == nil {
+			j.result = &res
+		}
+	}
+	return j.view()
+}
+
+func projectKey(id int64) string { return strconv.FormatInt(id, 10) }
+
+// specName reads the job name from a stored (redacted) spec.
+func specName(b []byte) string {
+	var s job.JobSpec
+	if json.Unmarshal(b, &s) != nil || s.GitLabCI == nil {
+		return ""
+	}
+	return s.GitLabCI.Job.Name
+}
+
+// builtImages lists the images of a spec (its own and its services') the
+// node builds from the checkout, for image affinity (PLACE-14).
+func builtImages(s job.JobSpec) []string {
+	if s.GitLabCI == nil {
+		return nil
+	}
+	var out []string
+	add := func(name string) {
+		if strings.HasPrefix(name, "dockerfile:") || strings.HasPrefix(name, "compose:") {
+			out = append(out, name)
+		}
+	}
+	if im := s.GitLabCI.Image; im != nil {
+		add(im.Name)
+	}
+	for _, sv := range s.GitLabCI.Services {
+		add(sv.Name)
+	}
+	return out
+}

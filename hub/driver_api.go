@@ -1,0 +1,398 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/vk-ci/vk/hub/api"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/sched"
+)
+
+// The driver implements api.Backend: each method runs its core step on the
+// driver goroutine and waits (long polls) off it.
+var _ api.Backend = (*Driver)(nil)
+
+// renewTimeout bounds the wait for the node's answer to a renew.
+const renewTimeout = 5 * time.Second
+
+func verdictError(v sched.Verdict) error {
+	msg := v.Message
+	switch v.Code {
+	case sched.VerdictOK, sched.VerdictPending:
+		return nil
+	case sched.VerdictConflict:
+		return api.Errorf(client.CodeConflict, "%s", or(msg, "conflict"))
+	case sched.VerdictGone:
+		return api.Errorf(client.CodeReservationGone, "%s", or(msg, "reservation gone"))
+	case sched.VerdictNotFound:
+		return api.Errorf(client.CodeNotFound, "%s", or(msg, "not found"))
+	case sched.VerdictForbidden:
+		return api.Errorf(client.CodeForbidden, "%s", or(msg, "forbidden"))
+	case sched.VerdictInvalid:
+		return api.Errorf(client.CodeInvalid, "%s", or(msg, "invalid"))
+	case sched.VerdictUnavailable:
+		return &api.Error{Code: client.CodeUnavailable, Msg: or(msg, "unavailable"), RetryAfter: 1}
+	}
+	return &api.Error{Code: client.CodeInternal, Msg: "unexpected scheduler verdict " + v.Code.String()}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// errOldRelay refuses new work to a relay whose session is below version 2
+// (API-48, RSESS-11).
+var errOldRelay = api.Errorf(client.CodeForbidden, "relay session below protocol 2 may not ask for new work; upgrade vk-gitlab")
+
+func notFound(what string) error { return api.Errorf(client.CodeNotFound, "no such %s", what) }
+
+// wait blocks until ch is closed, the timer fires or ctx ends; it reports
+// whether ch was closed.
+func (d *Driver) wait(ctx context.Context, ch <-chan struct{}, deadline time.Time) (woken bool, err error) {
+	left := deadline.Sub(d.now())
+	if left <= 0 {
+		return false, nil
+	}
+	t := d.clk.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true, nil
+	case <-t.C():
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// Capacity implements api.Backend (API-02, API-13, API-14).
+func (d *Driver) Capacity(ctx context.Context, p api.Principal, req client.CapacityRequest, wait time.Duration) (client.Capacity, error) {
+	deadline := d.now().Add(wait)
+	for {
+		var (
+			c   client.Capacity
+			ch  <-chan struct{}
+			old bool
+		)
+		if err := d.do(ctx, func() {
+			if r := d.relays[p.ID]; r != nil && r.noWork {
+				old = true
+				return
+			}
+			c = client.Capacity{Revision: d.capRev, Fits: d.core.Fits(placementToSched(req.Placement))}
+			ch = d.capWake
+		}); err != nil {
+			return client.Capacity{}, err
+		}
+		if old {
+			return client.Capacity{}, errOldRelay
+		}
+		if req.After == 0 || c.Revision > req.After || wait <= 0 {
+			return c, nil
+		}
+		woken, err := d.wait(ctx, ch, deadline)
+		if err != nil {
+			return client.Capacity{}, err
+		}
+		if !woken {
+			return c, nil
+		}
+	}
+}
+
+// Reserve implements api.Backend (API-03, API-16..21).
+func (d *Driver) Reserve(ctx context.Context, p api.Principal, req client.ReservationRequest, wait time.Duration) (*client.ReservationGrant, string, error) {
+	var (
+		wire string
+		err  error
+	)
+	if derr := d.do(ctx, func() { wire, err = d.queueTicket(p.ID, req) }); derr != nil {
+		return nil, "", derr
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if req.Queue {
+		return nil, wire, nil // API-17: a grant needs a node's answer, never ready at once
+	}
+	g, err := d.Ticket(ctx, p, wire, wait)
+	if err == nil && g != nil {
+		return g, wire, nil
+	}
+	// API-18: nothing in time; give the ticket up.
+	_ = d.CancelTicket(context.WithoutCancel(ctx), p, wire)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != client.CodeReservationGone {
+			return nil, "", err
+		}
+	}
+	return nil, "", &api.Error{Code: client.CodeNoCapacity, Msg: "no node accepted the reservation in time", RetryAfter: 5}
+}
+
+// queueTicket checks the limits (API-20, API-21) and queues a ticket.
+func (d *Driver) queueTicket(principal string, req client.ReservationRequest) (string, error) {
+	r := d.relays[principal]
+	if r == nil || !r.up {
+		return "", &api.Error{Code: client.CodeUnavailable, Msg: "relay session not connected", RetryAfter: 1}
+	}
+	if r.noWork {
+		return "", errOldRelay
+	}
+	rr, ok := r.runners[req.Runner]
+	if !ok {
+		return "", &api.Error{Code: client.CodeUnavailable, Msg: "runner " + req.Runner + " not in the relay's session report", RetryAfter: 1}
+	}
+	if !samePlacement(rr.placement, req.Placement) {
+		return "", api.Errorf(client.CodeForbidden, "placement differs from runner %s's reported placement", req.Runner)
+	}
+	open := d.openTk[runnerKey{principal, req.Runner}]
+	switch {
+	case open >= rr.concurrency:
+		return "", &api.Error{Code: client.CodeUnavailable, Msg: "runner has request_concurrency tickets outstanding", RetryAfter: 1}
+	case d.unended[principal] >= d.cfg.Limits.PerPrincipal:
+		return "", &api.Error{Code: client.CodeUnavailable, Msg: "relay holds its limit of unended reservations", RetryAfter: 5}
+	case d.total >= d.cfg.Limits.PerHub:
+		return "", &api.Error{Code: client.CodeUnavailable, Msg: "reservation queue full", RetryAfter: 5}
+	}
+	d.nextTk++
+	id := sched.TicketID(d.nextTk)
+	acts := d.step(sched.TicketQueued{Ticket: id, Runner: rr.id})
+	if err := verdictError(verdictOf(acts)); err != nil {
+		d.exec(acts)
+		return "", err
+	}
+	t := &ticketRec{id: id, wire: ticketWire(d.epoch, id), owner: principal, runner: req.Runner, wake: make(chan struct{})}
+	d.tickets[id] = t
+	d.openTk[runnerKey{principal, req.Runner}]++
+	d.unended[principal]++
+	d.total++
+	d.met.add("vk_hub_tickets_total", 1)
+	d.exec(acts)
+	return t.wire, nil
+}
+
+// Ticket implements api.Backend (API-04, API-22..25).
+func (d *Driver) Ticket(ctx context.Context, p api.Principal, ticket string, wait time.Duration) (*client.ReservationGrant, error) {
+	id, same, ok := parseTicket(ticket, d.epoch)
+	if !ok {
+		return nil, api.Errorf(client.CodeInvalid, "malformed ticket ID %q", ticket)
+	}
+	if !same {
+		return nil, api.Errorf(client.CodeReservationGone, "ticket unknown (issued before the hub restarted)")
+	}
+	deadline := d.now().Add(wait)
+	for {
+		var (
+			g   *client.ReservationGrant
+			err error
+			ch  <-chan struct{}
+		)
+		if derr := d.do(ctx, func() { g, ch, err = d.pollTicket(p.ID, id) }); derr != nil {
+			return nil, derr
+		}
+		if err != nil || g != nil || wait <= 0 {
+			return g, err
+		}
+		woken, werr := d.wait(ctx, ch, deadline)
+		if werr != nil {
+			return nil, werr
+		}
+		if !woken {
+			wait = 0 // API-12: answer what a request without wait would
+		}
+	}
+}
+
+func (d *Driver) pollTicket(principal string, id sched.TicketID) (*client.ReservationGrant, <-chan struct{}, error) {
+	t := d.tickets[id]
+	if t != nil && t.owner != principal {
+		return nil, nil, notFound("ticket") // API-25
+	}
+	v := d.stepExec(sched.TicketPolled{Ticket: id})
+	if err := verdictError(v); err != nil {
+		return nil, nil, err
+	}
+	view, ok := d.core.Ticket(id)
+	if !ok || t == nil {
+		return nil, nil, api.Errorf(client.CodeReservationGone, "ticket ended")
+	}
+	if view.Grant != nil {
+		g := grantFromSched(*view.Grant, d.ids.nodeNames[view.Grant.Node])
+		return &g, nil, nil
+	}
+	return nil, t.wake, nil
+}
+
+// CancelTicket implements api.Backend (API-24, API-25).
+func (d *Driver) CancelTicket(ctx context.Context, p api.Principal, ticket string) error {
+	id, same, ok := parseTicket(ticket, d.epoch)
+	if !ok {
+		return api.Errorf(client.CodeInvalid, "malformed ticket ID %q", ticket)
+	}
+	if !same {
+		return nil
+	}
+	var err error
+	if derr := d.do(ctx, func() {
+		if t := d.tickets[id]; t != nil && t.owner != p.ID {
+			err = notFound("ticket")
+			return
+		}
+		err = verdictError(d.stepExec(sched.TicketCancelled{Ticket: id}))
+	}); derr != nil {
+		return derr
+	}
+	return err
+}
+
+// admFor resolves an admission or reservation wire ID to an admission of
+// principal. ok false with err nil: unknown to this hub.
+func (d *Driver) admFor(principal, id string) (sched.AdmissionID, *admRec, error) {
+	aid, ok := parseAdmission(id)
+	if !ok {
+		rid, rok := parseReservation(id)
+		if !rok {
+			return 0, nil, api.Errorf(client.CodeInvalid, "malformed admission or reservation ID %q", id)
+		}
+		aid = d.resAdm[rid]
+	}
+	a := d.adms[aid]
+	if a != nil && a.owner != principal {
+		return 0, nil, notFound("admission") // API-50
+	}
+	return aid, a, nil
+}
+
+// Claim implements api.Backend (API-26, DECISIONS 1). A claimed admission
+// is persisted with its reservation and node (ARB-04, DECISIONS 6).
+func (d *Driver) Claim(ctx context.Context, p api.Principal, id string) error {
+	var (
+		err     error
+		durable <-chan error
+	)
+	if derr := d.do(ctx, func() {
+		aid, a, e := d.admFor(p.ID, id)
+		if e != nil {
+			err = e
+			return
+		}
+		if aid == 0 {
+			err = api.Errorf(client.CodeReservationGone, "no such grant")
+			return
+		}
+		if err = verdictError(d.stepExec(sched.Claimed{Admission: aid})); err != nil || a == nil || a.claimed {
+			return
+		}
+		a.claimed, a.claimedAt = true, d.now()
+		if t := d.tickets[a.ticket]; t != nil {
+			t.claimed = true
+			d.openTk[runnerKey{t.owner, t.runner}]--
+		}
+		rec := store.Admission{ID: admissionWire(aid), Reservation: reservationWire(a.res), Node: a.node, Relay: a.owner,
+			Runner: a.runner, Tenant: a.tenant, Placement: placementKey(a.placement), ClaimedAt: a.claimedAt}
+		durable = d.w.do(func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
+	}); derr != nil {
+		return derr
+	}
+	if err == nil && durable != nil {
+		// DECISIONS 6: answer only once the claim survives a restart.
+		if e := <-durable; e != nil {
+			return &api.Error{Code: client.CodeInternal, Msg: "persisting the claim failed", Err: e}
+		}
+	}
+	return err
+}
+
+// Outcome implements api.Backend (API-27, API-28, ARB-33, ARB-34).
+func (d *Driver) Outcome(ctx context.Context, p api.Principal, admission string, o client.Outcome) error {
+	aid, ok := parseAdmission(admission)
+	if !ok {
+		return api.Errorf(client.CodeInvalid, "malformed admission ID %q", admission)
+	}
+	var err error
+	if derr := d.do(ctx, func() {
+		if a := d.adms[aid]; a != nil && a.owner != p.ID {
+			err = notFound("admission")
+			return
+		}
+		err = verdictError(d.stepExec(sched.Outcome{Admission: aid, Kind: outcomeToSched(o)}))
+	}); derr != nil {
+		return derr
+	}
+	return err
+}
+
+// Renew implements api.Backend (API-29): the node's answer to the renew
+// gives the lease returned.
+func (d *Driver) Renew(ctx context.Context, p api.Principal, id string, leaseSecs int) (client.ReservationGrant, error) {
+	var (
+		err error
+		ch  chan renewAnswer
+		g   client.ReservationGrant
+	)
+	if derr := d.do(ctx, func() {
+		aid, a, e := d.admFor(p.ID, id)
+		if e != nil {
+			err = e
+			return
+		}
+		if aid == 0 || a == nil {
+			err = api.Errorf(client.CodeReservationGone, "no such reservation")
+			return
+		}
+		acts := d.step(sched.RenewRequested{Admission: aid})
+		if err = verdictError(verdictOf(acts)); err != nil {
+			d.exec(acts)
+			return
+		}
+		ch = make(chan renewAnswer, 1)
+		d.renewers[a.res] = append(d.renewers[a.res], ch)
+		g = client.ReservationGrant{Admission: admissionWire(aid), Reservation: reservationWire(a.res), Node: a.node,
+			Envelope: a.placement.Envelope, LeaseSecs: a.lease}
+		d.exec(acts)
+	}); derr != nil {
+		return client.ReservationGrant{}, derr
+	}
+	if err != nil {
+		return client.ReservationGrant{}, err
+	}
+	t := d.clk.NewTimer(renewTimeout)
+	defer t.Stop()
+	select {
+	case ans := <-ch:
+		if ans.gone {
+			return client.ReservationGrant{}, api.Errorf(client.CodeReservationGone, "reservation gone")
+		}
+		g.LeaseSecs = ans.remaining
+		return g, nil
+	case <-t.C():
+		return client.ReservationGrant{}, &api.Error{Code: client.CodeUnavailable, Msg: "the node did not answer the renew in time", RetryAfter: 1}
+	case <-ctx.Done():
+		return client.ReservationGrant{}, ctx.Err()
+	}
+}
+
+// Release implements api.Backend (API-30): 204 even when already gone.
+func (d *Driver) Release(ctx context.Context, p api.Principal, id string) error {
+	var err error
+	if derr := d.do(ctx, func() {
+		aid, _, e := d.admFor(p.ID, id)
+		if e != nil {
+			err = e
+			return
+		}
+		if aid != 0 {
+			d.stepExec(sched.Released{Admission: aid})
+		}
+	}); derr != nil {
+		return derr
+	}
+	return err
+}

@@ -1,0 +1,354 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vk-ci/vk/hub/api"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/sched"
+)
+
+// Submit implements api.Backend (API-07, API-31..35, ARB-36, ARB-37). The
+// store gets the redacted spec only; the full spec stays in memory until a
+// node accepted the job (AUTH-07). Any 4xx refusal ends the submission's
+// admission as empty (API-34).
+func (d *Driver) Submit(ctx context.Context, p api.Principal, sub client.JobSubmission) (client.JobView, error) {
+	redacted, err := json.Marshal(sub.Spec.Redacted())
+	if err != nil {
+		return client.JobView{}, &api.Error{Code: client.CodeInvalid, Msg: "spec does not encode", Err: err}
+	}
+	var (
+		view client.JobView
+		serr error
+	)
+	if derr := d.do(ctx, func() {
+		view, serr = d.submit(p.ID, sub, redacted)
+		var ae *api.Error
+		if serr != nil && errors.As(serr, &ae) && ae.Code.Status() >= 400 && ae.Code.Status() < 500 {
+			d.endAdmission(p.ID, sub.Admission)
+		}
+	}); derr != nil {
+		return client.JobView{}, derr
+	}
+	return view, serr
+}
+
+// EndAdmission implements api.Backend (API-34).
+func (d *Driver) EndAdmission(ctx context.Context, p api.Principal, admission string) {
+	d.do(ctx, func() { d.endAdmission(p.ID, admission) })
+}
+
+// endAdmission ends a refused job's admission as empty (API-34). An
+// admission whose outcome job was already reported cannot take another
+// outcome in the core; its reservation is released instead, and the
+// relay's next session heartbeat reclaims it (ARB-40).
+func (d *Driver) endAdmission(principal, admission string) {
+	aid, ok := parseAdmission(admission)
+	if !ok {
+		return
+	}
+	a := d.adms[aid]
+	if a == nil || a.owner != principal || a.job != "" {
+		return
+	}
+	if v := d.stepExec(sched.Outcome{Admission: aid, Kind: sched.OutcomeEmpty}); v.Code != sched.VerdictOK {
+		d.stepExec(sched.Released{Admission: aid})
+	}
+}
+
+func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []byte) (client.JobView, error) {
+	r := d.relays[principal]
+	if r == nil {
+		return client.JobView{}, &api.Error{Code: client.CodeUnavailable, Msg: "relay session not connected", RetryAfter: 1}
+	}
+	rr, ok := r.runners[sub.Runner]
+	if !ok {
+		return client.JobView{}, &api.Error{Code: client.CodeUnavailable, Msg: "runner " + sub.Runner + " not in the relay's session report", RetryAfter: 1}
+	}
+	if r.noWork {
+		return client.JobView{}, errOldRelay
+	}
+	if err := d.checkJobApproval(r, sub); err != nil {
+		return client.JobView{}, err
+	}
+	ev := sched.JobSubmitted{Runner: rr.id, Project: projectKey(sub.Spec.GitLabCI.Job.ProjectID), Ref: sub.Spec.GitLabCI.Sources.Ref,
+		Images: builtImages(sub.Spec), Name: sub.Spec.GitLabCI.Job.Name}
+	place := sub.PlaceWithinSecs
+	if place == 0 {
+		place = d.cfg.Jobs.PlaceWithinSecs
+	}
+	ev.PlaceWithin = time.Duration(place) * time.Second
+	if sub.Admission != "" {
+		aid, ok := parseAdmission(sub.Admission)
+		if !ok {
+			return client.JobView{}, api.Errorf(client.CodeInvalid, "malformed admission ID %q", sub.Admission)
+		}
+		a := d.adms[aid]
+		switch {
+		case a != nil && a.owner != principal:
+			return client.JobView{}, notFound("admission")
+		case a != nil && a.job != "":
+			return client.JobView{}, api.Errorf(client.CodeConflict, "admission already used by job %s", a.job) // API-32
+		case a != nil && (a.runner != sub.Runner || a.tenant != rr.tenant || !samePlacement(a.placement, sub.Placement)):
+			return client.JobView{}, api.Errorf(client.CodeForbidden, "job does not match its admission's runner, tenant or placement") // API-31
+		case a != nil && sub.Reservation != "" && sub.Reservation != reservationWire(a.res):
+			return client.JobView{}, api.Errorf(client.CodeForbidden, "job does not match its admission's reservation")
+		}
+		ev.Admission = aid
+	}
+	if sub.Reservation != "" {
+		rid, ok := parseReservation(sub.Reservation)
+		if !ok {
+			return client.JobView{}, api.Errorf(client.CodeInvalid, "malformed reservation ID %q", sub.Reservation)
+		}
+		ev.Reservation = rid
+	}
+	if !samePlacement(rr.placement, sub.Placement) {
+		return client.JobView{}, api.Errorf(client.CodeForbidden, "placement differs from runner %s's reported placement", sub.Runner)
+	}
+	d.nextJob++
+	ev.Job = sched.JobID(d.nextJob)
+	acts := d.step(ev)
+	if err := verdictError(verdictOf(acts)); err != nil {
+		d.exec(acts)
+		return client.JobView{}, err
+	}
+	now := d.now()
+	spec := sub.Spec
+	ci := spec.GitLabCI
+	j := &jobRec{sid: ev.Job, spec: &spec, name: ci.Job.Name, wake: make(chan struct{}), rec: store.Job{
+		ID: newJobID(), Principal: principal, Runner: sub.Runner, Tenant: rr.tenant, Instance: ci.ServerURL,
+		Project: ci.Job.ProjectID, GitLabJobID: ci.Job.ID, Admission: sub.Admission, Reservation: sub.Reservation,
+		Placement: placementKey(sub.Placement), RequestID: sub.RequestID, State: store.JobQueued, Revision: 1,
+		Spec: redacted, Created: now, Updated: now,
+	}}
+	if err := d.st.CreateJob(d.bg, j.rec); err != nil {
+		// The core took the job; take it back so nothing starts it.
+		d.exec(d.step(sched.JobSettled{Job: ev.Job}))
+		return client.JobView{}, &api.Error{Code: client.CodeInternal, Msg: "storing the job failed", Err: err}
+	}
+	d.jobs[j.rec.ID] = j
+	d.jobBySID[j.sid] = j
+	if a := d.adms[ev.Admission]; a != nil {
+		a.job = j.rec.ID
+		if t := d.tickets[a.ticket]; t != nil {
+			d.dropTicket(t) // the admission's ticket is a job now
+		} else if a.ticket == 0 {
+			d.unended[a.owner]--
+			d.total--
+		}
+		a.ticket = 0
+		rec := store.Admission{ID: admissionWire(a.id), Reservation: reservationWire(a.res), Node: a.node, Relay: a.owner,
+			Runner: a.runner, Tenant: a.tenant, Placement: placementKey(a.placement), Job: j.rec.ID, ClaimedAt: a.claimedAt}
+		d.w.do(func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
+	}
+	d.log.Info("job submitted", logkey.JobID, j.rec.ID, logkey.RunnerID, sub.Runner, logkey.GitLabJobID, ci.Job.ID,
+		logkey.Admission, sub.Admission, "spec", spec)
+	d.audit(principal, "job.submit", j.rec.ID, fmt.Sprintf("runner %s, GitLab job %d, project %d (%s), admission %s",
+		sub.Runner, ci.Job.ID, ci.Job.ProjectID, ci.Job.ProjectPath, or(sub.Admission, "none")))
+	d.exec(acts) // a Start here sends the full spec to the node
+	return j.view(), nil
+}
+
+// Job implements api.Backend (API-07, API-11, API-36).
+func (d *Driver) Job(ctx context.Context, p api.Principal, id string, after uint64, wait time.Duration) (client.JobView, error) {
+	if !validJobID(id) {
+		return client.JobView{}, notFound("job")
+	}
+	deadline := d.now().Add(wait)
+	for {
+		var (
+			v     client.JobView
+			ch    <-chan struct{}
+			found bool
+			err   error
+		)
+		if derr := d.do(ctx, func() {
+			j := d.jobs[id]
+			if j == nil {
+				return
+			}
+			found = true
+			if j.rec.Principal != p.ID {
+				err = notFound("job")
+				return
+			}
+			v, ch = j.view(), j.wake
+		}); derr != nil {
+			return client.JobView{}, derr
+		}
+		if err != nil {
+			return client.JobView{}, err
+		}
+		if !found {
+			return d.settledView(ctx, p, id)
+		}
+		if v.Revision > after || wait <= 0 {
+			return v, nil
+		}
+		woken, werr := d.wait(ctx, ch, deadline)
+		if werr != nil {
+			return client.JobView{}, werr
+		}
+		if !woken {
+			wait = 0
+		}
+	}
+}
+
+// settledView reads a job the driver no longer holds (settled) from the
+// store.
+func (d *Driver) settledView(ctx context.Context, p api.Principal, id string) (client.JobView, error) {
+	r, err := d.st.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && r.Principal != p.ID {
+		return client.JobView{}, notFound("job")
+	}
+	if err != nil {
+		return client.JobView{}, err
+	}
+	return viewOfRecord(r), nil
+}
+
+// OutputReadable implements api.Backend (API-37..39).
+func (d *Driver) OutputReadable(ctx context.Context, p api.Principal, id string) error {
+	if !validJobID(id) {
+		return notFound("job")
+	}
+	var found bool
+	var err error
+	if derr := d.do(ctx, func() {
+		j := d.jobs[id]
+		if j == nil {
+			return
+		}
+		found = true
+		if j.rec.Principal != p.ID {
+			err = notFound("job")
+		}
+	}); derr != nil {
+		return derr
+	}
+	if err != nil || found {
+		return err
+	}
+	if _, err := d.settledView(ctx, p, id); err != nil {
+		return err
+	}
+	return api.Errorf(client.CodeNotFound, "the job is settled; its output was deleted (API-41)")
+}
+
+// Cancel implements api.Backend (API-40): a later immediate overrides an
+// earlier graceful; a finished job is unchanged. A job no node has started
+// ends canceled at once.
+func (d *Driver) Cancel(ctx context.Context, p api.Principal, id string, mode client.CancelMode) (client.JobView, error) {
+	if !validJobID(id) {
+		return client.JobView{}, notFound("job")
+	}
+	var (
+		v     client.JobView
+		found bool
+		err   error
+	)
+	if derr := d.do(ctx, func() {
+		j := d.jobs[id]
+		if j == nil {
+			return
+		}
+		found = true
+		if j.rec.Principal != p.ID {
+			err = notFound("job")
+			return
+		}
+		switch j.rec.State {
+		case store.JobFinished:
+		case store.JobQueued:
+			j.rec.Cancel = store.CancelMode(mode)
+			// The core ends a queued job it is told is settled with
+			// EndJob canceled; the hub's record stays until the relay
+			// settles it.
+			d.exec(d.step(sched.JobSettled{Job: j.sid}))
+			if j.rec.State != store.JobFinished {
+				d.finishJob(j, client.JobResult{Failure: client.FailureCanceled, Message: "canceled before it was placed", OutputLen: j.outLen})
+			}
+		default:
+			if j.rec.Cancel != store.CancelImmediate && j.rec.Cancel != store.CancelMode(mode) {
+				j.rec.Cancel = store.CancelMode(mode)
+				d.saveJob(j, true)
+			}
+			if n := d.nodes[j.rec.Node]; n != nil {
+				d.sendTo(n, cancelFrame(j.rec.ID, client.CancelMode(j.rec.Cancel)))
+			}
+		}
+		v = j.view()
+	}); derr != nil {
+		return client.JobView{}, derr
+	}
+	if err != nil {
+		return client.JobView{}, err
+	}
+	if !found {
+		return d.settledView(ctx, p, id)
+	}
+	return v, nil
+}
+
+// Settle implements api.Backend (API-41): 409 until finished; then the
+// output is deleted and the record kept (Settled).
+func (d *Driver) Settle(ctx context.Context, p api.Principal, id string) error {
+	if !validJobID(id) {
+		return notFound("job")
+	}
+	var (
+		found   bool
+		err     error
+		durable <-chan error
+	)
+	if derr := d.do(ctx, func() {
+		j := d.jobs[id]
+		if j == nil {
+			return
+		}
+		found = true
+		if j.rec.Principal != p.ID {
+			err = notFound("job")
+			return
+		}
+		if j.rec.State != store.JobFinished {
+			err = api.Errorf(client.CodeConflict, "job not finished yet")
+			return
+		}
+		d.w.do(func(ctx context.Context) error { return d.out.Drop(ctx, id) })
+		j.rec.Settled = true
+		durable = d.saveJob(j, false)
+		d.exec(d.step(sched.JobSettled{Job: j.sid}))
+		delete(d.jobs, id)
+		delete(d.jobBySID, j.sid)
+		if a, ok := parseAdmission(j.rec.Admission); ok {
+			if ar := d.adms[a]; ar != nil {
+				d.dropAdm(ar)
+			}
+			adm := j.rec.Admission
+			d.w.do(func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
+		}
+		d.audit(p.ID, "job.settle", id, "")
+		d.log.Info("job settled", logkey.JobID, id)
+	}); derr != nil {
+		return derr
+	}
+	if durable != nil {
+		if e := <-durable; e != nil {
+			return &api.Error{Code: client.CodeInternal, Msg: "recording the settle failed", Err: e}
+		}
+	}
+	if err != nil || found {
+		return err
+	}
+	_, err = d.settledView(ctx, p, id)
+	return err // a settled job settles again: 204
+}

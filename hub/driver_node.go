@@ -1,0 +1,362 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vk-ci/vk/hub/output"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/sched"
+)
+
+// NodeSender sends frames to a node's session; *session.NodeSession
+// implements it. Send must not block.
+type NodeSender interface {
+	Send(m dispatch.Message) error
+}
+
+// ErrNodeProtocol is returned by [Driver.NodeFrame] for a frame that breaks
+// the node protocol (an output chunk leaving a gap, NODE-12); the session
+// should end.
+var ErrNodeProtocol = errors.New("hub: node protocol error")
+
+// NodeConnected records that node's session is up and sends through s.
+// On a new session (resumed false) the node sends its report then held;
+// the core learns of the node only with both, as one NodeReport carrying
+// Held, so nothing is offered between the two that held would then deny
+// (NSESS-11, NSESS-24). A resumed session continues where it was: the
+// node is reachable again with its last report. (The session layer's
+// NodeUp maps here.)
+func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, resumed bool) error {
+	return d.do(ctx, func() {
+		n := d.nodeRecord(node)
+		if n.send == nil {
+			d.met.add("vk_hub_nodes_connected", 1)
+		}
+		n.send, n.downAt, n.lostSent = s, time.Time{}, false
+		delete(d.down, node)
+		if _, ok := d.nodeSets[node]; ok {
+			d.sendSettings(n)
+		}
+		if !resumed {
+			n.synced = false
+		} else if n.report != nil && n.synced {
+			d.exec(d.step(d.nodeEvent(n)))
+		}
+		d.log.Info("node connected", logkey.NodeID, node, "resumed", resumed)
+	})
+}
+
+// NodeDisconnected records that node's session is gone: the core stops
+// offering to it at once (unreachable); past job_lost_after it is lost
+// and its jobs end lost (FAIL-16).
+func (d *Driver) NodeDisconnected(ctx context.Context, node string) error {
+	return d.do(ctx, func() {
+		n := d.nodes[node]
+		if n == nil || n.send == nil {
+			return
+		}
+		n.send, n.downAt = nil, d.now()
+		d.down[node] = n
+		d.met.add("vk_hub_nodes_connected", -1)
+		d.exec(d.step(sched.NodeUnreachable{Node: n.id}))
+		d.log.Info("node disconnected", logkey.NodeID, node)
+	})
+}
+
+func (d *Driver) nodeRecord(node string) *nodeRec {
+	n := d.nodes[node]
+	if n == nil {
+		n = &nodeRec{name: node, id: d.ids.node(node), state: dispatch.NodeReady}
+		d.nodes[node] = n
+	}
+	return n
+}
+
+// NodeFrame handles one state-changing frame from node (a dispatch
+// message, pointer or value). Output chunks are written (and synced) on
+// the caller's goroutine before the ack is sent (NODE-12); everything else
+// runs on the driver's. It returns an error wrapping [ErrNodeProtocol]
+// when the session should end.
+func (d *Driver) NodeFrame(ctx context.Context, node string, m dispatch.Message) error {
+	switch m := m.(type) {
+	case *dispatch.Output:
+		return d.nodeOutput(ctx, node, *m)
+	case dispatch.Output:
+		return d.nodeOutput(ctx, node, m)
+	}
+	return d.do(ctx, func() { d.nodeMessage(node, m) })
+}
+
+func (d *Driver) nodeMessage(node string, m dispatch.Message) {
+	n := d.nodeRecord(node)
+	n.lastSeen = d.now()
+	switch m := m.(type) {
+	case *dispatch.Report:
+		d.nodeReport(n, *m)
+	case dispatch.Report:
+		d.nodeReport(n, m)
+	case *dispatch.Held:
+		d.nodeHeld(n, *m)
+	case dispatch.Held:
+		d.nodeHeld(n, m)
+	case *dispatch.Heartbeat:
+		d.nodeHeartbeat(n, *m)
+	case dispatch.Heartbeat:
+		d.nodeHeartbeat(n, m)
+	case *dispatch.OfferReply:
+		d.nodeOfferReply(n, *m)
+	case dispatch.OfferReply:
+		d.nodeOfferReply(n, m)
+	case *dispatch.Lease:
+		d.nodeLease(n, *m)
+	case dispatch.Lease:
+		d.nodeLease(n, m)
+	case *dispatch.JobUpdate:
+		d.nodeJob(n, *m)
+	case dispatch.JobUpdate:
+		d.nodeJob(n, m)
+	case *dispatch.Result:
+		d.nodeResult(n, *m)
+	case dispatch.Result:
+		d.nodeResult(n, m)
+	default:
+		d.log.Debug("node frame ignored", logkey.NodeID, node, "type", string(m.FrameType()), "kind", string(m.FrameKind()))
+	}
+}
+
+func (d *Driver) nodeReport(n *nodeRec, r dispatch.Report) {
+	n.report = &r
+	if n.synced { // a change of a node already reconciled
+		d.exec(d.step(d.nodeEvent(n)))
+	}
+}
+
+// nodeHeld reconciles the node's held list (NSESS-24): the core releases
+// reservations it does not know, cancels jobs it gave up on and adopts
+// restored admissions (DECISIONS 6); the driver acks each followed job's
+// output at its stored offset and cancels jobs it never heard of.
+func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
+	if n.report == nil {
+		d.log.Warn("held before report; ignored", logkey.NodeID, n.name)
+		return
+	}
+	held, unknown := heldToSched(h, func(id string) (sched.JobID, bool) {
+		j := d.jobs[id]
+		if j == nil {
+			return 0, false
+		}
+		return j.sid, true
+	})
+	ev := d.nodeEvent(n)
+	ev.Held = held
+	n.synced = true
+	d.exec(d.step(ev))
+	for _, hj := range h.Jobs {
+		if j := d.jobs[hj.Job]; j != nil && j.rec.Node == n.name {
+			if j.rec.State == store.JobStarting {
+				// FAIL-15: the start's answer was lost; held says the node
+				// took it.
+				j.rec.State, j.spec = store.JobRunning, nil
+				d.saveJob(j, true)
+			}
+			d.sendTo(n, dispatch.OutputAck{Job: hj.Job, Offset: j.outLen})
+			if j.rec.State == "finished" {
+				d.sendTo(n, dispatch.Recorded{Job: hj.Job})
+			}
+		}
+	}
+	for _, id := range unknown {
+		d.sendTo(n, cancelFrame(id, client.CancelImmediate)) // FAIL-17
+	}
+}
+
+func (d *Driver) sendTo(n *nodeRec, m dispatch.Message) {
+	if n.send == nil {
+		return
+	}
+	if err := n.send.Send(m); err != nil {
+		d.log.Warn("send to node failed", logkey.NodeID, n.name, logkey.Err, err)
+	}
+}
+
+func (d *Driver) nodeHeartbeat(n *nodeRec, h dispatch.Heartbeat) {
+	if h.State != "" && h.State != n.state {
+		n.state = h.State
+		if n.report != nil && n.synced {
+			d.exec(d.step(d.nodeEvent(n)))
+		}
+	}
+	hb := sched.NodeHeartbeat{Node: n.id}
+	if h.Load1 != nil {
+		hb.Load1, hb.HasLoad = *h.Load1, true
+	}
+	if n.synced {
+		d.exec(d.step(hb))
+	}
+}
+
+func (d *Driver) nodeOfferReply(n *nodeRec, r dispatch.OfferReply) {
+	ev, ok := offerReplyToSched(n.id, r)
+	if !ok {
+		d.log.Warn("offer reply for a malformed reservation", logkey.NodeID, n.name, logkey.Reservation, r.Reservation)
+		return
+	}
+	d.exec(d.step(ev))
+}
+
+func (d *Driver) nodeLease(n *nodeRec, l dispatch.Lease) {
+	ev, ok := leaseToSched(l)
+	if !ok {
+		return
+	}
+	d.exec(d.step(ev))
+	rid, _ := parseReservation(l.Reservation)
+	ans := renewAnswer{gone: l.State != dispatch.LeaseHeld, remaining: l.RemainingSecs}
+	if a := d.adms[d.resAdm[rid]]; a != nil && !ans.gone {
+		a.lease = l.RemainingSecs
+	}
+	for _, ch := range d.renewers[rid] {
+		ch <- ans
+	}
+	delete(d.renewers, rid)
+}
+
+// nodeJob handles a job state report (NSESS-14). Accepted drops the
+// spec's secrets from memory (AUTH-07).
+func (d *Driver) nodeJob(n *nodeRec, u dispatch.JobUpdate) {
+	j := d.jobs[u.Job]
+	if j == nil {
+		if u.State == dispatch.JobAccepted || u.State == dispatch.JobRunning {
+			d.sendTo(n, cancelFrame(u.Job, client.CancelImmediate))
+		}
+		return
+	}
+	switch u.State {
+	case dispatch.JobAccepted:
+		d.exec(d.step(sched.JobStartReplied{Node: n.id, Job: j.sid, Accepted: true}))
+		if j.rec.State == "starting" && j.rec.Node == n.name {
+			j.rec.State, j.spec = "running", nil
+			d.saveJob(j, true)
+			if j.rec.Cancel != "" {
+				d.sendTo(n, cancelFrame(j.rec.ID, client.CancelMode(j.rec.Cancel)))
+			}
+		}
+	case dispatch.JobRefused:
+		d.exec(d.step(sched.JobStartReplied{Node: n.id, Job: j.sid, Reason: string(u.Reason)}))
+		if j.rec.State == "starting" && j.rec.Node == n.name {
+			j.rec.State, j.rec.Node = "queued", ""
+			d.saveJob(j, true)
+		}
+	case dispatch.JobRunning:
+		if j.rec.State == "starting" {
+			d.exec(d.step(sched.JobStartReplied{Node: n.id, Job: j.sid, Accepted: true}))
+			j.rec.State, j.spec = "running", nil
+		}
+		if u.Stage != j.rec.Stage || j.rec.State != "running" {
+			j.rec.Stage = u.Stage
+			d.saveJob(j, true)
+		}
+	case dispatch.JobFinished:
+		// The core hears of it with the result, which carries the wall
+		// time for its runtime statistics (BS-23); the room is held until
+		// then (the node sends it once its output is acked, NODE-13).
+	}
+}
+
+// nodeResult stores a job's result and answers recorded (NSESS-10, 16).
+func (d *Driver) nodeResult(n *nodeRec, r dispatch.Result) {
+	j := d.jobs[r.Job]
+	if j == nil {
+		d.sendTo(n, dispatch.Recorded{Job: r.Job})
+		return
+	}
+	if j.rec.Node != n.name {
+		d.log.Warn("result from a node the job is not on", logkey.JobID, r.Job, logkey.NodeID, n.name)
+		return
+	}
+	fin := sched.JobFinished{Job: j.sid, Name: j.name}
+	if u := r.Result.Usage; u != nil {
+		fin.Wall = time.Duration(u.WallMS) * time.Millisecond
+	}
+	d.exec(d.step(fin))
+	if st := j.stored; st != nil {
+		select {
+		case <-st.done:
+			if st.err != nil {
+				d.storeFinished(j, false) // the first write failed: try again
+			}
+		default:
+		}
+	}
+	d.finishJob(j, r.Result) // a repeat keeps the first result
+	// NSESS-10: "recorded" only once the result is durable; a failed write
+	// sends nothing, and the node repeats its result.
+	send, job, stored := n.send, r.Job, j.stored
+	if send == nil || stored == nil {
+		return
+	}
+	go func() {
+		<-stored.done
+		if stored.err != nil {
+			return
+		}
+		if err := send.Send(dispatch.Recorded{Job: job}); err != nil {
+			d.log.Warn("recorded not sent", logkey.JobID, job, logkey.Err, err)
+		}
+	}()
+}
+
+// nodeOutput appends a chunk durably, then acks it (NODE-12, NSESS-08).
+// Output of a job the hub does not run on that node is dropped (logged);
+// output of a finished job is acked at the stored length without
+// writing (a resend after a reconnect); only a gap is a protocol error.
+func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output) error {
+	var (
+		send     NodeSender
+		known    bool
+		finished bool
+		stored   int64
+	)
+	if err := d.do(ctx, func() {
+		j := d.jobs[o.Job]
+		n := d.nodes[node]
+		if j != nil && n != nil && j.rec.Node == node {
+			known, send, stored = true, n.send, j.outLen
+			finished = j.rec.State == store.JobFinished
+		}
+	}); err != nil {
+		return err
+	}
+	if !known {
+		d.log.Warn("output for a job not running on the node; dropped", logkey.JobID, o.Job, logkey.NodeID, node)
+		return nil
+	}
+	n := stored
+	if !finished {
+		var err error
+		n, err = d.out.Append(ctx, o.Job, o.Offset, o.Data)
+		if errors.Is(err, output.ErrGap) {
+			return fmt.Errorf("%w: %w", ErrNodeProtocol, err)
+		}
+		if err != nil {
+			return fmt.Errorf("hub: output of job %s: %w", o.Job, err)
+		}
+		d.do(ctx, func() {
+			if j := d.jobs[o.Job]; j != nil && n > j.outLen {
+				j.outLen = n // output growth does not move the revision (API-36)
+			}
+		})
+	}
+	if send != nil {
+		if err := send.Send(dispatch.OutputAck{Job: o.Job, Offset: n}); err != nil {
+			d.log.Warn("output ack not sent", logkey.JobID, o.Job, logkey.Err, err)
+		}
+	}
+	return nil
+}

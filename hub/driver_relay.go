@@ -1,0 +1,116 @@
+package hub
+
+import (
+	"context"
+
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/sched"
+)
+
+// RelaySender sends frames to a relay's session; *session.RelaySession
+// implements it. Send must not block.
+type RelaySender interface {
+	Send(m client.RelayMessage) error
+}
+
+// RelayConnected records that relay's session is up (a new session each
+// time): its tickets wait for the session's first heartbeat (ARB-12,
+// ARB-40). Reservation requests of a relay without a session get 503
+// unavailable (API-21).
+func (d *Driver) RelayConnected(ctx context.Context, relay string, s RelaySender) error {
+	return d.do(ctx, func() {
+		r := d.relayRecord(relay)
+		if !r.up {
+			d.met.add("vk_hub_relays_connected", 1)
+		}
+		r.up, r.send = true, s
+		r.noWork = false
+		if v, ok := s.(interface{ NewWorkAllowed() bool }); ok && !v.NewWorkAllowed() {
+			r.noWork = true // RSESS-11: a version-1 relay keeps its session but takes no new work
+		}
+		d.session++
+		d.exec(d.step(sched.RelayUp{Relay: r.id, Session: d.session}))
+		d.log.Info("relay connected", logkey.RelayID, relay)
+	})
+}
+
+// RelayDisconnected records that relay's session ended: its unclaimed
+// tickets end (ARB-03).
+func (d *Driver) RelayDisconnected(ctx context.Context, relay string) error {
+	return d.do(ctx, func() {
+		r := d.relays[relay]
+		if r == nil || !r.up {
+			return
+		}
+		r.up, r.send = false, nil
+		d.met.add("vk_hub_relays_connected", -1)
+		d.exec(d.step(sched.RelayDown{Relay: r.id}))
+		d.log.Info("relay disconnected", logkey.RelayID, relay)
+	})
+}
+
+func (d *Driver) relayRecord(relay string) *relayRec {
+	r := d.relays[relay]
+	if r == nil {
+		r = &relayRec{name: relay, id: d.ids.relay(relay), runners: map[string]runnerRec{}}
+		d.relays[relay] = r
+	}
+	return r
+}
+
+// RelayFrame handles one state-changing frame of relay's session: its
+// report (inventory) or heartbeat. A report is answered with the GitLab
+// server's approval status (RSESS-07).
+func (d *Driver) RelayFrame(ctx context.Context, relay string, m client.RelayMessage) error {
+	return d.do(ctx, func() {
+		r := d.relayRecord(relay)
+		switch m := m.(type) {
+		case *client.RelayReport:
+			d.relayReport(r, *m)
+		case client.RelayReport:
+			d.relayReport(r, m)
+		case *client.RelayHeartbeat:
+			d.relayHeartbeat(r, *m)
+		case client.RelayHeartbeat:
+			d.relayHeartbeat(r, m)
+		}
+	})
+}
+
+func (d *Driver) relayReport(r *relayRec, rep client.RelayReport) {
+	r.report = &rep
+	d.relayInventory(r, rep)
+	d.sendServerStatus(r) // RSESS-07
+}
+
+// relayInventory gives the core the relay's runners with their tenants
+// under the policy in force.
+func (d *Driver) relayInventory(r *relayRec, rep client.RelayReport) {
+	inv := sched.RelayInventory{Relay: r.id, Concurrent: rep.Concurrent}
+	runners := map[string]runnerRec{}
+	newProd := false
+	for _, rr := range rep.Runners {
+		id, minted := d.ids.runner(r.name, rr.Name)
+		tenant, prod := d.policy.tenantOf(r.name, rr.Name)
+		if minted && prod {
+			newProd = true
+		}
+		runners[rr.Name] = runnerRec{id: id, tenant: tenant, placement: rr.Placement, concurrency: max(rr.RequestConcurrency, 1)}
+		inv.Runners = append(inv.Runners, sched.RunnerInfo{Runner: id, Tenant: d.ids.tenant(tenant),
+			Placement: placementToSched(rr.Placement), Limit: rr.Limit, RequestConcurrency: rr.RequestConcurrency})
+	}
+	r.runners = runners
+	if newProd {
+		d.exec(d.step(sched.PolicyChanged{Policy: d.schedPolicy()}))
+	}
+	d.exec(d.step(inv))
+}
+
+func (d *Driver) relayHeartbeat(r *relayRec, hb client.RelayHeartbeat) {
+	ev := heartbeatToSched(r.id, hb, func(name string) (sched.RunnerID, bool) {
+		rr, ok := r.runners[name]
+		return rr.id, ok
+	})
+	d.exec(d.step(ev))
+}

@@ -1,0 +1,328 @@
+// Package hub is vk's fleet hub (`vk-hub serve`): the client API (hub/api)
+// and the node and relay sessions (hub/session) on one TLS 1.3 listener,
+// around the scheduling core (sched), which one goroutine owns
+// ([Driver], STYLE C1). Job records, claimed admissions and request_id
+// answers live in hub/store; job output in hub/output.
+//
+// [Run] serves until its context ends; [Start] returns a running [Server]
+// for tests and the end-to-end harness (Addr, CAPEM, Shutdown).
+// docs/hub.md is the operator reference (config keys, endpoints, metrics,
+// logs); hub/README.md draws the pipeline.
+//
+// Choices where the spec is silent (docs/hub.md, docs/defaults.md):
+// listener 127.0.0.1:8443 by default; without tls.cert/tls.key the hub
+// makes its own CA in <state_dir>/pki and logs its fingerprint; a TLS
+// connection carries one request (keep-alives off: signatures bind to a
+// connection, AUTH-14); approvals (API-49, RSESS-07) are enforced only with
+// approvals.required; API keys are not built, so POST /v1/clients refuses
+// every caller (API-09). The admin socket (hub/admin) and the enrolment
+// route (hub/enrol) are served too; the driver implements admin.Backend.
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/vk-ci/vk/hub/admin"
+	"github.com/vk-ci/vk/hub/api"
+	"github.com/vk-ci/vk/hub/enrol"
+	"github.com/vk-ci/vk/hub/output"
+	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/hub/session"
+	"github.com/vk-ci/vk/hub/store"
+	_ "github.com/vk-ci/vk/hub/store/boltstore" // the default store
+	_ "github.com/vk-ci/vk/hub/store/memstore"  // "mem:"
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+)
+
+// Options are what [Start] takes besides the config; the zero value is
+// usable.
+type Options struct {
+	// Clock is the hub's clock; nil means real time.
+	Clock clock.Clock
+	// Output overrides the output store (tests); nil means
+	// <state_dir>/output.
+	Output output.Store
+}
+
+// Server is a running hub. Create it with [Start].
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	ln     net.Listener
+	http   *http.Server
+	st     store.Store
+	out    output.Store
+	drv    *Driver
+	met    *metrics
+	caPEM  []byte
+	cancel context.CancelFunc
+	nodes  *session.NodeServer
+	relays *session.RelayServer
+
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	stopErr  error
+	done     chan struct{}
+}
+
+// Run starts the hub and serves until ctx ends, then shuts down
+// gracefully (in-flight requests get shutdown_grace_secs).
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s, err := Start(ctx, cfg, log, Options{})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.done:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.grace())
+	defer cancel()
+	err = s.Shutdown(sctx)
+	log.Info("hub stopped", logkey.Err, err)
+	return err
+}
+
+// Start validates cfg, opens the store and output in state_dir, restores
+// state, binds the listener and serves in the background. It returns once
+// the listener is bound.
+func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With(logkey.Component, "hub")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pol := cfg.CapacityPolicy
+	if cfg.CapacityPolicyFile != "" {
+		p, err := LoadPolicyFile(cfg.CapacityPolicyFile)
+		if err != nil {
+			return nil, err
+		}
+		pol = &p
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("hub: state dir: %w", err)
+	}
+	clk := clock.Or(opt.Clock)
+	cert, caPEM, err := serverCert(cfg, clk.Now(), log)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.storeLocation())
+	if err != nil {
+		return nil, fmt.Errorf("hub: store: %w", err)
+	}
+	out := opt.Output
+	if out == nil {
+		d, err := output.Open(filepath.Join(cfg.StateDir, "output"), log)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("hub: output: %w", err)
+		}
+		out = d
+	}
+	met := newMetrics()
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	drv, err := newDriver(runCtx, cfg, pol, st, out, clk, log, met)
+	if err != nil {
+		cancel()
+		out.Close()
+		st.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		cancel()
+		drv.w.close()
+		out.Close()
+		st.Close()
+		return nil, fmt.Errorf("hub: listen: %w", err)
+	}
+	s := &Server{cfg: cfg, log: log, st: st, out: out, drv: drv, met: met, caPEM: caPEM, cancel: cancel, done: make(chan struct{})}
+
+	scfg := session.Config{Lookup: principalLookup{st}, Logger: log, Clock: clk, Skew: cfg.skew(),
+		HeartbeatSecs: cfg.Sessions.NodeHeartbeatSecs, MissedHeartbeats: cfg.Sessions.UnreachableAfterMissed}
+	h := sessionHandler{d: drv, ctx: runCtx}
+	s.nodes = session.NewNodeServer(scfg, h)
+	s.relays = session.NewRelayServer(scfg, h)
+
+	mux := http.NewServeMux()
+	api.New(api.Config{Backend: drv, Store: st, Output: out, Clock: clk, Log: log, Skew: cfg.skew(),
+		MaxBody: cfg.Limits.MaxBodyBytes, Observe: met.observe}).Register(mux)
+	mux.Handle("GET /v1/node/session", s.nodes)
+	mux.Handle(client.RouteRelaySession, s.relays)
+	enr, err := enrol.New(enrol.Config{Store: st, CAPEM: caPEM, Clock: clk, Log: log})
+	if err != nil {
+		cancel()
+		drv.w.close()
+		ln.Close()
+		out.Close()
+		st.Close()
+		return nil, fmt.Errorf("hub: enrolment: %w", err)
+	}
+	enr.Register(mux) // the join route (AUTH-08)
+	adm, err := admin.NewServer(admin.Config{Store: st, Backend: drv, Enroller: enr, CAFingerprint: pki.Fingerprint(caDER(caPEM)), Clock: clk, Log: log})
+	if err != nil {
+		cancel()
+		drv.w.close()
+		ln.Close()
+		out.Close()
+		st.Close()
+		return nil, fmt.Errorf("hub: admin socket: %w", err)
+	}
+	admLn, err := adm.Listen(admin.SocketPath(cfg.StateDir))
+	if err != nil {
+		cancel()
+		drv.w.close()
+		ln.Close()
+		out.Close()
+		st.Close()
+		return nil, err
+	}
+	mux.Handle("GET /metrics", met)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+
+	tcfg := pki.ServerConfig(cert)
+	s.http = &http.Server{
+		Handler:           mux,
+		TLSConfig:         tcfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return runCtx },
+	}
+	// One request per TLS connection: signatures bind to the connection's
+	// exporter (AUTH-14).
+	s.http.SetKeepAlivesEnabled(false)
+
+	s.wg.Add(4)
+	go func() {
+		defer s.wg.Done()
+		if err := adm.ServeOn(runCtx, admLn); err != nil {
+			log.Error("admin socket stopped", logkey.Err, err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		drv.Run(runCtx)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.pruneAnswers(runCtx, clk)
+	}()
+	go func() {
+		defer s.wg.Done()
+		err := s.http.Serve(tls.NewListener(ln, tcfg))
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serving stopped", logkey.Err, err)
+			close(s.done)
+		}
+	}()
+	s.ln = ln
+	log.Info("hub listening", "addr", ln.Addr().String(), "state_dir", cfg.StateDir)
+	return s, nil
+}
+
+// caDER returns the DER of the first certificate in pemData (nil if none).
+func caDER(pemData []byte) []byte {
+	b, _ := pem.Decode(pemData)
+	if b == nil {
+		return nil
+	}
+	return b.Bytes
+}
+
+// serverCert loads the configured certificate, or ensures the self-made CA
+// and serving certificate in <state_dir>/pki (printing the fingerprint).
+func serverCert(cfg Config, now time.Time, log *slog.Logger) (tls.Certificate, []byte, error) {
+	if cfg.TLS.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			return tls.Certificate{}, nil, fmt.Errorf("hub: tls: %w", err)
+		}
+		// The chain's last certificate is what joining relays and nodes
+		// pin (the operator's CA when the file carries the chain).
+		last := cert.Certificate[len(cert.Certificate)-1]
+		return cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: last}), nil
+	}
+	names := append([]string{}, cfg.TLS.Names...)
+	if host, _, err := net.SplitHostPort(cfg.Addr); err == nil && host != "" {
+		names = append(names, host)
+	}
+	b, err := pki.Ensure(filepath.Join(cfg.StateDir, "pki"), names, now)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	log.Info("hub CA", "fingerprint_sha256", pki.FormatFingerprint(b.Fingerprint), "created", b.CreatedCA,
+		"ca_file", filepath.Join(cfg.StateDir, "pki", pki.CACertFile))
+	return b.Server, b.CACertPEM, nil
+}
+
+// pruneAnswers forgets request_id answers older than two TTLs, hourly
+// (API-42: answers expire after 24 h and read as expired a day longer).
+func (s *Server) pruneAnswers(ctx context.Context, clk clock.Clock) {
+	for {
+		n, err := s.st.PruneAnswers(ctx, clk.Now().Add(-2*store.AnswerTTL))
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("pruning request_id answers failed", logkey.Err, err)
+		} else if n > 0 {
+			s.log.Info("request_id answers pruned", "count", n)
+		}
+		t := clk.NewTimer(time.Hour)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// Addr returns the listener's address (host:port).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// URL returns https://<addr>.
+func (s *Server) URL() string { return "https://" + s.Addr() }
+
+// CAPEM returns the CA certificate (PEM) relays and nodes pin: the
+// self-made CA, or the last certificate of the operator's chain.
+func (s *Server) CAPEM() []byte { return s.caPEM }
+
+// Driver returns the server's driver (its node and relay methods are the
+// seam tests use to play sessions).
+func (s *Server) Driver() *Driver { return s.drv }
+
+// Store returns the server's store (tests enrol principals there).
+func (s *Server) Store() store.Store { return s.st }
+
+// Shutdown stops accepting, ends sessions, waits for in-flight requests
+// until ctx ends, stops the driver and closes the stores. Safe to call
+// more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		s.nodes.Close()
+		s.relays.Close()
+		err := s.http.Shutdown(ctx)
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			err = s.http.Close()
+		}
+		s.cancel()
+		s.wg.Wait()
+		s.stopErr = errors.Join(err, s.out.Close(), s.st.Close())
+	})
+	return s.stopErr
+}

@@ -1,0 +1,79 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vk-ci/vk/hub/session"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
+)
+
+// sessionHandler adapts the driver to hub/session's NodeHandler and
+// RelayHandler: session events map onto the driver's exported node and
+// relay methods (which tests call directly to play a node or a relay).
+type sessionHandler struct {
+	d   *Driver
+	ctx context.Context // the hub's; ends at shutdown
+}
+
+var (
+	_ session.NodeHandler  = sessionHandler{}
+	_ session.RelayHandler = sessionHandler{}
+)
+
+func (h sessionHandler) NodeUp(s *session.NodeSession, _ *dispatch.Hello, resumed bool) {
+	h.d.NodeConnected(h.ctx, s.Node(), s, resumed)
+}
+
+func (h sessionHandler) NodeMessage(s *session.NodeSession, m dispatch.Message) {
+	err := h.d.NodeFrame(h.ctx, s.Node(), m)
+	if errors.Is(err, ErrNodeProtocol) {
+		h.d.log.Warn("node session ended: protocol error", logkey.NodeID, s.Node(), logkey.Err, err)
+		s.End(dispatch.ErrorProtocol, err.Error())
+	} else if err != nil {
+		h.d.log.Warn("node frame not handled", logkey.NodeID, s.Node(), logkey.Err, err)
+	}
+}
+
+func (h sessionHandler) NodeDown(s *session.NodeSession, _ error) {
+	h.d.NodeDisconnected(h.ctx, s.Node())
+}
+
+func (h sessionHandler) RelayUp(s *session.RelaySession, _ *client.RelayHello) {
+	h.d.RelayConnected(h.ctx, s.Relay(), s)
+}
+
+func (h sessionHandler) RelayMessage(s *session.RelaySession, m client.RelayMessage) {
+	if err := h.d.RelayFrame(h.ctx, s.Relay(), m); err != nil {
+		h.d.log.Warn("relay frame not handled", logkey.RelayID, s.Relay(), logkey.Err, err)
+	}
+}
+
+func (h sessionHandler) RelayDown(s *session.RelaySession, _ error) {
+	h.d.RelayDisconnected(h.ctx, s.Relay())
+}
+
+// principalLookup implements session.PrincipalLookup over the store.
+type principalLookup struct{ st store.Store }
+
+func (l principalLookup) LookupPrincipal(ctx context.Context, kind session.Kind, id string) (session.Principal, error) {
+	p, err := l.st.GetPrincipal(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return session.Principal{}, fmt.Errorf("%w: %s", session.ErrUnknownPrincipal, id)
+	}
+	if err != nil {
+		return session.Principal{}, err
+	}
+	want := store.KindNode
+	if kind == session.KindRelay {
+		want = store.KindRelay
+	}
+	if p.Kind != want {
+		return session.Principal{}, fmt.Errorf("%w: %s is a %s, not a %s", session.ErrUnknownPrincipal, id, p.Kind, kind)
+	}
+	return session.Principal{Key: p.PublicKey, Removed: p.Removed}, nil
+}
