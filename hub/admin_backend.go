@@ -31,8 +31,12 @@ type nodeSettings struct {
 	Pools []string `json:"pools,omitempty"`
 	// PoolsSet tells an empty Pools ("in no pool") from none set.
 	PoolsSet bool `json:"pools_set,omitempty"`
-	// Ceiling is the hub's concurrency ceiling; 0 none (OPS-02).
+	// Ceiling is the hub's concurrency ceiling; 0 none unless Zero
+	// (OPS-02).
 	Ceiling int `json:"ceiling,omitempty"`
+	// Zero: the ceiling is 0, the node takes no new placed work
+	// (admin.Backend.SetCeiling's 0). Ceiling is then 0.
+	Zero bool `json:"ceiling_zero,omitempty"`
 	// Drain: the hub places nothing new on the node (NODE-05).
 	Drain bool `json:"drain,omitempty"`
 }
@@ -78,10 +82,28 @@ func (d *Driver) nodeEvent(n *nodeRec) sched.NodeReport {
 	return ev
 }
 
-// sendSettings tells the node its ceiling and pools (dispatch.Settings).
+// sendSettings tells the node its ceiling, drain and pools
+// (dispatch.Settings).
 func (d *Driver) sendSettings(n *nodeRec) {
 	set := d.nodeSets[n.name]
-	d.sendTo(n, dispatch.Settings{Ceiling: set.Ceiling, Pools: set.Pools})
+	d.sendTo(n, dispatch.Settings{Ceiling: set.Ceiling, CeilingZero: set.Zero, Drain: set.Drain, Pools: set.Pools})
+}
+
+// adminCeiling is the node's ceiling as admin.Backend states it.
+func (s nodeSettings) adminCeiling() int {
+	switch {
+	case s.Zero:
+		return 0
+	case s.Ceiling > 0:
+		return s.Ceiling
+	default:
+		return admin.NoCeiling
+	}
+}
+
+// ceilingEvent is the core's view of the node's ceiling.
+func (s nodeSettings) ceilingEvent(id sched.NodeID) sched.CeilingSet {
+	return sched.CeilingSet{Node: id, Ceiling: s.Ceiling, Zero: s.Zero}
 }
 
 // Nodes implements admin.Backend.
@@ -106,10 +128,7 @@ func (d *Driver) Nodes(ctx context.Context) ([]admin.Node, error) {
 		add := func(id, name string) {
 			seen[id] = true
 			set := d.nodeSets[id]
-			an := admin.Node{ID: id, Name: name, State: "disconnected", Ceiling: admin.NoCeiling, Pools: set.Pools}
-			if set.Ceiling > 0 {
-				an.Ceiling = set.Ceiling
-			}
+			an := admin.Node{ID: id, Name: name, State: "disconnected", Ceiling: set.adminCeiling(), Pools: set.Pools}
 			if n := d.nodes[id]; n != nil {
 				if n.report != nil {
 					an.Labels, an.MaxConcurrency = n.report.Labels, n.report.MaxConcurrency
@@ -155,18 +174,21 @@ func (d *Driver) SetPools(ctx context.Context, node string, pools []string) erro
 	})
 }
 
-// SetCeiling implements admin.Backend (OPS-02, PLACE-04, PLACE-07).
+// SetCeiling implements admin.Backend (OPS-02, PLACE-04, PLACE-07): n > 0
+// caps the node, 0 takes no new placed work (what it holds and runs
+// carries on), [admin.NoCeiling] removes the hub's ceiling. The core, the
+// stored settings and the node (settings frame) all follow.
 func (d *Driver) SetCeiling(ctx context.Context, node string, n int) error {
 	if n < admin.NoCeiling {
 		return fmt.Errorf("%w: ceiling %d", admin.ErrInvalid, n)
 	}
-	return d.changeNode(ctx, node, func(s *nodeSettings) { s.Ceiling = max(n, 0) })
+	return d.changeNode(ctx, node, func(s *nodeSettings) { s.Ceiling, s.Zero = max(n, 0), n == 0 })
 }
 
 // Drain implements admin.Backend: the hub offers and starts nothing new on
-// the node (its running jobs finish; held reservations lapse). The node is
-// not told: the dispatch protocol has no drain message, so a node-side
-// drain (`vk node drain`) is what makes it refuse work.
+// the node (its running jobs finish; held reservations lapse), and tells
+// the node in its settings frame (drain), which then refuses new offers
+// itself; undraining clears both.
 func (d *Driver) Drain(ctx context.Context, node string, on bool) error {
 	return d.changeNode(ctx, node, func(s *nodeSettings) { s.Drain = on })
 }
@@ -190,12 +212,12 @@ func (d *Driver) changeNode(ctx context.Context, node string, edit func(*nodeSet
 			return
 		}
 		n := d.nodeRecord(node)
-		d.exec(d.step(sched.CeilingSet{Node: n.id, Ceiling: set.Ceiling}))
+		d.exec(d.step(set.ceilingEvent(n.id)))
 		if n.report != nil && n.synced {
 			d.exec(d.step(d.nodeEvent(n)))
 		}
 		d.sendSettings(n)
-		d.log.Info("node settings changed", logkey.NodeID, node, "pools", set.Pools, "ceiling", set.Ceiling, "drain", set.Drain)
+		d.log.Info("node settings changed", logkey.NodeID, node, "pools", set.Pools, "ceiling", set.adminCeiling(), "drain", set.Drain)
 	}); derr != nil {
 		return derr
 	}
@@ -211,8 +233,15 @@ func (d *Driver) Policy(ctx context.Context) (admin.Policy, error) {
 
 // SetPolicy implements admin.Backend (OPS-03): converted, validated,
 // persisted, then applied to the core and to every runner's tenant.
+//
+// admin.Policy does not carry the hub-only fields (claim_renewals and the
+// wide-job knobs); they keep their current values.
 func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
-	p := policyFromAdmin(ap)
+	var cur *PolicyConfig
+	if err := d.do(ctx, func() { cur = d.policy }); err != nil {
+		return err
+	}
+	p := policyFromAdmin(ap).withKnobs(cur)
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}

@@ -27,6 +27,8 @@ const (
 	DefaultJobLostAfterSecs  = 300
 	DefaultPlaceWithinSecs   = 300
 	DefaultTenant            = "default"
+	// DefaultImmediateWaitMillis is immediate_wait_ms's default (API-17).
+	DefaultImmediateWaitMillis = 1000
 )
 
 // ErrConfig is wrapped by every error [Config.Validate] returns.
@@ -49,8 +51,14 @@ type Config struct {
 	// a bbolt file path. Empty means <state_dir>/hub.db.
 	Store string `toml:"store"`
 	// UIURL is the base URL of the hub's web UI, used to build
-	// approval_url (API-56); empty means no UI and no approval_url.
+	// approval_url (API-56); empty means the URL of the [ui] listener
+	// when it is on (https://<ui.addr as bound>), else no approval_url.
+	// Set it when the UI is reached through another name (a wildcard
+	// ui.addr, a proxy).
 	UIURL string `toml:"ui_url"`
+	// UI serves the operator web UI (hub/ui, docs/ui.md) on its own TLS
+	// listener. Default off.
+	UI UIConfig `toml:"ui"`
 	// TLS names the serving certificate; empty means the self-made CA in
 	// <state_dir>/pki.
 	TLS TLSConfig `toml:"tls"`
@@ -72,6 +80,11 @@ type Config struct {
 	// CapacityPolicy is the capacity policy inline (DECISIONS 11). At most
 	// one of it and CapacityPolicyFile may be set.
 	CapacityPolicy *PolicyConfig `toml:"capacity_policy"`
+	// ImmediateWaitMillis (API-17): a queue=true reservation whose offers
+	// all went out at once is held this long, in milliseconds, for the
+	// node's acceptance, then answered 201 with the grant, else 202 with
+	// the ticket. Default 1000; 0 answers 202 at once; at most 5000.
+	ImmediateWaitMillis int `toml:"immediate_wait_ms"`
 	// TickMillis is the scheduling core's tick period in milliseconds.
 	// Default 250.
 	TickMillis int `toml:"tick_ms"`
@@ -128,6 +141,20 @@ type JobsConfig struct {
 	PlaceWithinSecs int `toml:"place_within_secs"`
 }
 
+// UIConfig configures the operator web UI's listener.
+type UIConfig struct {
+	// Addr is the UI's listener, host:port; it serves TLS with the hub's
+	// certificate. Empty (the default) means no UI. Port 0 picks a free
+	// port (tests).
+	Addr string `toml:"addr"`
+	// Token, when set, admits operators by HTTP Basic authentication
+	// with this password (the user name goes to the audit log). Empty
+	// means loopback peers only (an SSH tunnel). Never logged.
+	Token string `toml:"token"`
+	// User, when set with Token, is the only Basic user name accepted.
+	User string `toml:"user"`
+}
+
 // ApprovalsConfig configures approvals.
 type ApprovalsConfig struct {
 	// Required: a relay's GitLab server and each project must be approved
@@ -149,6 +176,8 @@ func DefaultConfig() Config {
 		Jobs:              JobsConfig{PlaceWithinSecs: DefaultPlaceWithinSecs},
 		TickMillis:        DefaultTickMillis,
 		ShutdownGraceSecs: DefaultShutdownGraceSecs,
+
+		ImmediateWaitMillis: DefaultImmediateWaitMillis,
 	}
 }
 
@@ -159,6 +188,9 @@ func LoadConfig(path string) (Config, error) {
 	cfg := DefaultConfig()
 	cfg.Version = 0
 	if err := conffile.Load(path, &cfg, ConfigVersion); err != nil {
+		return Config{}, err
+	}
+	if err := checkEmptyProjects(path, []string{"capacity_policy"}); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
@@ -203,8 +235,19 @@ func (c *Config) Validate() error {
 	if c.TickMillis <= 0 || c.TickMillis > 10000 {
 		bad("tick_ms must be in 1..10000")
 	}
+	if c.ImmediateWaitMillis < 0 || c.ImmediateWaitMillis > 5000 {
+		bad("immediate_wait_ms must be in 0..5000")
+	}
 	if c.ShutdownGraceSecs < 0 {
 		bad("shutdown_grace_secs must be >= 0")
+	}
+	if c.UI.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.UI.Addr); err != nil {
+			bad("ui.addr %q: %v", c.UI.Addr, err)
+		}
+	}
+	if c.UI.User != "" && c.UI.Token == "" {
+		bad("ui.user needs ui.token")
 	}
 	if c.CapacityPolicyFile != "" && c.CapacityPolicy != nil {
 		bad("set capacity_policy_file or [capacity_policy], not both")

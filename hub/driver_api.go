@@ -109,17 +109,34 @@ func (d *Driver) Capacity(ctx context.Context, p api.Principal, req client.Capac
 // Reserve implements api.Backend (API-03, API-16..21).
 func (d *Driver) Reserve(ctx context.Context, p api.Principal, req client.ReservationRequest, wait time.Duration) (*client.ReservationGrant, string, error) {
 	var (
-		wire string
-		err  error
+		wire      string
+		err       error
+		immediate bool
 	)
-	if derr := d.do(ctx, func() { wire, err = d.queueTicket(p.ID, req) }); derr != nil {
+	if derr := d.do(ctx, func() {
+		wire, err = d.queueTicket(p.ID, req)
+		if id, _, ok := parseTicket(wire, d.epoch); err == nil && ok {
+			v, _ := d.core.Ticket(id)
+			immediate = v.Immediate
+		}
+	}); derr != nil {
 		return nil, "", derr
 	}
 	if err != nil {
 		return nil, "", err
 	}
 	if req.Queue {
-		return nil, wire, nil // API-17: a grant needs a node's answer, never ready at once
+		// API-17: a grant needs a node's answer. When every offer went out
+		// at once, hold the answer briefly for it: 201 with the grant if
+		// it comes, else 202 with the ticket (which stays queued).
+		if !immediate || d.cfg.ImmediateWaitMillis <= 0 {
+			return nil, wire, nil
+		}
+		g, err := d.Ticket(ctx, p, wire, time.Duration(d.cfg.ImmediateWaitMillis)*time.Millisecond)
+		if err != nil || g == nil {
+			return nil, wire, nil // the ticket answers for itself from now on
+		}
+		return g, wire, nil
 	}
 	g, err := d.Ticket(ctx, p, wire, wait)
 	if err == nil && g != nil {

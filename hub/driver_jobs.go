@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vk-ci/vk/hub/api"
@@ -44,10 +45,9 @@ func (d *Driver) EndAdmission(ctx context.Context, p api.Principal, admission st
 	d.do(ctx, func() { d.endAdmission(p.ID, admission) })
 }
 
-// endAdmission ends a refused job's admission as empty (API-34). An
-// admission whose outcome job was already reported cannot take another
-// outcome in the core; its reservation is released instead, and the
-// relay's next session heartbeat reclaims it (ARB-40).
+// endAdmission ends a refused job's admission as empty (API-34), whether
+// or not its outcome job was reported first (sched.SubmissionRefused). A
+// grant not yet claimed is released instead.
 func (d *Driver) endAdmission(principal, admission string) {
 	aid, ok := parseAdmission(admission)
 	if !ok {
@@ -57,7 +57,13 @@ func (d *Driver) endAdmission(principal, admission string) {
 	if a == nil || a.owner != principal || a.job != "" {
 		return
 	}
-	if v := d.stepExec(sched.Outcome{Admission: aid, Kind: sched.OutcomeEmpty}); v.Code != sched.VerdictOK {
+	acts := d.step(sched.SubmissionRefused{Admission: aid})
+	ended := slices.ContainsFunc(acts, func(x sched.Action) bool {
+		e, ok := x.(sched.AdmissionEnded)
+		return ok && e.Admission == aid
+	})
+	d.exec(acts)
+	if !ended {
 		d.stepExec(sched.Released{Admission: aid})
 	}
 }
@@ -269,10 +275,9 @@ func (d *Driver) Cancel(ctx context.Context, p api.Principal, id string, mode cl
 		case store.JobFinished:
 		case store.JobQueued:
 			j.rec.Cancel = store.CancelMode(mode)
-			// The core ends a queued job it is told is settled with
-			// EndJob canceled; the hub's record stays until the relay
-			// settles it.
-			d.exec(d.step(sched.JobSettled{Job: j.sid}))
+			// The core ends the queued job canceled (EndJob) and keeps
+			// its charge until the relay settles it (ARB-35).
+			d.exec(d.step(sched.JobCancelled{Job: j.sid}))
 			if j.rec.State != store.JobFinished {
 				d.finishJob(j, client.JobResult{Failure: client.FailureCanceled, Message: "canceled before it was placed", OutputLen: j.outLen})
 			}

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -74,6 +75,11 @@ func (d *Driver) nodeRecord(node string) *nodeRec {
 	if n == nil {
 		n = &nodeRec{name: node, id: d.ids.node(node), state: dispatch.NodeReady}
 		d.nodes[node] = n
+		// An operator's ceiling survives a restart: the core learns it
+		// with the node's first record (OPS-02).
+		if set := d.nodeSets[node]; set.Ceiling > 0 || set.Zero {
+			d.exec(d.step(set.ceilingEvent(n.id)))
+		}
 	}
 	return n
 }
@@ -321,17 +327,36 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 		send     NodeSender
 		known    bool
 		finished bool
+		lost     bool
+		inMemory bool
 		stored   int64
 	)
 	if err := d.do(ctx, func() {
 		j := d.jobs[o.Job]
 		n := d.nodes[node]
+		if n != nil {
+			send = n.send
+		}
+		inMemory = j != nil
 		if j != nil && n != nil && j.rec.Node == node {
-			known, send, stored = true, n.send, j.outLen
+			known, stored = true, j.outLen
 			finished = j.rec.State == store.JobFinished
+			lost = finished && j.result != nil && j.result.Failure == client.FailureLost
 		}
 	}); err != nil {
 		return err
+	}
+	if !known && !inMemory {
+		lost = d.settledLost(ctx, o.Job, node)
+	}
+	if lost && send != nil {
+		// FAIL-17: the hub gave up on the job (ended lost while the node
+		// was out of touch) but the node, back on a resumed session (no
+		// held, NSESS-24), still runs it: cancel it.
+		d.log.Info("cancelling a job the hub ended lost", logkey.JobID, o.Job, logkey.NodeID, node)
+		if err := send.Send(cancelFrame(o.Job, client.CancelImmediate)); err != nil {
+			d.log.Warn("cancel not sent", logkey.JobID, o.Job, logkey.Err, err)
+		}
 	}
 	if !known {
 		d.log.Warn("output for a job not running on the node; dropped", logkey.JobID, o.Job, logkey.NodeID, node)
@@ -359,4 +384,18 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 		}
 	}
 	return nil
+}
+
+// settledLost reports whether the store's record of a job the driver no
+// longer holds (settled) says it ended lost on node.
+func (d *Driver) settledLost(ctx context.Context, id, node string) bool {
+	if !validJobID(id) {
+		return false
+	}
+	rec, err := d.st.GetJob(ctx, id)
+	if err != nil || rec.Node != node || rec.State != store.JobFinished || len(rec.Result) == 0 {
+		return false
+	}
+	var res client.JobResult
+	return json.Unmarshal(rec.Result, &res) == nil && res.Failure == client.FailureLost
 }

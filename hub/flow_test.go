@@ -107,7 +107,7 @@ func TestFlow(t *testing.T) {
 	h.wantErr(http.StatusNotFound, client.CodeNotFound, "GET", "/v1/jobs/"+v.ID+"/output", nil)
 
 	code, body, _ = h.call("GET", "/metrics", nil)
-	if code != 200 || !strings.Contains(string(body), `vk_hub_requests_total{route="POST /v1/jobs",code="201"} 1`) ||
+	if code != 200 || !strings.Contains(string(body), `vk_hub_requests_total{code="201",route="POST /v1/jobs"} 1`) ||
 		!strings.Contains(string(body), "vk_hub_grants_total 1") {
 		t.Fatalf("metrics = %d\n%s", code, body)
 	}

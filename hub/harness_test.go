@@ -118,6 +118,9 @@ func newHarness(t testing.TB) *harness {
 	// Runners that never took a job make probes, one fleet-wide by
 	// default (ARB-19); tests that need several tickets out raise it.
 	h.cfg.CapacityPolicy = &PolicyConfig{ProbeLimit: 64}
+	// Queued reservations answer 202 at once; TestReserveImmediateWait
+	// turns the API-17 short wait on.
+	h.cfg.ImmediateWaitMillis = 0
 	h.start()
 	h.enrol()
 	return h

@@ -3,8 +3,11 @@ package hub
 import (
 	"errors"
 	"fmt"
-	"strconv"
+	"os"
 	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
 
 	"github.com/vk-ci/vk/internal/conffile"
 	"github.com/vk-ci/vk/proto/client"
@@ -39,6 +42,25 @@ type PolicyConfig struct {
 	Headroom []HeadroomConfig `toml:"headroom"`
 	// Tenants by name.
 	Tenants map[string]TenantConfig `toml:"tenants"`
+
+	// ClaimRenewals bounds the renewals an admission may ask before its
+	// outcome (ARB-32); a renewal past it answers 409 and the reservation
+	// lives out its lease. 0 means the spec's 1; -1 means no bound.
+	ClaimRenewals int `toml:"claim_renewals"`
+	// PackAboveUtilization (BS-21): at or above this utilization of a
+	// pool, work goes to the most loaded node with room first. 0 (the
+	// default) never packs; 0.7 is recommended for fleets with wide jobs.
+	PackAboveUtilization float64 `toml:"pack_above_utilization"`
+	// DrainsPerPool bounds the automatic drains (BS-22) a pool holds for
+	// wide work that fits nowhere. 0 (the default) places none; 1 is
+	// recommended for fleets with wide jobs.
+	DrainsPerPool int `toml:"drains_per_pool"`
+	// WideFraction: an envelope taking at least this fraction of a node's
+	// vCPUs or memory is wide there (BS-20); 0 means 0.5.
+	WideFraction float64 `toml:"wide_fraction"`
+	// DrainMaxHoldSecs: an automatic drain held this long is chosen
+	// again from fresh predictions; 0 means 900 (15 minutes).
+	DrainMaxHoldSecs int `toml:"drain_max_hold_secs"`
 }
 
 // HeadroomConfig is one headroom entry: Slots envelopes of a placement.
@@ -87,72 +109,110 @@ type RuleConfig struct {
 }
 
 // LoadPolicyFile reads a capacity policy file strictly (`version = 1`).
+// An empty projects table of a tenant is an error (see
+// [ErrEmptyProjects]).
 func LoadPolicyFile(path string) (PolicyConfig, error) {
 	var f struct {
-		Version              int                     `toml:"version"`
-		BusySecs             int                     `toml:"busy_secs"`
-		ProbeLimit           int                     `toml:"probe_limit"`
-		BackoffInitialSecs   int                     `toml:"backoff_initial_secs"`
-		BackoffMaxSecs       int                     `toml:"backoff_max_secs"`
-		ProductionProbeBurst int                     `toml:"production_probe_burst"`
-		LeaseSecs            int                     `toml:"lease_secs"`
-		DefaultTenant        string                  `toml:"default_tenant"`
-		Headroom             []HeadroomConfig        `toml:"headroom"`
-		Tenants              map[string]TenantConfig `toml:"tenants"`
+		Version int `toml:"version"`
+		PolicyConfig
 	}
 	if err := conffile.Load(path, &f, ConfigVersion); err != nil {
 		return PolicyConfig{}, err
 	}
-	p := PolicyConfig{BusySecs: f.BusySecs, ProbeLimit: f.ProbeLimit, BackoffInitialSecs: f.BackoffInitialSecs,
-		BackoffMaxSecs: f.BackoffMaxSecs, ProductionProbeBurst: f.ProductionProbeBurst, LeaseSecs: f.LeaseSecs,
-		DefaultTenant: f.DefaultTenant, Headroom: f.Headroom, Tenants: f.Tenants}
+	p := f.PolicyConfig
+	if err := checkEmptyProjects(path, nil); err != nil {
+		return PolicyConfig{}, err
+	}
 	if err := p.Validate(); err != nil {
 		return PolicyConfig{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, nil
 }
 
-// Validate lists every problem, each wrapping [ErrConfig].
+// ErrEmptyProjects is wrapped (with [ErrConfig]) when a tenant's projects
+// table is present but empty. TOML decoding cannot tell an empty
+// `[tenants.X.projects]` from none, and "absent" means every project is
+// allowed (ARB-41), so the hub refuses the ambiguous form: remove the
+// table to allow every project, or list at least one project.
+var ErrEmptyProjects = errors.New("hub: empty projects table")
+
+// checkEmptyProjects reads the TOML file at path generically and reports
+// every tenant whose projects table is defined but empty; prefix is the
+// key path of the policy table in the file (nil: the top level).
+func checkEmptyProjects(path string, prefix []string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return emptyProjects(path, data, prefix)
+}
+
+func emptyProjects(name string, data []byte, prefix []string) error {
+	var tree map[string]any
+	if err := toml.Unmarshal(data, &tree); err != nil {
+		return nil // the strict decode reports syntax errors
+	}
+	for _, k := range prefix {
+		sub, ok := tree[k].(map[string]any)
+		if !ok {
+			return nil
+		}
+		tree = sub
+	}
+	tenants, _ := tree["tenants"].(map[string]any)
+	var errs []error
+	for _, name2 := range sortedKeys(tenants) {
+		t, _ := tenants[name2].(map[string]any)
+		if pr, ok := t["projects"].(map[string]any); ok && len(pr) == 0 {
+			errs = append(errs, fmt.Errorf("%w: %w: %s: tenant %q: its projects table is empty; remove it to allow every project, or list at least one",
+				ErrConfig, ErrEmptyProjects, name, name2))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate lists every problem, each wrapping [ErrConfig]: the rules of
+// [admin.Policy.Validate] (one set of rules for the hub.toml table, the
+// policy file and the admin socket; errors also wrap admin.ErrPolicy)
+// plus those of the hub-only fields.
 func (p *PolicyConfig) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: capacity_policy: "+format, append([]any{ErrConfig}, a...)...))
 	}
-	if len(p.Headroom) > sched.MaxHeadroom {
-		bad("%d headroom entries, at most %d", len(p.Headroom), sched.MaxHeadroom)
+	ap := policyToAdmin(p)
+	if err := ap.Validate(); err != nil {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				errs = append(errs, fmt.Errorf("%w: capacity_policy: %w", ErrConfig, e))
+			}
+		} else {
+			errs = append(errs, fmt.Errorf("%w: capacity_policy: %w", ErrConfig, err))
+		}
 	}
-	for i, h := range p.Headroom {
-		if h.Pool == "" || h.Slots < 0 || h.Mem <= 0 || h.Disk <= 0 || h.CPUs <= 0 {
-			bad("headroom[%d]: needs pool, mem, cpus, disk > 0 and slots >= 0", i)
-		}
+	if p.ClaimRenewals < -1 {
+		bad("claim_renewals is %d; want >= 0 (0: 1, ARB-32) or -1 (no bound)", p.ClaimRenewals)
 	}
-	for name, t := range p.Tenants {
-		if name == "" {
-			bad("tenant with an empty name")
-		}
-		if t.Weight < 0 || t.Cap < 0 {
-			bad("tenant %q: negative weight or cap", name)
-		}
-		for _, r := range append(append([]string{}, t.Runners...), t.ProductionRunners...) {
-			if _, _, ok := splitRunner(r); !ok {
-				bad("tenant %q: runner %q is not <relay>/<runner>", name, r)
-			}
-		}
-		for proj, pc := range t.Projects {
-			if n, err := strconv.ParseInt(proj, 10, 64); err != nil || n <= 0 {
-				bad("tenant %q: project key %q is not a GitLab project ID", name, proj)
-			}
-			if len(pc.PlacementRules) > sched.MaxPlacementRules {
-				bad("tenant %q project %s: %d placement rules, at most %d", name, proj, len(pc.PlacementRules), sched.MaxPlacementRules)
-			}
-			for i, r := range pc.PlacementRules {
-				if len(r.Nodes) > sched.MaxRuleNodesOrPools || len(r.Pools) > sched.MaxRuleNodesOrPools {
-					bad("tenant %q project %s rule %d: more than %d nodes or pools", name, proj, i, sched.MaxRuleNodesOrPools)
-				}
-			}
-		}
+	if p.PackAboveUtilization < 0 || p.PackAboveUtilization > 1 {
+		bad("pack_above_utilization %v is not in [0, 1]", p.PackAboveUtilization)
+	}
+	if p.WideFraction < 0 || p.WideFraction > 1 {
+		bad("wide_fraction %v is not in [0, 1]", p.WideFraction)
+	}
+	if p.DrainsPerPool < 0 || p.DrainMaxHoldSecs < 0 {
+		bad("drains_per_pool and drain_max_hold_secs must be >= 0")
 	}
 	return errors.Join(errs...)
+}
+
+// withKnobs returns p with the hub-only fields (those admin.Policy does
+// not carry) taken from from.
+func (p PolicyConfig) withKnobs(from *PolicyConfig) PolicyConfig {
+	if from != nil {
+		p.ClaimRenewals, p.PackAboveUtilization, p.DrainsPerPool = from.ClaimRenewals, from.PackAboveUtilization, from.DrainsPerPool
+		p.WideFraction, p.DrainMaxHoldSecs = from.WideFraction, from.DrainMaxHoldSecs
+	}
+	return p
 }
 
 func splitRunner(s string) (relay, runner string, ok bool) {
@@ -203,10 +263,18 @@ func (p *PolicyConfig) tenantOf(relay, runner string) (tenant string, production
 // Production runners are those already known to ids (runners are added
 // to the policy as their relays report them, see driver.refreshPolicy).
 func (p *PolicyConfig) toSched(ids *idTable) sched.Policy {
-	out := sched.Policy{ProductionRunners: map[sched.RunnerID]bool{}}
+	out := sched.Policy{ProductionRunners: map[sched.RunnerID]bool{}, ClaimRenewals: 1}
 	if p == nil {
 		return out
 	}
+	switch {
+	case p.ClaimRenewals > 0:
+		out.ClaimRenewals = p.ClaimRenewals
+	case p.ClaimRenewals < 0:
+		out.ClaimRenewals = 0 // no bound
+	}
+	out.PackAboveUtilization, out.DrainsPerPool, out.WideFraction = p.PackAboveUtilization, p.DrainsPerPool, p.WideFraction
+	out.DrainMaxHold = time.Duration(p.DrainMaxHoldSecs) * time.Second
 	out.BusySecs, out.ProbeLimit = p.BusySecs, p.ProbeLimit
 	out.BackoffInitialSecs, out.BackoffMaxSecs = p.BackoffInitialSecs, p.BackoffMaxSecs
 	out.ProductionProbeBurst, out.LeaseSecs = p.ProductionProbeBurst, p.LeaseSecs

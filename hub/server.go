@@ -21,6 +21,7 @@ package hub
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/pem"
 	"errors"
@@ -42,6 +43,7 @@ import (
 	"github.com/vk-ci/vk/hub/store"
 	_ "github.com/vk-ci/vk/hub/store/boltstore" // the default store
 	_ "github.com/vk-ci/vk/hub/store/memstore"  // "mem:"
+	"github.com/vk-ci/vk/hub/ui"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
@@ -71,6 +73,8 @@ type Server struct {
 	cancel context.CancelFunc
 	nodes  *session.NodeServer
 	relays *session.RelayServer
+	uiLn   net.Listener // nil without [ui] addr
+	uiHTTP *http.Server // nil without [ui] addr
 
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -194,10 +198,25 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 		st.Close()
 		return nil, err
 	}
+	tcfg := pki.ServerConfig(cert)
+	uiLn, uiSrv, err := startUI(ctx, cfg, st, drv, clk, log, tcfg)
+	if err != nil {
+		cancel()
+		drv.w.close()
+		ln.Close()
+		admLn.Close()
+		out.Close()
+		st.Close()
+		return nil, err
+	}
+	if uiLn != nil && cfg.UIURL == "" {
+		// approval_url links (API-56) point at the UI just bound.
+		drv.cfg.UIURL = "https://" + uiLn.Addr().String()
+	}
+	s.uiLn, s.uiHTTP = uiLn, uiSrv
 	mux.Handle("GET /metrics", met)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 
-	tcfg := pki.ServerConfig(cert)
 	s.http = &http.Server{
 		Handler:           mux,
 		TLSConfig:         tcfg,
@@ -209,6 +228,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	// exporter (AUTH-14).
 	s.http.SetKeepAlivesEnabled(false)
 
+	if s.uiHTTP != nil {
+		s.uiHTTP.BaseContext = func(net.Listener) context.Context { return runCtx }
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			err := s.uiHTTP.Serve(tls.NewListener(uiLn, tcfg))
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("web UI stopped", logkey.Err, err)
+			}
+		}()
+		log.Info("web UI listening", "addr", uiLn.Addr().String(), "url", drv.cfg.UIURL, "basic_auth", cfg.UI.Token != "")
+	}
 	s.wg.Add(4)
 	go func() {
 		defer s.wg.Done()
@@ -235,6 +266,54 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	s.ln = ln
 	log.Info("hub listening", "addr", ln.Addr().String(), "state_dir", cfg.StateDir)
 	return s, nil
+}
+
+// UIURL returns the web UI's base URL as approval_url uses it: ui_url,
+// or the UI listener's https URL; "" when neither is set.
+func (s *Server) UIURL() string { return s.drv.cfg.UIURL }
+
+// UIAddr returns the web UI listener's address (host:port); "" when the
+// UI is off.
+func (s *Server) UIAddr() string {
+	if s.uiLn == nil {
+		return ""
+	}
+	return s.uiLn.Addr().String()
+}
+
+// metaUICSRFKey is the store meta key of the web UI's CSRF key, made once
+// so forms survive a restart.
+const metaUICSRFKey = "ui.csrf_key"
+
+// startUI binds the web UI's listener when cfg.UI.Addr is set: BasicAuth
+// with ui.token, else loopback peers only; the CSRF key persisted in the
+// store. It returns nils when the UI is off.
+func startUI(ctx context.Context, cfg Config, st store.Store, drv *Driver, clk clock.Clock, log *slog.Logger, tcfg *tls.Config) (net.Listener, *http.Server, error) {
+	if cfg.UI.Addr == "" {
+		return nil, nil, nil
+	}
+	fresh := make([]byte, 32)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, nil, fmt.Errorf("hub: ui: %w", err)
+	}
+	key, err := st.InitMeta(ctx, metaUICSRFKey, fresh)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hub: ui: csrf key: %w", err)
+	}
+	var auth ui.Auth = ui.LoopbackOnly{}
+	if cfg.UI.Token != "" {
+		auth = ui.BasicAuth{User: cfg.UI.User, Token: cfg.UI.Token}
+	}
+	h, err := ui.New(ui.Config{Backend: drv, Store: st, Log: log, Clock: clk, CSRFKey: key, Operators: auth})
+	if err != nil {
+		return nil, nil, fmt.Errorf("hub: ui: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.UI.Addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hub: ui listen: %w", err)
+	}
+	return ln, &http.Server{Handler: h, TLSConfig: tcfg, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}, nil
 }
 
 // caDER returns the DER of the first certificate in pemData (nil if none).
@@ -319,6 +398,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err := s.http.Shutdown(ctx)
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			err = s.http.Close()
+		}
+		if s.uiHTTP != nil {
+			if uerr := s.uiHTTP.Shutdown(ctx); uerr != nil {
+				s.uiHTTP.Close()
+			}
 		}
 		s.cancel()
 		s.wg.Wait()

@@ -86,18 +86,28 @@ func (h handler) Message(m dispatch.Message) {
 		a.onRecorded(m.Job)
 	case *dispatch.Settings:
 		a.mu.Lock()
-		if m.Ceiling > 0 {
+		// OPS-02: a ceiling of 0, and the hub's drain (NODE-05 as the hub
+		// sees it), hold the node at no new placed work: new offers are
+		// refused (reason ceiling), held reservations lapse, running jobs
+		// finish. Each frame carries the whole setting, so a later frame
+		// without them lifts it; the node's own state (a local drain or
+		// quarantine) is left alone.
+		switch {
+		case m.CeilingZero || m.Drain:
+			a.led.SetCeiling(0)
+		case m.Ceiling > 0:
 			a.led.SetCeiling(m.Ceiling)
-		} else {
+		default:
 			a.led.ClearCeiling()
 		}
+		a.wakeLocked()
 		changed := !a.hasPools || !slicesEqual(a.pools, m.Pools)
 		a.pools, a.hasPools = m.Pools, true
 		if changed {
 			a.send(a.reportLocked())
 		}
 		a.mu.Unlock()
-		a.log.Info("hub settings applied", "ceiling", m.Ceiling, "pools", m.Pools)
+		a.log.Info("hub settings applied", "ceiling", m.Ceiling, "ceiling_zero", m.CeilingZero, "drain", m.Drain, "pools", m.Pools)
 	default:
 		a.log.Warn("unexpected frame from hub ignored", "type", m.FrameType(), "kind", m.FrameKind())
 	}

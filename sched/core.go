@@ -192,6 +192,10 @@ func (c *Core) apply(ev Event) {
 		}
 		c.nodeChanging(n)
 		n.ceiling = max(e.Ceiling, 0)
+		n.closed = e.Zero
+		if e.Zero {
+			n.ceiling = 0
+		}
 		c.nodeChanged(n)
 	case RelayUp:
 		c.onRelayUp(e)
@@ -236,6 +240,12 @@ func (c *Core) apply(ev Event) {
 		c.onJobFinished(e)
 	case JobSettled:
 		c.onJobSettled(e.Job)
+	case SubmissionRefused:
+		c.onSubmissionRefused(e.Admission)
+	case JobCancelled:
+		if jb := c.jobs[e.Job]; jb != nil && jb.state == jobQueued {
+			c.endQueuedJob(jb, "canceled", MsgCanceled)
+		}
 	case PolicyChanged:
 		c.setPolicy(e.Policy)
 	case Tick:

@@ -55,10 +55,14 @@ type NodeUnreachable struct{ Node NodeID }
 type NodeLost struct{ Node NodeID }
 
 // CeilingSet sets the hub's concurrency ceiling for a node; 0 clears it
-// (PLACE-04, PLACE-07).
+// (PLACE-04, PLACE-07) unless Zero is set.
 type CeilingSet struct {
 	Node    NodeID
 	Ceiling int
+	// Zero sets a ceiling of 0: the node takes no new placed work (no
+	// offers, no starts off a reservation), while what it holds carries on
+	// (PLACE-07; admin.Backend.SetCeiling's 0). Ceiling is then ignored.
+	Zero bool
 }
 
 // RelayUp: a relay's session started. Session must differ from the previous
@@ -203,6 +207,19 @@ type JobFinished struct {
 // (ARB-35).
 type JobSettled struct{ Job JobID }
 
+// SubmissionRefused: the driver refused a job submission naming
+// Admission with a 4xx after the admission's outcome "job" was reported
+// (API-34: the admission ends as empty). It ends the admission, releasing
+// its reservation, when it is still waiting for its job; otherwise it does
+// nothing. It emits no verdict.
+type SubmissionRefused struct{ Admission AdmissionID }
+
+// JobCancelled: a job no node started was cancelled (API-40). A queued job
+// ends canceled (EndJob) and keeps its charge until [JobSettled] (ARB-35);
+// a job in any other state is left alone (the driver cancels started jobs
+// on their node). It emits no verdict.
+type JobCancelled struct{ Job JobID }
+
 // PolicyChanged replaces the capacity policy.
 type PolicyChanged struct{ Policy Policy }
 
@@ -246,29 +263,31 @@ type RestoredAdmission struct {
 	Placement   Placement
 }
 
-func (NodeReport) isEvent()      {}
-func (NodeHeartbeat) isEvent()   {}
-func (NodeUnreachable) isEvent() {}
-func (NodeLost) isEvent()        {}
-func (CeilingSet) isEvent()      {}
-func (RelayUp) isEvent()         {}
-func (RelayDown) isEvent()       {}
-func (RelayInventory) isEvent()  {}
-func (RelayHeartbeat) isEvent()  {}
-func (TicketQueued) isEvent()    {}
-func (TicketPolled) isEvent()    {}
-func (TicketCancelled) isEvent() {}
-func (OfferReplied) isEvent()    {}
-func (Claimed) isEvent()         {}
-func (Outcome) isEvent()         {}
-func (RenewRequested) isEvent()  {}
-func (Renewed) isEvent()         {}
-func (Released) isEvent()        {}
-func (LeaseGone) isEvent()       {}
-func (JobSubmitted) isEvent()    {}
-func (JobStartReplied) isEvent() {}
-func (JobFinished) isEvent()     {}
-func (JobSettled) isEvent()      {}
-func (PolicyChanged) isEvent()   {}
-func (Tick) isEvent()            {}
-func (Restore) isEvent()         {}
+func (NodeReport) isEvent()        {}
+func (NodeHeartbeat) isEvent()     {}
+func (NodeUnreachable) isEvent()   {}
+func (NodeLost) isEvent()          {}
+func (CeilingSet) isEvent()        {}
+func (RelayUp) isEvent()           {}
+func (RelayDown) isEvent()         {}
+func (RelayInventory) isEvent()    {}
+func (RelayHeartbeat) isEvent()    {}
+func (TicketQueued) isEvent()      {}
+func (TicketPolled) isEvent()      {}
+func (TicketCancelled) isEvent()   {}
+func (OfferReplied) isEvent()      {}
+func (Claimed) isEvent()           {}
+func (Outcome) isEvent()           {}
+func (RenewRequested) isEvent()    {}
+func (Renewed) isEvent()           {}
+func (Released) isEvent()          {}
+func (LeaseGone) isEvent()         {}
+func (JobSubmitted) isEvent()      {}
+func (JobStartReplied) isEvent()   {}
+func (JobFinished) isEvent()       {}
+func (JobSettled) isEvent()        {}
+func (PolicyChanged) isEvent()     {}
+func (SubmissionRefused) isEvent() {}
+func (JobCancelled) isEvent()      {}
+func (Tick) isEvent()              {}
+func (Restore) isEvent()           {}

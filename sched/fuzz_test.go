@@ -80,9 +80,14 @@ func FuzzStep(f *testing.F) {
 			case 15:
 				ev = sched.TicketCancelled{Ticket: sched.TicketID(a)}
 			case 16:
-				if b&1 == 0 {
-					ev = sched.CeilingSet{Node: sched.NodeID(a % 4), Ceiling: int(b % 4)}
-				} else {
+				switch {
+				case b&3 == 0:
+					ev = sched.CeilingSet{Node: sched.NodeID(a % 4), Ceiling: int(b % 4), Zero: a&1 == 1}
+				case b&3 == 1:
+					ev = sched.SubmissionRefused{Admission: sched.AdmissionID(a)}
+				case b&3 == 2:
+					ev = sched.JobCancelled{Job: sched.JobID(a)}
+				default:
 					ev = sched.DrainReserve{Node: sched.NodeID(a % 4), Job: sched.JobID(b % 8)}
 				}
 			default:

@@ -53,7 +53,7 @@ func (n *node) nodeCap() int {
 // roomFor returns how many envelopes env still fit on n given used and
 // placed (PLACE-05, PLACE-13): memory, disk and cap bound it.
 func roomFor(n *node, env Resources, used Resources, placed int) int {
-	if !n.placeable() {
+	if !n.placeable() || n.closed {
 		return 0
 	}
 	room := unbounded

@@ -125,7 +125,7 @@ func historyWith(t *rapid.T, seed uint64, o genOpts) (*schedtest.Harness, []time
 
 	n := rapid.IntRange(10, 120).Draw(t, "steps")
 	for range n {
-		switch rapid.IntRange(0, 19).Draw(t, "op") {
+		switch rapid.IntRange(0, 21).Draw(t, "op") {
 		case 0, 1:
 			step(sched.TicketQueued{Ticket: w.nextTk, Runner: sched.RunnerID(rapid.IntRange(1, o.runners).Draw(t, "runner"))})
 			w.nextTk++
@@ -198,7 +198,8 @@ func historyWith(t *rapid.T, seed uint64, o genOpts) (*schedtest.Harness, []time
 				r := schedtest.Node(nd, 8, 16, 100, "linux")
 				step(r)
 			} else {
-				step(sched.CeilingSet{Node: sched.NodeID(rapid.IntRange(1, nNodes).Draw(t, "node")), Ceiling: rapid.IntRange(0, 3).Draw(t, "ceiling")})
+				step(sched.CeilingSet{Node: sched.NodeID(rapid.IntRange(1, nNodes).Draw(t, "node")), Ceiling: rapid.IntRange(0, 3).Draw(t, "ceiling"),
+					Zero: rapid.IntRange(0, 3).Draw(t, "zero") == 0})
 			}
 		case 14:
 			step(sched.TicketCancelled{Ticket: sched.TicketID(rapid.IntRange(1, int(w.nextTk)).Draw(t, "cancel"))})
@@ -236,6 +237,14 @@ func historyWith(t *rapid.T, seed uint64, o genOpts) (*schedtest.Harness, []time
 		case 19:
 			step(sched.DrainReserve{Node: sched.NodeID(rapid.IntRange(1, nNodes).Draw(t, "node")),
 				Job: sched.JobID(rapid.IntRange(0, int(w.nextJob)).Draw(t, "job"))})
+		case 20:
+			// API-34: the driver refused the admission's submission.
+			if a, ok := pick(t, &w.jobAdms, "refused"); ok {
+				step(sched.SubmissionRefused{Admission: a})
+			}
+		case 21:
+			// ARB-35: a queued job cancelled; it settles later (op 10/11).
+			step(sched.JobCancelled{Job: sched.JobID(rapid.IntRange(0, int(w.nextJob)).Draw(t, "cancelled"))})
 		case 13:
 			step(sched.RelayDown{Relay: 1})
 			w.session++

@@ -103,5 +103,6 @@ const (
 	MsgProjectUnlisted  = "project no longer listed for its tenant"
 	MsgNoCapacity       = "not placed within place_within_secs"
 	MsgNodeLost         = "node lost"
+	MsgCanceled         = "canceled before it was placed"
 	MsgNotAcceptedAfter = "hub restarted before a node accepted the job"
 )

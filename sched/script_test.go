@@ -98,3 +98,8 @@ func TestScriptImmediateGrant(t *testing.T) { runScript(t, "api_17_immediate.txt
 
 // spec: BS-05
 func TestScriptSnapshotRanked(t *testing.T) { runScript(t, "bs_05_snapshot.txt") }
+
+// spec: API-34, ARB-35, OPS-02
+func TestScriptSubmissionRefusedCancelCeilingZero(t *testing.T) {
+	runScript(t, "api_34_refused.txt")
+}

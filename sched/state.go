@@ -100,6 +100,7 @@ type node struct {
 	labels    []string // sorted
 	maxConc   int
 	ceiling   int
+	closed    bool // the hub's ceiling is 0: no new placed work
 	local     bool
 	state     NodeState
 	reachable bool

@@ -264,6 +264,20 @@ func (c *Core) onOutcome(e Outcome) {
 	c.verdict(VerdictOK, "")
 }
 
+// onSubmissionRefused ends, as empty, an admission whose job submission
+// the driver refused (API-34).
+func (c *Core) onSubmissionRefused(id AdmissionID) {
+	a := c.adms[id]
+	if a == nil || a.job != nil || a.state == admEnded || a.state == admGranted {
+		return
+	}
+	if a.outcome != OutcomeNone && a.outcome != OutcomeJob {
+		return
+	}
+	a.outcome = OutcomeEmpty
+	c.endAdmission(a, "job refused")
+}
+
 // endAdmission ends an admission without a job, releasing its reservation
 // (ARB-34).
 func (c *Core) endAdmission(a *admission, why string) {

@@ -98,9 +98,11 @@ type Backend interface {
 	// Capacity answers POST /v1/capacity; it waits up to wait for the
 	// revision to pass req.After.
 	Capacity(ctx context.Context, p Principal, req client.CapacityRequest, wait time.Duration) (client.Capacity, error)
-	// Reserve queues a reservation. With req.Queue it answers at once: a
-	// grant when one is ready, else the ticket (grant nil). Without, it
-	// waits up to wait for a grant, then 503 no_capacity.
+	// Reserve queues a reservation. With req.Queue it answers promptly: a
+	// grant when one is ready (the hub may hold the request briefly, about
+	// a second, for a node's answer to offers sent at once, API-17), else
+	// the ticket (grant nil). Without, it waits up to wait for a grant,
+	// then 503 no_capacity.
 	Reserve(ctx context.Context, p Principal, req client.ReservationRequest, wait time.Duration) (grant *client.ReservationGrant, ticket string, err error)
 	// Ticket polls a ticket, waiting up to wait for a grant; grant nil
 	// means still waiting (202). Gone tickets are 410 reservation_gone.

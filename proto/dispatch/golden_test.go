@@ -43,6 +43,7 @@ func TestGoldenSession(t *testing.T) {
 	check(t, "error_version", Frame{Msg: &ErrorFrame{Code: ErrorVersion, Message: "node session: protocol version mismatch: we speak 3..6, peer speaks 1..2: the peer is too old and must be upgraded", Versions: &HubVersions}})
 	check(t, "keepalive", Frame{Msg: &Keepalive{}})
 	check(t, "settings", Frame{Seq: 1, Msg: &Settings{Ceiling: 6, Pools: []string{"ci", "release"}}})
+	check(t, "settings_ceiling_zero_drain", Frame{Seq: 2, Msg: &Settings{CeilingZero: true, Drain: true}})
 	check(t, "report", Frame{Seq: 1, Msg: &Report{
 		Release: "0.4.1", Host: "node3.example.com",
 		Resources: Resources{Mem: 256 * client.GiB, Disk: 2 * client.TiB, CPUs: 64},

@@ -92,6 +92,15 @@ type Settings struct {
 	Ceiling int `json:"ceiling,omitempty"`
 	// Pools are the pools an operator put the node in (OPS-01).
 	Pools []string `json:"pools,omitempty"`
+	// CeilingZero sets a ceiling of 0 (OPS-02: the node takes no new
+	// placed work, running and held work carries on); Ceiling is then
+	// ignored. Optional and additive: a node that does not know it reads
+	// the frame as "no ceiling" and the hub still offers it nothing.
+	CeilingZero bool `json:"ceiling_zero,omitempty"`
+	// Drain: an operator drained the node at the hub (`vk-hub nodes
+	// drain`); the node refuses new offers and starts, as for a local
+	// drain, until a later settings frame clears it. Optional and additive.
+	Drain bool `json:"drain,omitempty"`
 }
 
 // FrameType returns TypeHello.

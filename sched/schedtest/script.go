@@ -293,7 +293,14 @@ func (s *Script) Run(line string) ([]string, error) {
 			return step(sched.NodeLost{Node: n})
 		}
 	case "ceiling":
+		if arg(1) == "zero" {
+			return step(sched.CeilingSet{Node: sched.NodeID(id(arg(0))), Zero: true})
+		}
 		return step(sched.CeilingSet{Node: sched.NodeID(id(arg(0))), Ceiling: atoi(arg(1))})
+	case "refused":
+		return step(sched.SubmissionRefused{Admission: sched.AdmissionID(id(arg(0)))})
+	case "canceljob":
+		return step(sched.JobCancelled{Job: sched.JobID(id(arg(0)))})
 	case "relay":
 		rl := sched.RelayID(id(arg(1)))
 		switch arg(0) {

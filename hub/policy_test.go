@@ -1,0 +1,166 @@
+package hub
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vk-ci/vk/hub/admin"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
+)
+
+// one set of rules for the policy in hub.toml, in
+// its own file and through the admin socket: the hub validates with
+// admin.Policy's rules, and an empty projects table is refused rather than
+// read as "every project".
+//
+// spec: PLACE-23, ARB-41
+func TestPolicyValidationIsAdmins(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, file, body, want string
+		is                     []error
+	}{
+		{name: "place-23 rules differ across tenants", file: "hub.toml", body: `version = 1
+[capacity_policy.tenants.a.projects.7]
+placement_rules = [{pools = ["x"]}]
+[capacity_policy.tenants.b.projects.7]
+placement_rules = [{pools = ["y"]}]
+`, want: "must be identical", is: []error{ErrConfig, admin.ErrPolicy}},
+		{name: "rule with no nodes or pools", file: "hub.toml", body: `version = 1
+[capacity_policy.tenants.a.projects.7]
+placement_rules = [{branches = ["main"]}]
+`, want: "names no nodes and no pools", is: []error{ErrConfig, admin.ErrPolicy}},
+		{name: "empty projects table inline", file: "hub.toml", body: `version = 1
+[capacity_policy.tenants.a]
+weight = 2
+[capacity_policy.tenants.a.projects]
+`, want: "projects table is empty", is: []error{ErrConfig, ErrEmptyProjects}},
+		{name: "empty projects table in a policy file", file: "capacity.toml", body: `version = 1
+[tenants.a]
+projects = {}
+`, want: "projects table is empty", is: []error{ErrConfig, ErrEmptyProjects}},
+		{name: "knob out of range", file: "capacity.toml", body: `version = 1
+pack_above_utilization = 1.5
+`, want: "pack_above_utilization", is: []error{ErrConfig}},
+		{name: "claim_renewals below -1", file: "capacity.toml", body: `version = 1
+claim_renewals = -2
+`, want: "claim_renewals", is: []error{ErrConfig}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+"-"+tc.file)
+			if err := os.WriteFile(p, []byte(tc.body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if tc.file == "hub.toml" {
+				var c Config
+				if c, err = LoadConfig(p); err == nil {
+					err = c.Validate()
+				}
+			} else {
+				_, err = LoadPolicyFile(p)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.want)
+			}
+			for _, is := range tc.is {
+				if !errors.Is(err, is) {
+					t.Errorf("error %v is not %v", err, is)
+				}
+			}
+		})
+	}
+	// A projects table with an entry is fine; no table is fine.
+	p := filepath.Join(dir, "ok.toml")
+	os.WriteFile(p, []byte("version = 1\n[tenants.a]\nweight = 2\n[tenants.b.projects.12]\nproduction = true\n"), 0o600)
+	if _, err := LoadPolicyFile(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// the sched knobs come from the policy TOML; claim_renewals
+// defaults to the spec's 1.
+//
+// spec: ARB-32
+func TestPolicyKnobsToSched(t *testing.T) {
+	for _, tc := range []struct {
+		name, body   string
+		renewals     int
+		pack, wide   float64
+		drains       int
+		hold         time.Duration
+		nilPolicyToo bool
+	}{
+		{name: "defaults", body: "version = 1\n", renewals: 1, nilPolicyToo: true},
+		{name: "no bound", body: "version = 1\nclaim_renewals = -1\n", renewals: 0},
+		{name: "all set", body: "version = 1\nclaim_renewals = 3\npack_above_utilization = 0.7\ndrains_per_pool = 1\nwide_fraction = 0.4\ndrain_max_hold_secs = 600\n",
+			renewals: 3, pack: 0.7, drains: 1, wide: 0.4, hold: 10 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "capacity.toml")
+			os.WriteFile(p, []byte(tc.body), 0o600)
+			pol, err := LoadPolicyFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sp := pol.toSched(newIDTable())
+			if sp.ClaimRenewals != tc.renewals || sp.PackAboveUtilization != tc.pack || sp.DrainsPerPool != tc.drains ||
+				sp.WideFraction != tc.wide || sp.DrainMaxHold != tc.hold {
+				t.Errorf("sched policy = renewals %d pack %v drains %d wide %v hold %v", sp.ClaimRenewals, sp.PackAboveUtilization,
+					sp.DrainsPerPool, sp.WideFraction, sp.DrainMaxHold)
+			}
+			if err := sp.Validate(); err != nil {
+				t.Error(err)
+			}
+			if tc.nilPolicyToo {
+				var none *PolicyConfig
+				if got := none.toSched(newIDTable()).ClaimRenewals; got != 1 {
+					t.Errorf("no policy: claim renewals %d, want 1", got)
+				}
+			}
+		})
+	}
+}
+
+// with the default policy a claimed grant covers one
+// renewal before its outcome; the second answers 409. Setting the policy
+// through the admin socket keeps the hub-only knobs.
+//
+// spec: ARB-32
+func TestClaimRenewalsDefaultOne(t *testing.T) {
+	h := newHarness(t)
+	h.relayUp(1)
+	h.nodeUp(dispatch.Held{})
+	g := h.claimed()
+	path := "/v1/reservations/" + g.Admission
+	got := make(chan int, 1)
+	go func() {
+		c, _, _ := h.call("POST", path+"/renew", client.RenewRequest{})
+		got <- c
+	}()
+	expectFrame[dispatch.Renew](h)
+	h.nodeSay(&dispatch.Lease{Reservation: g.Reservation, State: dispatch.LeaseHeld, RemainingSecs: 80})
+	if c := <-got; c != http.StatusOK {
+		t.Fatalf("first renew = %d, want 200", c)
+	}
+	h.wantErr(http.StatusConflict, client.CodeConflict, "POST", path+"/renew", client.RenewRequest{})
+
+	d := h.srv.Driver()
+	if err := d.do(t.Context(), func() { d.policy = &PolicyConfig{DrainsPerPool: 1, ClaimRenewals: 2} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetPolicy(t.Context(), admin.Policy{ProbeLimit: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var cur PolicyConfig
+	d.do(t.Context(), func() { cur = *d.policy })
+	if cur.ProbeLimit != 3 || cur.DrainsPerPool != 1 || cur.ClaimRenewals != 2 {
+		t.Errorf("policy after SetPolicy = %+v, want probe_limit 3 and the knobs kept", cur)
+	}
+}

@@ -1,0 +1,98 @@
+package hub
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/vk-ci/vk/hub/output"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/hub/ui"
+)
+
+// The driver implements ui.Backend: the web UI's view of live state
+// (admin.Backend plus the queue, recent jobs and job output).
+var _ ui.Backend = (*Driver)(nil)
+
+// Queue implements ui.Backend: the waiting tickets (queued, offered or
+// granted and unclaimed) in ticket order, then the queued jobs in
+// submission order, each with the core's wait reason. It reads the core
+// on the driver's goroutine. Class is left empty: the core does not
+// expose a ticket's class cheaply (the reason text names probes and
+// production work where they matter).
+func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
+	var out []ui.Waiting
+	err := d.do(ctx, func() {
+		for _, id := range d.core.WaitingTickets() {
+			t := d.tickets[id]
+			v, ok := d.core.Ticket(id)
+			if t == nil || !ok {
+				continue
+			}
+			w := ui.Waiting{Kind: ui.WaitTicket, ID: t.wire, Relay: t.owner, Runner: t.runner, Reason: v.Wait.Text()}
+			if r := d.relays[t.owner]; r != nil {
+				if rr, ok := r.runners[t.runner]; ok {
+					w.Tenant, w.Placement = rr.tenant, placementKey(rr.placement)
+				}
+			}
+			out = append(out, w)
+		}
+		for _, sid := range d.core.Jobs() {
+			j := d.jobBySID[sid]
+			if j == nil || j.rec.State != store.JobQueued {
+				continue
+			}
+			w := ui.Waiting{Kind: ui.WaitJob, ID: j.rec.ID, Tenant: j.rec.Tenant, Relay: j.rec.Principal, Runner: j.rec.Runner,
+				Instance: j.rec.Instance, Project: j.rec.Project, Placement: j.rec.Placement, Since: j.rec.Created}
+			if v, ok := d.core.Job(sid); ok {
+				w.Reason = v.Wait.Text()
+			}
+			out = append(out, w)
+		}
+	})
+	return out, err
+}
+
+// Jobs implements ui.Backend: up to limit job records of the store,
+// newest (by creation) first.
+func (d *Driver) Jobs(ctx context.Context, limit int) ([]ui.JobRow, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	all, err := d.st.ListJobs(ctx, false)
+	if err != nil {
+		return nil, fmt.Errorf("hub: listing jobs: %w", err)
+	}
+	slices.SortFunc(all, func(a, b store.Job) int {
+		return cmp.Or(b.Created.Compare(a.Created), cmp.Compare(a.ID, b.ID))
+	})
+	all = all[:min(limit, len(all))]
+	now := d.now()
+	out := make([]ui.JobRow, 0, len(all))
+	for _, j := range all {
+		out = append(out, ui.RowFromJob(j, now))
+	}
+	return out, nil
+}
+
+// JobOutputTail implements ui.Backend: the last max bytes of the job's
+// output (at most output.MaxRead); ui.ErrNoOutput when none is kept.
+func (d *Driver) JobOutputTail(ctx context.Context, id string, max int) ([]byte, error) {
+	if !validJobID(id) {
+		return nil, fmt.Errorf("%w: job %q", ui.ErrNoOutput, id)
+	}
+	n, _, err := d.out.Len(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ui.ErrNoOutput, err)
+	}
+	if n == 0 {
+		return nil, ui.ErrNoOutput
+	}
+	max = min(max, output.MaxRead)
+	c, err := d.out.ReadAt(ctx, id, n-int64(min(int64(max), n)), max)
+	if err != nil {
+		return nil, err
+	}
+	return c.Data, nil
+}
