@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,14 +13,18 @@ import (
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
-	"github.com/vk-ci/vk/relay/internal/hubfake"
+	"github.com/vk-ci/vk/relay/internal/realhub"
 	"github.com/vk-ci/vk/relay/state"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+// t0 is the start of every test's fake clock: the real time, because the
+// real hub checks request signatures against its own (real) clock, within
+// the wide skew realhub configures.
+var t0 = time.Now().UTC().Truncate(time.Second)
 
-// autoClock is a fake clock advanced whenever a timer is armed (see
-// relay/loop's harness): minutes of intervals pass in milliseconds.
+// autoClock is a fake clock advanced by 250 ms whenever a timer is armed:
+// minutes of intervals pass in milliseconds. Tests never wait on it; they
+// wait on GitLab's, the hub's or the state files' state.
 func autoClock(t *testing.T) *clock.Fake {
 	clk := clock.NewFake(t0)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,22 +48,29 @@ func autoClock(t *testing.T) *clock.Fake {
 	return clk
 }
 
+// runEnv is one relay (relay.Run) enrolled with the REAL hub, which has a
+// real node (relay/internal/realhub), and one runner of gitlabfake. The
+// relay's hub calls go through a realhub.Tap (Options.Hub) so tests can
+// see them.
 type runEnv struct {
-	clk  *clock.Fake
-	gl   *gitlabfake.Server
-	hub  *hubfake.Hub
-	cfg  Config
-	toks []string
-	proj gitlabfake.Project
+	clk   *clock.Fake
+	gl    *gitlabfake.Server
+	real  *realhub.Hub
+	enrol hubclient.Enrolment
+	hub   *realhub.Tap
+	cfg   Config
+	toks  []string
+	proj  gitlabfake.Project
+	sig   string // where job scripts wait for release files
 }
 
-// newRunEnv enrols a relay with the fake hub and configures one runner of
+// newRunEnv enrols a relay with the real hub and configures one runner of
 // gitlabfake.
 func newRunEnv(t *testing.T, shutdownSecs int) *runEnv {
-	return newRunEnvWith(t, shutdownSecs, autoClock(t), gitlabfake.Options{})
+	return newRunEnvWith(t, shutdownSecs, autoClock(t), gitlabfake.Options{}, realhub.Options{})
 }
 
-func newRunEnvWith(t *testing.T, shutdownSecs int, clk *clock.Fake, o gitlabfake.Options) *runEnv {
+func newRunEnvWith(t *testing.T, shutdownSecs int, clk *clock.Fake, o gitlabfake.Options, ho realhub.Options) *runEnv {
 	o.LongPoll, o.Logger = 500*time.Millisecond, testlog.New(t)
 	gl := gitlabfake.New(o)
 	if err := gl.Start(); err != nil {
@@ -69,31 +81,37 @@ func newRunEnvWith(t *testing.T, shutdownSecs int, clk *clock.Fake, o gitlabfake
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := hubfake.New(t, clk)
+	real := realhub.Start(t, ho)
 	dir := filepath.Join(t.TempDir(), "state")
 	if err := state.CheckDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	if err := hubclient.SaveEnrolment(dir, hubclient.Enrolment{HubURL: hub.URL(), ID: hubfake.RelayID, Kind: hubclient.KindGitLab,
-		Joined: t0, CAPEM: hub.CAPEM(), Key: hub.Key()}); err != nil {
+	// `vk-gitlab join` with a token from `vk-hub token create --kind gitlab`.
+	enrol := real.JoinRelay(dir, "relay-test")
+	hcfg := enrol.Config()
+	hcfg.Clock, hcfg.Log = clk, testlog.New(t)
+	hc, err := hubclient.New(hcfg)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
 	cfg.GitLab.URL = gl.URL()
 	cfg.StateDir = dir
 	cfg.ShutdownTimeout = shutdownSecs
-	cfg.Runners = []RunnerConfig{{Name: "r1", TokenFile: "unused", Pool: "linux", RequestConcurrency: 1,
+	cfg.Runners = []RunnerConfig{{Name: "r1", TokenFile: "unused", Pool: realhub.Pool, RequestConcurrency: 1,
 		Envelope: EnvelopeConfig{Mem: 1 << 30, CPUs: 1, Disk: 1 << 30}}}
-	return &runEnv{clk: clk, gl: gl, hub: hub, cfg: cfg, toks: []string{gl.RunnerToken()}, proj: proj}
+	return &runEnv{clk: clk, gl: gl, real: real, enrol: enrol, hub: realhub.NewTap(hc), cfg: cfg,
+		toks: []string{gl.RunnerToken()}, proj: proj, sig: t.TempDir()}
 }
 
+// start runs Run (with its hub session) until the returned cancel.
 func (e *runEnv) start(t *testing.T) (cancel func(), done <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		ch <- Run(ctx, e.cfg, e.toks, testlog.New(t), Options{Clock: e.clk, NoSession: true})
+		ch <- Run(ctx, e.cfg, e.toks, testlog.New(t), Options{Clock: e.clk, Hub: e.hub})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -106,27 +124,39 @@ func (e *runEnv) start(t *testing.T) (cancel func(), done <-chan error) {
 	return cancel, ch
 }
 
-func (e *runEnv) pipeline(t *testing.T) int64 {
-	pl, err := e.gl.CreatePipeline(e.proj.Path, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "build", Script: []string{"make"}}}})
+// pipeline creates a one-job pipeline running script on the real node.
+func (e *runEnv) pipeline(t *testing.T, script ...string) int64 {
+	pl, err := e.gl.CreatePipeline(e.proj.Path, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "build", Script: script}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pl.Jobs["build"]
 }
 
-// `vk-gitlab run` end to end through the real hub client and its signed
-// requests: verify with a persisted system_id, a job run to success, and on
-// SIGTERM no new reservation while the running job still finishes.
+// waitLine is a script line that blocks the job until release(name).
+func (e *runEnv) waitLine(name string) string {
+	return "while [ ! -e " + filepath.Join(e.sig, name) + " ]; do sleep 0.02; done"
+}
+
+// release lets a job's waitLine(name) pass.
+func (e *runEnv) release(t *testing.T, name string) {
+	if err := os.WriteFile(filepath.Join(e.sig, name), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// `vk-gitlab run` end to end through the real hub client, its signed
+// requests and its session with the real hub: verify with a persisted
+// system_id, a job run on the real node to success, and on SIGTERM no new
+// reservation while the running job still finishes. The node holds one
+// job's envelope, so the loop's next ticket waits while the job runs.
 //
 // spec: GL-02, RELAY-17, RELAY-18, RELAY-12, AUTH-16
 func TestRunTakesJobAndStops(t *testing.T) {
-	e := newRunEnv(t, 3600)
-	glID := e.pipeline(t)
+	e := newRunEnvWith(t, 3600, autoClock(t), gitlabfake.Options{}, realhub.Options{NodeCPUs: 1})
+	glID := e.pipeline(t, "echo started", e.waitLine("end"), "echo built")
 	stop, done := e.start(t)
-	id := e.hub.OnlyJob(t)
-	e.hub.Mu.Lock()
-	e.hub.HoldTickets = true // the loop's next ticket waits
-	e.hub.Mu.Unlock()
+	e.hub.OnlyJob(t)
 	ctx := t.Context()
 	if _, err := e.gl.WaitJobState(ctx, glID, gitlabfake.StateRunning); err != nil {
 		t.Fatal(err)
@@ -134,11 +164,8 @@ func TestRunTakesJobAndStops(t *testing.T) {
 	// Wait until the loop waits on its next ticket, then SIGTERM.
 	e.hub.WaitFor(t, "a ticket waiting", func() bool { return len(e.hub.Tickets) > 0 })
 	stop()
-	e.hub.Mu.Lock()
-	reserves := e.hub.Calls[client.RouteReserve]
-	e.hub.Mu.Unlock()
-	e.hub.AppendOutput(id, []byte("built\n"))
-	e.hub.Finish(id, client.JobResult{})
+	reserves := e.hub.Count(client.RouteReserve)
+	e.release(t, "end")
 	if _, err := e.gl.WaitJobState(ctx, glID, gitlabfake.StateSuccess); err != nil {
 		t.Fatal(err)
 	}
@@ -150,13 +177,11 @@ func TestRunTakesJobAndStops(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after its job ended")
 	}
-	e.hub.Mu.Lock()
-	if n := e.hub.Calls[client.RouteReserve]; n != reserves {
+	if n := e.hub.Count(client.RouteReserve); n != reserves {
 		t.Errorf("%d reservation requests after SIGTERM", n-reserves)
 	}
-	e.hub.Mu.Unlock()
-	if got := string(e.gl.Trace(glID)); got != "built\n" {
-		t.Errorf("trace = %q", got)
+	if got := string(e.gl.Trace(glID)); !containsLine(got, "started") || !containsLine(got, "built") {
+		t.Errorf("trace = %q, want the job's output through its end", got)
 	}
 	verifies := e.gl.RequestsTo(gitlabfake.RouteVerify)
 	if len(verifies) != 1 {
@@ -171,13 +196,24 @@ func TestRunTakesJobAndStops(t *testing.T) {
 	}
 }
 
+// containsLine reports whether trace has an output line equal to s after
+// the node's "<time> <stream> " prefix.
+func containsLine(trace, s string) bool {
+	for _, l := range strings.Split(trace, "\n") {
+		if f := strings.SplitN(l, " ", 3); len(f) == 3 && f[2] == s {
+			return true
+		}
+	}
+	return false
+}
+
 // Past shutdown_timeout a running job is left recorded for the next start,
 // and join/leave are refused meanwhile.
 //
 // spec: RELAY-18, RELAY-17, AUTH-10
 func TestShutdownTimeoutLeavesJob(t *testing.T) {
 	e := newRunEnv(t, 60)
-	glID := e.pipeline(t)
+	glID := e.pipeline(t, e.waitLine("never"))
 	stop, done := e.start(t)
 	e.hub.OnlyJob(t)
 	if _, err := e.gl.WaitJobState(t.Context(), glID, gitlabfake.StateRunning); err != nil {
@@ -196,4 +232,5 @@ func TestShutdownTimeoutLeavesJob(t *testing.T) {
 	if err == nil {
 		t.Errorf("leave accepted while a job is recorded")
 	}
+	e.release(t, "never") // let the node's job end before the node stops
 }

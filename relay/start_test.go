@@ -15,6 +15,7 @@ import (
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/relay/internal/realhub"
 	"github.com/vk-ci/vk/relay/state"
 )
 
@@ -25,8 +26,8 @@ import (
 // spec: RELAY-04, AUTH-16, OPS-08
 func TestStartChecks(t *testing.T) {
 	t.Run("orphan warned", func(t *testing.T) {
-		e := newRunEnvWith(t, 3600, clock.NewFake(t0), gitlabfake.Options{})
-		old, err := state.Open(e.cfg.StateDir, "renamed", "relay-1")
+		e := newRunEnvWith(t, 3600, clock.NewFake(t0), gitlabfake.Options{}, realhub.Options{NoNode: true})
+		old, err := state.Open(e.cfg.StateDir, "renamed", e.enrol.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +55,7 @@ func TestStartChecks(t *testing.T) {
 		}
 	})
 	t.Run("other relay", func(t *testing.T) {
-		e := newRunEnvWith(t, 3600, clock.NewFake(t0), gitlabfake.Options{})
+		e := newRunEnvWith(t, 3600, clock.NewFake(t0), gitlabfake.Options{}, realhub.Options{NoNode: true})
 		other, _ := state.Open(e.cfg.StateDir, "r1", "relay-old")
 		if err := other.Put(state.Job{GitLabID: 1, Token: "t", SubmitRequestID: "x", Phase: state.PhaseCommitted}); err != nil {
 			t.Fatal(err)
@@ -64,7 +65,7 @@ func TestStartChecks(t *testing.T) {
 		}
 	})
 	t.Run("hub url", func(t *testing.T) {
-		e := newRunEnvWith(t, 3600, clock.NewFake(t0), gitlabfake.Options{})
+		e := newRunEnvWith(t, 3600, clock.NewFake(t0), gitlabfake.Options{}, realhub.Options{NoNode: true})
 		e.cfg.Hub.URL = "https://elsewhere.example.com"
 		if err := Run(context.Background(), e.cfg, e.toks, nil, Options{Clock: e.clk, NoSession: true}); !errors.Is(err, ErrConfig) {
 			t.Errorf("Run = %v, want ErrConfig", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/relay/internal/realhub"
 )
 
 // recordHandler sends every record's message to a channel.
@@ -31,7 +32,7 @@ func (h recordHandler) WithGroup(string) slog.Handler      { return h }
 // spec: GL-18, GL-02
 func TestVerifyDailyAndExpiry(t *testing.T) {
 	clk := clock.NewFake(t0)
-	e := newRunEnvWith(t, 3600, clk, gitlabfake.Options{RunnerTokenExpiresAt: t0.Add(72 * time.Hour), Now: clk.Now})
+	e := newRunEnvWith(t, 3600, clk, gitlabfake.Options{RunnerTokenExpiresAt: t0.Add(72 * time.Hour), Now: clk.Now}, realhub.Options{NoNode: true})
 	logs := make(chan string, 10000)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

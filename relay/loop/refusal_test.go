@@ -96,17 +96,24 @@ func TestRefusedJob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := New(Config{Hub: e.hub.Client(t), GitLab: gc, SystemID: "s_0123456789ab", Gate: e.gate, Clock: e.clk, Log: testlog.New(t),
-				Runners: []Runner{{Name: "r1", Token: "glrt-test", Store: e.store,
-					Placement: client.Placement{Pool: "linux", Envelope: client.Envelope{Mem: 1 << 30, CPUs: 1, Disk: 1 << 30}},
+			m, err := New(Config{Hub: e.hub, Retrier: e.hub.Client().Retrier(), GitLab: gc, SystemID: "s_0123456789ab", Gate: e.gate,
+				Clock: e.clk, Log: testlog.New(t), OnChange: e.onChange,
+				Runners: []Runner{{Name: "r1", Token: "glrt-test", Store: e.store, Placement: testPlacement,
 					Translate: translate.Runner{ServerURL: srv.URL, ShortToken: "test"}}}})
 			if err != nil {
 				t.Fatal(err)
 			}
+			e.use(m, 0, 0)
 			e.gate.Set(true)
 			stop := e.run(m)
 			<-g.done
-			e.hub.WaitFor(t, "a released outcome", func() bool { return len(admissionsWithLocked(e.hub, client.OutcomeReleased)) > 0 })
+			var adm string
+			e.hub.WaitFor(t, "a released outcome", func() bool {
+				for _, a := range e.hub.AdmissionsWithLocked(client.OutcomeReleased) {
+					adm = a
+				}
+				return adm != ""
+			})
 			stop(false)
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -132,8 +139,11 @@ func TestRefusedJob(t *testing.T) {
 			if want := gitlab.TraceChecksum(g.trace); last.Output != want {
 				t.Errorf("output = %+v, want %+v", last.Output, want)
 			}
-			if n := len(e.hub.Jobs); n != 0 {
+			if n := e.hub.Count(client.RouteSubmit); n != 0 {
 				t.Errorf("%d jobs submitted", n)
+			}
+			if !e.hub.Claimed[adm] {
+				t.Errorf("the refused job's admission %s was not claimed before GitLab was asked", adm)
 			}
 			if e.store.Len() != 0 {
 				t.Errorf("record kept")

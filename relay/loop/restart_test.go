@@ -1,13 +1,14 @@
 package loop
 
 import (
+	"bytes"
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/relay/gitlab"
-	"github.com/vk-ci/vk/relay/internal/hubfake"
 	"github.com/vk-ci/vk/relay/state"
 )
 
@@ -29,15 +30,14 @@ func checkPatches(t *testing.T, ji gitlabfake.JobInfo) {
 
 // A daemon stopped mid-trace resumes from GitLab's trace offset, found with
 // a PATCH answered 416, and the trace ends byte-identical to the hub's
-// output with no byte patched twice.
+// output with no byte patched twice. The real node keeps running the job
+// while the daemon is down.
 //
 // spec: RELAY-09, GL-11, TRACE-06, RELAY-17
 func TestRestartMidTrace(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	glID, id, stop := runningJob(t, e)
-	out := output(7, 3<<20)
-	e.hub.AppendOutput(id, out[:1<<20+12345])
-	e.waitGitLab(glID, "some trace", func(ji gitlabfake.JobInfo) bool { return len(ji.Trace) > 1<<20 })
+	glID, id, _, stop := runningJob(t, e, []string{"seq 1 40000", e.waitLine("more"), "seq 40001 80000", "exit 1"})
+	e.waitGitLab(glID, "over 1 MiB of trace", func(ji gitlabfake.JobInfo) bool { return len(ji.Trace) > 1<<20 })
 	stop(true) // the job is abandoned mid-trace: its record stays
 
 	recs := e.store.Jobs()
@@ -50,22 +50,21 @@ func TestRestartMidTrace(t *testing.T) {
 	if err := e.store.Put(recs[0]); err != nil {
 		t.Fatal(err)
 	}
-	st, err := state.Open(e.dir, "r1", hubfake.RelayID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.store = st
-	m := e.manager(0, 10)
-	stop = e.run(m)
-	e.hub.AppendOutput(id, out[1<<20+12345:])
-	code := 1
-	e.hub.Finish(id, client.JobResult{Failure: client.FailureScript, ExitCode: &code})
+	e.reopen()
+	stop = e.run(e.manager(0, 10))
+	e.release("more")
 	ji := e.waitGitLab(glID, "failed", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateFailed })
-	e.hub.WaitFor(t, "settle", func() bool { return e.hub.Jobs[id].Settled > 0 })
+	e.settled(id)
 	stop(false)
 
-	if string(ji.Trace) != string(out) {
-		t.Errorf("trace (%d bytes) differs from the hub's output (%d bytes)", len(ji.Trace), len(out))
+	e.hub.Mu.Lock()
+	served := slices.Clone(e.hub.Output[id])
+	e.hub.Mu.Unlock()
+	if !bytes.Equal(ji.Trace, served) {
+		t.Errorf("trace (%d bytes) differs from the hub's output (%d bytes)", len(ji.Trace), len(served))
+	}
+	if ls := seqLines(ji.Trace); !containsSeq(ls, 1, 40000) || !containsSeq(ls, 40001, 80000) {
+		t.Errorf("trace lacks the script's 80000 lines (%d output lines, first %q, last %q)", len(ls), ls[:min(3, len(ls))], ls[max(0, len(ls)-3):])
 	}
 	checkPatches(t, ji)
 	saw416 := false
@@ -76,7 +75,7 @@ func TestRestartMidTrace(t *testing.T) {
 		t.Errorf("no 416 patch: the resume point was not asked of GitLab")
 	}
 	last := ji.Updates[len(ji.Updates)-1]
-	want := gitlab.TraceChecksum(out)
+	want := gitlab.TraceChecksum(ji.Trace)
 	if last.State != "failed" || last.FailureReason != gitlab.ReasonScriptFailure || last.ExitCode != 1 || last.Checksum != want.Checksum || last.Bytesize != want.Bytesize {
 		t.Errorf("final update = %+v, want failed script_failure exit 1 with %+v", last, want)
 	}
@@ -85,43 +84,36 @@ func TestRestartMidTrace(t *testing.T) {
 	}
 }
 
-// A job recorded but never submitted (the hub unreachable) is submitted by
-// the next start with its recorded request_id.
+// A job recorded but never submitted (the hub unreachable: every
+// submission answered 503) is submitted by the next start with its
+// recorded request_id, and the real hub runs it.
 //
 // spec: RELAY-09, RELAY-07, API-43
 func TestRestartUnsubmitted(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	e.hub.Mu.Lock()
-	e.hub.FailNext[client.RouteSubmit] = 1 << 30
-	e.hub.Mu.Unlock()
-	glID := e.pipeline()
-	m := e.manager(0, 10)
+	e.hub.SetFail(client.RouteSubmit, 1<<30)
+	glID := e.pipeline([]string{"echo resumed"})
 	e.gate.Set(true)
-	stop := e.run(m)
+	stop := e.run(e.manager(0, 10))
 	e.hub.WaitFor(t, "failed submissions", func() bool { return e.hub.Calls[client.RouteSubmit] >= 2 })
 	stop(true)
 	recs := e.store.Jobs()
 	if len(recs) != 1 || recs[0].Phase != state.PhaseTaken || len(recs[0].Response) == 0 || recs[0].GitLabID != glID {
 		t.Fatalf("records = %+v, want the job taken with its response", recs)
 	}
-	e.hub.Mu.Lock()
-	e.hub.FailNext[client.RouteSubmit] = 0
-	e.hub.Mu.Unlock()
-	st, err := state.Open(e.dir, "r1", hubfake.RelayID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.store = st
+	e.hub.SetFail(client.RouteSubmit, 0)
+	e.reopen()
 	stop = e.run(e.manager(0, 10))
 	id := e.hub.OnlyJob(t)
-	if got := e.hub.Job(id).Sub.RequestID; got != recs[0].SubmitRequestID {
+	if got := e.hub.Sub(id).RequestID; got != recs[0].SubmitRequestID {
 		t.Errorf("resubmitted with request_id %q, recorded %q", got, recs[0].SubmitRequestID)
 	}
-	e.waitGitLab(glID, "commit", committed)
-	e.hub.Finish(id, client.JobResult{})
-	e.waitGitLab(glID, "success", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateSuccess })
-	e.hub.WaitFor(t, "settle", func() bool { return e.hub.Jobs[id].Settled > 0 })
+	ji := e.waitGitLab(glID, "success", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateSuccess })
+	e.settled(id)
 	stop(false)
+	if !committed(ji) || !bytes.Contains(ji.Trace, []byte(" resumed\n")) {
+		t.Errorf("trace = %q, want the job run and committed", tail(ji.Trace))
+	}
 }
 
 // The final update answered 202 (trace still processing) or 412 (trace
@@ -133,13 +125,13 @@ func TestFinalUpdateRetry(t *testing.T) {
 	for _, status := range []int{http.StatusAccepted, http.StatusPreconditionFailed} {
 		t.Run(http.StatusText(status), func(t *testing.T) {
 			e := newEnv(t, envOptions{})
-			glID, id, stop := runningJob(t, e)
-			e.hub.AppendOutput(id, []byte("done\n"))
-			e.waitGitLab(glID, "trace", func(ji gitlabfake.JobInfo) bool { return len(ji.Trace) == 5 })
+			glID, id, _, stop := runningJob(t, e, []string{"echo done", e.waitLine("end")})
+			e.waitTrace(glID, " done\n")
 			e.gl.InjectFault(gitlabfake.Fault{Route: gitlabfake.RouteUpdateJob, Count: 3, Status: status})
 			start := e.clk.Now()
-			e.hub.Finish(id, client.JobResult{})
+			e.release("end")
 			ji := e.waitGitLab(glID, "success", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateSuccess })
+			e.settled(id)
 			stop(false)
 			faulted := 0
 			for _, r := range e.gl.RequestsTo(gitlabfake.RouteUpdateJob) {
@@ -154,8 +146,11 @@ func TestFinalUpdateRetry(t *testing.T) {
 			if took := e.clk.Now().Sub(start); took < 21e9 {
 				t.Errorf("final update taken after %v, want at least 21s of back-off", took)
 			}
-			if ji.Trace == nil || string(ji.Trace) != "done\n" {
-				t.Errorf("trace = %q", ji.Trace)
+			e.hub.Mu.Lock()
+			served := slices.Clone(e.hub.Output[id])
+			e.hub.Mu.Unlock()
+			if !bytes.Equal(ji.Trace, served) {
+				t.Errorf("trace = %q, want the hub's output", tail(ji.Trace))
 			}
 		})
 	}
@@ -167,24 +162,26 @@ func TestFinalUpdateRetry(t *testing.T) {
 // spec: GL-13, GL-22
 func TestKeepAlive(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	glID, id, stop := runningJob(t, e)
-	e.hub.AppendOutput(id, []byte("hello\n"))
-	want := gitlab.TraceChecksum([]byte("hello\n"))
+	glID, id, _, stop := runningJob(t, e, []string{"echo hello", e.waitLine("end")})
+	before := e.waitTrace(glID, " hello\n")
+	n := int64(len(before.Trace))
 	ji := e.waitGitLab(glID, "keep-alive", func(ji gitlabfake.JobInfo) bool {
 		for _, u := range ji.Updates {
-			if u.State == "running" && u.Bytesize == 6 {
+			if u.State == "running" && u.Bytesize == n {
 				return true
 			}
 		}
 		return false
 	})
+	want := gitlab.TraceChecksum(ji.Trace[:n])
 	for _, u := range ji.Updates {
-		if u.State == "running" && u.Bytesize == 6 && u.Checksum != want.Checksum {
+		if u.State == "running" && u.Bytesize == n && u.Checksum != want.Checksum {
 			t.Errorf("keep-alive checksum %q, want %q", u.Checksum, want.Checksum)
 		}
 	}
-	e.hub.Finish(id, client.JobResult{})
+	e.release("end")
 	e.waitGitLab(glID, "success", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateSuccess })
+	e.settled(id)
 	stop(false)
 }
 
@@ -194,18 +191,13 @@ func TestKeepAlive(t *testing.T) {
 // spec: RSESS-04, RSESS-06, ARB-35
 func TestHeartbeatListsJob(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	glID := e.pipeline()
-	m := e.manager(0, 10)
-	e.gate.Set(true)
-	stop := e.run(m)
-	id := e.hub.OnlyJob(t)
-	e.waitGitLab(glID, "commit", committed)
+	glID, id, m, stop := runningJob(t, e, []string{e.waitLine("end")})
 	hb := m.Heartbeat()
 	if len(hb.Runners) != 1 || len(hb.Runners[0].JobAdmissions) != 1 {
 		t.Fatalf("heartbeat = %+v, want one held job", hb)
 	}
 	ja := hb.Runners[0].JobAdmissions[0]
-	if ja.GitLabJob != glID || ja.Job != id || ja.Admission != e.hub.Job(id).Sub.Admission {
+	if ja.GitLabJob != glID || ja.Job != id || ja.Admission != e.hub.Sub(id).Admission {
 		t.Errorf("job admission = %+v", ja)
 	}
 	e.mu.Lock()
@@ -214,8 +206,8 @@ func TestHeartbeatListsJob(t *testing.T) {
 	if changes == 0 {
 		t.Errorf("no change signalled")
 	}
-	e.hub.Finish(id, client.JobResult{})
-	e.hub.WaitFor(t, "settle", func() bool { return e.hub.Jobs[id].Settled > 0 })
+	e.release("end")
+	e.settled(id)
 	stop(false)
 	if hb := m.Heartbeat(); len(hb.Runners[0].JobAdmissions) != 0 {
 		t.Errorf("settled job still listed: %+v", hb.Runners[0].JobAdmissions)
