@@ -244,6 +244,11 @@ func (c *Core) onJobFinished(e JobFinished) {
 	}
 	c.jobLeavesNode(jb)
 	jb.state = jobFinished
+	if jb.charged && !jb.idle {
+		jb.idle = true
+		jb.runner.tenant.idle++
+		c.tenantChanged(jb.runner.tenant)
+	}
 }
 
 func (c *Core) onJobSettled(id JobID) {
@@ -257,6 +262,10 @@ func (c *Core) onJobSettled(id JobID) {
 		c.endQueuedJob(jb, "canceled", "settled before it was placed")
 	case jobStarting, jobRunning:
 		c.jobLeavesNode(jb)
+	}
+	if jb.idle {
+		jb.idle = false
+		jb.runner.tenant.idle--
 	}
 	if jb.charged {
 		jb.charged = false

@@ -93,14 +93,14 @@ func (c *Core) tqSync(q *tenantQ) {
 		seq = w.seq
 	}
 	if q.inTree {
-		if want && q.kHeld == int64(q.t.held) && q.kWeight == c.pol.tenantWeight(q.t.id) && q.kSeq == seq {
+		if want && q.kHeld == int64(q.t.active()) && q.kWeight == c.pol.tenantWeight(q.t.id) && q.kSeq == seq {
 			return
 		}
 		q.p.classes[q.cls].Delete(q)
 		q.inTree = false
 	}
 	if want {
-		q.kHeld, q.kWeight, q.kSeq = int64(q.t.held), c.pol.tenantWeight(q.t.id), seq
+		q.kHeld, q.kWeight, q.kSeq = int64(q.t.active()), c.pol.tenantWeight(q.t.id), seq
 		q.p.classes[q.cls].Set(q)
 		q.inTree = true
 		c.markDirty(q.p)

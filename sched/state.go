@@ -130,6 +130,10 @@ type node struct {
 type tenant struct {
 	id   TenantID
 	held int
+	// idle counts held jobs that finished but are not settled yet: they
+	// count against caps (ARB-11, ARB-35) but hold no node room, so the
+	// fair-share order uses held-idle (ARB-09).
+	idle int
 	tqs  []*tenantQ
 }
 
@@ -249,6 +253,9 @@ type job struct {
 	charged  bool
 	held     bool // waiting unindexed: project not listed (ARB-41)
 	rulesHit bool // was refused a node with room by placement rules
+	// idle: the job finished but is still charged until settled (ARB-35);
+	// it holds no node room, so fair-share order leaves it out (ARB-09).
+	idle bool
 }
 
 func (j *job) env() Resources { return j.p.pl.Envelope }
@@ -259,3 +266,8 @@ type nodeIx struct {
 	ent nodeEntry
 	in  bool
 }
+
+// active is what the tenant holds on nodes: its charge minus finished jobs
+// awaiting settle. Fair-share order compares it to the tenant's weight
+// (ARB-09); caps keep counting the whole charge (ARB-11).
+func (t *tenant) active() int { return t.held - t.idle }
