@@ -2,11 +2,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/vk-ci/vk/internal/demo"
 	"github.com/vk-ci/vk/internal/version"
 )
 
@@ -25,13 +25,7 @@ func main() {
 		Run:   func(c *cobra.Command, _ []string) { fmt.Fprintln(c.OutOrStdout(), version.String("vk")) },
 	})
 	root.AddCommand(nodeCommand())
-	root.AddCommand(&cobra.Command{
-		Use:   "demo",
-		Short: "run a demo fleet (hub, node, relay) against a built-in GitLab [not built yet]",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("demo: not built yet in this version; see the README for what works today")
-		},
-	})
+	root.AddCommand(demo.Command())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vk:", err)
 		os.Exit(1)

@@ -1,0 +1,188 @@
+package testfleet_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vk-ci/vk/internal/demo"
+	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/testfleet"
+)
+
+// checkTraces asserts that every job's GitLab trace is byte-identical to
+// the output the hub stored from the node (API-39), and returns how many
+// bytes were compared.
+func checkTraces(t *testing.T, ctx context.Context, tn *testfleet.Tenant, pl gitlabfake.Pipeline) int {
+	t.Helper()
+	total := 0
+	for name, id := range pl.Jobs {
+		if tn.GitLab.JobState(id) == gitlabfake.StateSkipped {
+			continue
+		}
+		got := tn.GitLab.Trace(id)
+		want, ok, err := tn.HubOutput(ctx, id)
+		if err != nil || !ok {
+			t.Errorf("%s/%s: hub output: ok=%v err=%v", tn.Spec.Name, name, ok, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s/%s (#%d): GitLab trace (%d bytes) differs from the hub's output (%d bytes); first difference at byte %d",
+				tn.Spec.Name, name, id, len(got), len(want), firstDiff(got, want))
+		}
+		total += len(got)
+	}
+	return total
+}
+
+func firstDiff(a, b []byte) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) < len(b) {
+		return len(a)
+	}
+	return len(b)
+}
+
+// zipNames lists the files of a zip archive.
+func zipNames(t *testing.T, data []byte) []string {
+	t.Helper()
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatalf("artifact is not a zip: %v", err)
+	}
+	var out []string
+	for _, f := range zr.File {
+		out = append(out, f.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// handoffs returns, per job, the time from GitLab handing the job out (the
+// 201 that made it running) to the relay committing it with PUT
+// state=running, which it sends only once the node accepted the job
+// (GL-08): the fleet's hand-off overhead.
+func handoffs(t *testing.T, tn *testfleet.Tenant, pl gitlabfake.Pipeline) []time.Duration {
+	commits := map[string]time.Time{}
+	for _, r := range tn.GitLab.RequestsTo(gitlabfake.RouteUpdateJob) {
+		var body struct {
+			State string `json:"state"`
+		}
+		if json.Unmarshal(r.Body, &body) != nil || body.State != "running" {
+			continue
+		}
+		if _, seen := commits[r.Path]; !seen {
+			commits[r.Path] = r.At
+		}
+	}
+	var out []time.Duration
+	for name, id := range pl.Jobs {
+		handed := tn.FirstAt(id, gitlabfake.StateRunning)
+		committed, ok := commits[fmt.Sprintf("/api/v4/jobs/%d", id)]
+		if handed.IsZero() || !ok {
+			continue
+		}
+		d := committed.Sub(handed)
+		if d > time.Second {
+			t.Logf("slow hand-off: %s/%s #%d took %v", tn.Spec.Name, name, id, d)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p*float64(len(s)) + 0.5)
+	if i >= len(s) {
+		i = len(s) - 1
+	}
+	if i > 0 && p < 1 {
+		i--
+	}
+	return s[i]
+}
+
+// TestHappyPath runs the demo's sample (two tenants, 20 jobs, three stages)
+// on a two-node fleet with a real registry: every job ends in its expected
+// state, each GitLab trace equals the node's output as the hub stored it,
+// the build's artifact reached GitLab and was used by later stages, and a
+// second run of the pipelines restores the cache.
+//
+// spec: RELAY-11, RELAY-12, API-39, NODE-13, GL-08, GL-14, FAIL-01, FAIL-02, XFER-01, XFER-06, XFER-07
+func TestHappyPath(t *testing.T) {
+	samples := demo.Sample()
+	f := newFleet(t, demo.FleetOptions(samples, true))
+	ctx := timeout(t, 3*time.Minute)
+
+	var all []time.Duration
+	for run := 1; run <= 2; run++ {
+		loaded, err := demo.Load(f, samples)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range loaded {
+			got, err := l.Tenant.WaitFinished(ctx, l.Pipeline)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range l.Sample.Want {
+				if got[name] != want {
+					ji, _ := l.Tenant.GitLab.Job(l.Pipeline.Jobs[name])
+					t.Errorf("run %d %s/%s = %s (%s), want %s; trace:\n%s", run, l.Sample.Name, name, got[name], ji.FailureReason, want, ji.Trace)
+				}
+			}
+			broken, _ := l.Tenant.GitLab.Job(l.Pipeline.Jobs[demo.FailingJob])
+			if l.Sample.Name == "web" && (broken.FailureReason != "script_failure" || broken.ExitCode != 3) {
+				t.Errorf("%s: failure %q exit %d, want script_failure exit 3", demo.FailingJob, broken.FailureReason, broken.ExitCode)
+			}
+			n := checkTraces(t, ctx, l.Tenant, l.Pipeline)
+			t.Logf("run %d %s: %d jobs, %d trace bytes identical to the hub's output", run, l.Sample.Name, len(l.Pipeline.Jobs), n)
+
+			// The build's artifact reached GitLab, and the test stage
+			// used it (test.sh fails without dist/greet).
+			build, _ := l.Tenant.GitLab.Job(l.Pipeline.Jobs[demo.CacheJob])
+			if len(build.Artifacts) == 0 {
+				t.Errorf("%s build uploaded no artifact", l.Sample.Name)
+			} else if names := zipNames(t, build.Artifacts[0].Data); !contains(names, "dist/greet") {
+				t.Errorf("%s build artifact holds %v, want dist/greet", l.Sample.Name, names)
+			}
+			wantCache := "deps: cache miss"
+			if run == 2 {
+				wantCache = "deps: cache hit"
+			}
+			if !strings.Contains(string(build.Trace), wantCache) {
+				t.Errorf("run %d %s build trace lacks %q:\n%s", run, l.Sample.Name, wantCache, build.Trace)
+			}
+			all = append(all, handoffs(t, l.Tenant, l.Pipeline)...)
+		}
+	}
+	if len(all) == 0 {
+		t.Fatal("no hand-off measured: no PUT state=running seen")
+	}
+	t.Logf("hand-off (GitLab 201 → node accepted, committed): n=%d p50=%v p99=%v max=%v",
+		len(all), percentile(all, 0.5), percentile(all, 0.99), percentile(all, 1))
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

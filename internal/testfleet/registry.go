@@ -1,0 +1,107 @@
+package testfleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// RegistryBinary is the OCI registry the fleet's nodes keep caches in:
+// Debian's docker-registry (CNCF distribution).
+const RegistryBinary = "/usr/bin/docker-registry"
+
+// ErrNoRegistry is returned when caches were asked for and RegistryBinary
+// is not installed (`apt-get install docker-registry`).
+var ErrNoRegistry = errors.New("testfleet: docker-registry not installed")
+
+// registry is one docker-registry process on 127.0.0.1, plain HTTP, with
+// filesystem storage under dir. (internal/registrytest does the same for
+// tests; this one has no testing.TB so the demo can use it.)
+type registry struct {
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startRegistry(ctx context.Context, dir string) (*registry, error) {
+	if _, err := os.Stat(RegistryBinary); err != nil {
+		return nil, ErrNoRegistry
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+		return nil, err
+	}
+	cfg := fmt.Sprintf(`version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: %s}
+  delete: {enabled: true}
+http: {addr: %s}
+`, filepath.Join(dir, "data"), addr)
+	cfgPath := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "registry.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(RegistryBinary, "serve", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("testfleet: registry: %w", err)
+	}
+	r := &registry{addr: addr, cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); logf.Close(); close(r.done) }()
+	// Poll /v2/ until it answers: an external process, so a deadline is
+	// the only way to know it is up.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(r.url() + "/v2/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return r, nil
+			}
+		}
+		select {
+		case <-r.done:
+			return nil, fmt.Errorf("testfleet: registry exited at start (see %s)", filepath.Join(dir, "registry.log"))
+		case <-ctx.Done():
+			r.stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			r.stop()
+			return nil, errors.New("testfleet: registry did not answer within 10s")
+		}
+	}
+}
+
+func (r *registry) url() string { return "http://" + r.addr }
+
+// stop ends the process by its PID: SIGTERM, SIGKILL after 5 s.
+func (r *registry) stop() {
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(5 * time.Second):
+		r.cmd.Process.Kill()
+		<-r.done
+	}
+}
