@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"fmt"
+	"github.com/vk-ci/vk/node/internal/ocitest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,7 +56,7 @@ func startWith(t *testing.T, h *testHub, id, res string, spec job.JobSpec) {
 func TestOCIBackendRunsJobInItsImage(t *testing.T) {
 	needOCI(t)
 	reg := registrytest.New(t)
-	pushTestImage(t, reg.Addr, "test/job", "v1", testRootfsLayer(t, tarFile{name: "etc/vk-marker", body: "inside-the-image\n"}))
+	pushTestImage(t, reg.Addr, "test/job", "v1", testRootfsLayer(t, ocitest.File{Name: "etc/vk-marker", Body: "inside-the-image\n"}))
 	parent := testCgroupParent(t)
 	h, a := connected(t, func(c *Config) {
 		c.Executor.Backend = BackendAuto

@@ -21,7 +21,7 @@ import (
 	"github.com/vk-ci/vk/internal/testlog"
 	vkexec "github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
-	"github.com/vk-ci/vk/node/exec/oci/internal/ocitest"
+	"github.com/vk-ci/vk/node/internal/ocitest"
 	"github.com/vk-ci/vk/proto/job"
 )
 

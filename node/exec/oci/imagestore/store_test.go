@@ -15,7 +15,7 @@ import (
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/internal/testlog"
-	"github.com/vk-ci/vk/node/exec/oci/internal/ocitest"
+	"github.com/vk-ci/vk/node/internal/ocitest"
 )
 
 func newStore(t *testing.T, reg *registrytest.Registry, mut func(*Config)) *Store {
