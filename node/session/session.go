@@ -41,11 +41,10 @@ import (
 
 // Backoff bounds (1–30 s, ±25%) and the version-refusal redial period.
 const (
-	MinBackoff     = time.Second      // first redial delay, and after a session that was welcomed
-	MaxBackoff     = 30 * time.Second // the delay doubles up to this
-	Jitter         = 0.25             // each delay is scaled by a factor in [1-Jitter, 1+Jitter)
-	VersionBackoff = time.Minute      // redial delay after a version refusal (±10%)
-	versionJitter  = 0.10
+	MinBackoff     = wsconn.MinBackoff     // first redial delay, and after a session that was welcomed
+	MaxBackoff     = wsconn.MaxBackoff     // the delay doubles up to this
+	Jitter         = wsconn.Jitter         // each delay is scaled by a factor in [1-Jitter, 1+Jitter)
+	VersionBackoff = wsconn.VersionBackoff // redial delay after a version refusal (±10%)
 )
 
 // Errors.
@@ -202,41 +201,14 @@ func (c *Client) Run(ctx context.Context) error {
 		c.mu.Unlock()
 		c.out.Close()
 	}()
-	backoff := MinBackoff
-	for {
-		welcomed, err := c.once(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if welcomed {
-			backoff = MinBackoff
-		}
-		wait := jitter(backoff, Jitter, c.cfg.Rand())
-		if errors.Is(err, ErrVersion) {
-			wait = jitter(VersionBackoff, versionJitter, c.cfg.Rand())
-			c.log.Error("hub refused our session version; upgrade the hub or this node", slog.Any("reason", err), "redial_in", wait)
-		} else {
-			c.log.Info("hub session lost; redialing", slog.Any("reason", err), "redial_in", wait)
-			if !welcomed {
-				backoff = nextBackoff(backoff)
-			}
-		}
-		t := c.clk.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C():
-		}
-	}
-}
-
-// jitter returns d scaled by a factor in [1-f, 1+f) from r in [0, 1).
-// nextBackoff doubles d up to MaxBackoff.
-func nextBackoff(d time.Duration) time.Duration { return min(2*d, MaxBackoff) }
-
-func jitter(d time.Duration, f, r float64) time.Duration {
-	return time.Duration(float64(d) * (1 - f + 2*f*r))
+	return wsconn.Redialer{
+		Once:       c.once,
+		VersionErr: ErrVersion,
+		VersionMsg: "hub refused our session version; upgrade the hub or this node",
+		Clock:      c.clk,
+		Rand:       c.cfg.Rand,
+		Log:        c.log,
+	}.Run(ctx)
 }
 
 // once dials, says hello, and runs one connection. welcomed reports

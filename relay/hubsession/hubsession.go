@@ -38,11 +38,10 @@ import (
 
 // Backoff bounds and the version-refusal redial period (RSESS-12).
 const (
-	MinBackoff     = time.Second      // first redial delay, and after a session that was welcomed
-	MaxBackoff     = 30 * time.Second // the delay doubles up to this
-	Jitter         = 0.25             // each delay is scaled by a factor in [1-Jitter, 1+Jitter)
-	VersionBackoff = time.Minute      // redial delay after a version refusal (±10%)
-	versionJitter  = 0.10
+	MinBackoff     = wsconn.MinBackoff     // first redial delay, and after a session that was welcomed
+	MaxBackoff     = wsconn.MaxBackoff     // the delay doubles up to this
+	Jitter         = wsconn.Jitter         // each delay is scaled by a factor in [1-Jitter, 1+Jitter)
+	VersionBackoff = wsconn.VersionBackoff // redial delay after a version refusal (±10%)
 )
 
 // Errors.
@@ -202,40 +201,14 @@ func (c *Client) Run(ctx context.Context) error {
 		c.stopped = true
 		c.mu.Unlock()
 	}()
-	backoff := MinBackoff
-	for {
-		welcomed, err := c.once(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if welcomed {
-			backoff = MinBackoff
-		}
-		wait := jitter(backoff, Jitter, c.cfg.Rand())
-		if errors.Is(err, ErrVersion) {
-			wait = jitter(VersionBackoff, versionJitter, c.cfg.Rand())
-			c.log.Error("the hub refused our session version: the hub must be upgraded; requesting no GitLab jobs", slog.Any("reason", err), "redial_in", wait)
-		} else {
-			c.log.Info("hub session lost; redialing", slog.Any("reason", err), "redial_in", wait)
-			if !welcomed {
-				backoff = nextBackoff(backoff)
-			}
-		}
-		t := c.clk.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C():
-		}
-	}
-}
-
-// nextBackoff doubles d up to MaxBackoff.
-func nextBackoff(d time.Duration) time.Duration { return min(2*d, MaxBackoff) }
-
-func jitter(d time.Duration, f, r float64) time.Duration {
-	return time.Duration(float64(d) * (1 - f + 2*f*r))
+	return wsconn.Redialer{
+		Once:       c.once,
+		VersionErr: ErrVersion,
+		VersionMsg: "the hub refused our session version: the hub must be upgraded; requesting no GitLab jobs",
+		Clock:      c.clk,
+		Rand:       c.cfg.Rand,
+		Log:        c.log,
+	}.Run(ctx)
 }
 
 func (c *Client) once(ctx context.Context) (bool, error) {
