@@ -201,23 +201,7 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 		errR.Close()
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 	}
-	var copiers sync.WaitGroup
-	copyTo := func(w io.Writer, r *os.File) {
-		defer copiers.Done()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				_, _ = w.Write(buf[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	copiers.Add(2)
-	go copyTo(stdout, outR)
-	go copyTo(stderr, errR)
+	drained := exec.Pump(stdout, stderr, outR, errR)
 
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -231,8 +215,6 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	// Whatever the script left running in the job container goes, so a
 	// stray background process cannot hold its output open.
 	j.signalScript(syscall.SIGKILL)
-	drained := make(chan struct{})
-	go func() { copiers.Wait(); close(drained) }()
 	t := j.e.clk.NewTimer(DefaultDrainWait)
 	select {
 	case <-drained:

@@ -325,23 +325,7 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	j.pgid = pid
 	j.mu.Unlock()
 
-	var copiers sync.WaitGroup
-	copyTo := func(w io.Writer, r *os.File) {
-		defer copiers.Done()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				_, _ = w.Write(buf[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	copiers.Add(2)
-	go copyTo(stdout, outR)
-	go copyTo(stderr, errR)
+	drained := exec.Pump(stdout, stderr, outR, errR)
 
 	if j.cg != nil {
 		if err := j.cg.add(pid); err != nil {
@@ -349,7 +333,7 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 			_ = cmd.Wait()
 			outR.Close()
 			errR.Close()
-			copiers.Wait()
+			<-drained
 			return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 		}
 		if _, err := gateW.Write([]byte{'\n'}); err != nil {
@@ -375,8 +359,6 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	j.mu.Lock()
 	j.pgid = 0
 	j.mu.Unlock()
-	drained := make(chan struct{})
-	go func() { copiers.Wait(); close(drained) }()
 	t := j.e.clk.NewTimer(DefaultDrainWait)
 	select {
 	case <-drained:
