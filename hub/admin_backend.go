@@ -212,11 +212,13 @@ func (d *Driver) changeNode(ctx context.Context, node string, edit func(*nodeSet
 			return
 		}
 		n := d.nodeRecord(node)
+		// The node hears its new settings before any offer the change
+		// allows: offered first, it would refuse them on its old ceiling.
+		d.sendSettings(n)
 		d.exec(d.step(set.ceilingEvent(n.id)))
 		if n.report != nil && n.synced {
 			d.exec(d.step(d.nodeEvent(n)))
 		}
-		d.sendSettings(n)
 		d.log.Info("node settings changed", logkey.NodeID, node, "pools", set.Pools, "ceiling", set.adminCeiling(), "drain", set.Drain)
 	}); derr != nil {
 		return derr

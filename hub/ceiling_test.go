@@ -103,3 +103,38 @@ func TestDrainTellsNode(t *testing.T) {
 		}
 	}
 }
+
+// Lifting a ceiling tells the node before it offers it anything: the
+// settings frame goes out ahead of the offers the new room allows, so the
+// node does not refuse them on its old ceiling (which would skip those
+// tickets for 2 s, ARB-23, and hand the room to whoever asked later,
+// against the fair-share order of ARB-09).
+//
+// spec: OPS-02, ARB-09, ARB-23
+func TestCeilingLiftSettingsBeforeOffers(t *testing.T) {
+	for _, lift := range []int{1, admin.NoCeiling} {
+		h := newHarness(t)
+		ctx := t.Context()
+		key, _ := reqsign.GenerateKey()
+		if err := h.srv.Store().CreatePrincipal(ctx, store.Principal{ID: "n1", Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
+			t.Fatal(err)
+		}
+		h.relayUp(1)
+		h.nodeUp(dispatch.Held{})
+		if err := h.srv.Driver().SetCeiling(ctx, "n1", 0); err != nil {
+			t.Fatal(err)
+		}
+		expectFrame[dispatch.Settings](h)
+		h.reserve() // waits: the node takes no new work
+		h.noFrame()
+		if err := h.srv.Driver().SetCeiling(ctx, "n1", lift); err != nil {
+			t.Fatal(err)
+		}
+		if got := expectFrame[dispatch.Settings](h); got.CeilingZero {
+			t.Fatalf("lift to %d: settings %+v still say ceiling 0", lift, got)
+		}
+		if off := expectFrame[dispatch.Offer](h); off.Reservation == "" {
+			t.Fatalf("lift to %d: offer %+v names no reservation", lift, off)
+		}
+	}
+}
