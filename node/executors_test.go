@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"fmt"
-	"github.com/vk-ci/vk/node/internal/ocitest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"

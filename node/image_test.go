@@ -4,12 +4,12 @@ import (
 	"os"
 	"testing"
 
+	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/node/exec/oci"
-	"github.com/vk-ci/vk/node/internal/ocitest"
 )
 
 // The agent's container tests build their images with the same helpers as
-// the container backend's (node/internal/ocitest): a busybox-static rootfs
+// the container backend's (internal/ocitest): a busybox-static rootfs
 // with the host's bash and its libraries, pushed to a real docker-registry.
 
 // needOCI skips the test unless the container backend can run here.

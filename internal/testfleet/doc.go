@@ -75,7 +75,14 @@
 //   - Nodes state their resources (default 4 CPUs, 4 GiB, 20 GiB disk)
 //     instead of detecting the host's, so tests behave the same on any
 //     machine; runner = "none"; the process executor with cgroups as the
-//     node's defaults say.
+//     node's defaults say, unless [NodeSpec.Executor] is "auto" or "oci":
+//     then the node runs jobs that name an image (and their services) in
+//     containers under the real runc (node/exec/oci), pulling from the
+//     fleet's docker-registry ([Fleet.RegistryHost], started for the
+//     first such node) over plain HTTP. Each node has a cgroup parent of
+//     its own (vk-<node id>, vk-<node id>-oci). [Node.Leftovers] lists the
+//     containers, mounts and job cgroups a node holds; [Fleet.Close]
+//     removes any a stopped node left and reports them ([ErrLeftovers]).
 //   - Each relay has one runner, [RunnerName], in pool [Pool], with
 //     request_concurrency 4 and concurrent 16 unless the TenantSpec says
 //     otherwise.

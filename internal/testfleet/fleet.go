@@ -86,6 +86,17 @@ type NodeSpec struct {
 	MaxConcurrency int
 	// Labels are reported in its inventory.
 	Labels []string
+	// Executor is the node's [executor] backend: "" or "process" runs
+	// every job under bash on the host (cgroups on, as today); "auto"
+	// runs a job that names an image in a container (node/exec/oci, real
+	// runc) and an imageless one on the host; "oci" runs every job in a
+	// container. With "auto" or "oci" the fleet starts its registry
+	// ([Fleet.RegistryHost]; the one Options.Caches starts) if it is not
+	// running, and the node pulls from it over plain HTTP: tests push
+	// their images there. Caches stay off unless Options.Caches. On a
+	// host without runc, "auto" runs every job on the host (the node
+	// logs why) and "oci" fails Start.
+	Executor string
 }
 
 // TenantSpec describes one tenant: its GitLab, its relay with one runner,
@@ -313,7 +324,9 @@ func (f *Fleet) Tenant(name string) *Tenant {
 	return nil
 }
 
-// RegistryURL is the caches' registry ("" without Options.Caches).
+// RegistryURL is the fleet's registry as an http URL: the caches' and
+// the container nodes' images' ("" when neither Options.Caches nor a
+// container node ([NodeSpec.Executor]) started it).
 func (f *Fleet) RegistryURL() string {
 	if f.reg == nil {
 		return ""

@@ -2,10 +2,20 @@ package testfleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hubclient"
@@ -41,6 +51,20 @@ func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) 
 	if ns.Mem == 0 {
 		ns.Mem = 4 << 30
 	}
+	if ns.Executor == "" {
+		ns.Executor = node.BackendProcess
+	}
+	containers := ns.Executor != node.BackendProcess
+	if containers && f.reg == nil {
+		// The images' registry: the one Options.Caches starts, started
+		// here on the first container node (Start runs addNode in order,
+		// never concurrently; Close stops it).
+		reg, err := startRegistry(ctx, filepath.Join(f.dir, "registry"))
+		if err != nil {
+			return nil, fmt.Errorf("testfleet: node %s (executor %s): %w", ns.Name, ns.Executor, err)
+		}
+		f.reg = reg
+	}
 	n := &Node{Name: ns.Name, Dir: filepath.Join(f.dir, "nodes", ns.Name), f: f}
 	l, err := f.hub.newLink()
 	if err != nil {
@@ -75,8 +99,18 @@ func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) 
 	// sharing a host (this fleet, or two fleets of parallel tests) must
 	// not share one.
 	cfg.Executor.CgroupParent = "vk-" + n.ID
-	if u := f.RegistryURL(); u != "" {
-		cfg.Registry.URL = u
+	cfg.Executor.Backend = ns.Executor
+	if containers {
+		// Imageless jobs run in the process backend, confined in
+		// cgroups under <CgroupParent> (the node's default, kept
+		// explicit); the oci backend always confines a job and its
+		// services in one cgroup of the envelope under
+		// <CgroupParent>-oci.
+		cfg.Executor.Cgroups = true
+		cfg.Executor.Images.PlainHTTP = append(cfg.Executor.Images.PlainHTTP, f.reg.addr)
+	}
+	if f.opts.Caches && f.reg != nil {
+		cfg.Registry.URL = f.reg.url()
 		cfg.Registry.PlainHTTP = true
 		cfg.Registry.RepositoryPrefix = "vk-cache"
 	}
@@ -128,7 +162,10 @@ func (n *Node) CutSession() { n.link.Cut() }
 // first (so nothing more reaches the hub), then the agent is shut down
 // with an ended context, which interrupts its jobs at once (FAIL-08) and
 // leaves unrecorded results in its journal for the next start. Kill
-// returns once the agent has stopped.
+// returns once the agent has stopped; the interrupted jobs' cleanup has
+// then removed their containers, overlays and cgroups (a SIGKILLed node
+// would leave them to its next start's sweep), so [Node.Leftovers] is
+// empty.
 func (n *Node) Kill() error {
 	n.link.Block()
 	n.mu.Lock()
@@ -181,8 +218,212 @@ func (n *Node) stopGraceful(ctx context.Context) error {
 		}
 	}
 	n.link.Close()
+	if left := n.sweep(); len(left) > 0 {
+		// A stopped agent has cleaned up after every job it ran
+		// (stage runner cleanup, or the next start's leftover sweep):
+		// anything here is a leak, removed now and reported.
+		n.f.log.Warn("node left containers, mounts or cgroups behind", "node", n.Name, "leftovers", left)
+		err = errors.Join(err, fmt.Errorf("%w: node %s: %s", ErrLeftovers, n.Name, strings.Join(left, "; ")))
+	}
 	removeCgroupParents(n.cfg.Executor.CgroupParent)
 	return err
+}
+
+// ErrLeftovers is returned by [Fleet.Close] when a stopped node left
+// containers, mounts or job cgroups behind (they are removed).
+var ErrLeftovers = errors.New("testfleet: node left job resources behind")
+
+// ociRoot is the oci backend's directory: <state_dir>/oci, with runc's
+// state in .runc and one directory per running job (node/exec/oci).
+func (n *Node) ociRoot() string { return filepath.Join(n.Dir, "oci") }
+
+// runcRoot is the node's private runc state directory.
+func (n *Node) runcRoot() string { return filepath.Join(n.ociRoot(), ".runc") }
+
+// Leftovers lists what the node's jobs hold on the host right now, one
+// "kind what" string each, sorted by kind:
+//
+//   - "container <id>": a container in the node's runc root (`runc
+//     --root <Dir>/oci/.runc list`): a job's or a service's;
+//   - "mount <path>": a mount under the node's Dir (a job's overlay
+//     rootfs, its /builds bind…);
+//   - "jobdir <path>": a job directory under <Dir>/oci;
+//   - "cgroup <path>": a job cgroup under the node's cgroup parents
+//     (<CgroupParent> of the process backend, <CgroupParent>-oci of the
+//     oci backend) in any hierarchy.
+//
+// With no job running it must be empty: each job's cleanup removes its
+// containers, overlays and cgroups before the node sends its result. The
+// image cache (<Dir>/images) is not a leftover. Works on a killed or
+// stopped node too.
+func (n *Node) Leftovers() []string {
+	var out []string
+	for _, id := range n.containers() {
+		out = append(out, "container "+id)
+	}
+	for _, mp := range mountsUnder(n.Dir) {
+		out = append(out, "mount "+mp)
+	}
+	if ents, err := os.ReadDir(n.ociRoot()); err == nil {
+		for _, e := range ents {
+			if e.Name() != ".runc" {
+				out = append(out, "jobdir "+filepath.Join(n.ociRoot(), e.Name()))
+			}
+		}
+	}
+	for _, cg := range jobCgroups(n.cfg.Executor.CgroupParent) {
+		out = append(out, "cgroup "+cg)
+	}
+	return out
+}
+
+// runcBin is the runc the node uses, "" when none is installed.
+func (n *Node) runcBin() string {
+	r := n.cfg.Executor.Runc
+	if r == "" {
+		r = "runc"
+	}
+	p, err := osexec.LookPath(r)
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// containers lists the containers in the node's runc root.
+func (n *Node) containers() []string {
+	bin := n.runcBin()
+	if bin == "" {
+		return nil
+	}
+	if _, err := os.Stat(n.runcRoot()); err != nil {
+		return nil
+	}
+	out, err := osexec.Command(bin, "--root", n.runcRoot(), "list", "-q").Output()
+	if err != nil {
+		return []string{fmt.Sprintf("(runc list: %v)", err)}
+	}
+	return strings.Fields(string(out))
+}
+
+// sweep removes whatever [Node.Leftovers] lists, the way the agent's own
+// start-up sweep does (node doc, "Crash leftovers"): containers
+// force-deleted, mounts lazily unmounted deepest first, job directories
+// removed, job cgroups' processes killed and the cgroups removed. It
+// returns what it found.
+func (n *Node) sweep() []string {
+	left := n.Leftovers()
+	if len(left) == 0 {
+		return nil
+	}
+	if bin := n.runcBin(); bin != "" {
+		for _, id := range n.containers() {
+			osexec.Command(bin, "--root", n.runcRoot(), "delete", "--force", id).Run()
+		}
+	}
+	for _, mp := range mountsUnder(n.Dir) {
+		unix.Unmount(mp, unix.MNT_DETACH)
+	}
+	if ents, err := os.ReadDir(n.ociRoot()); err == nil {
+		for _, e := range ents {
+			if e.Name() != ".runc" {
+				os.RemoveAll(filepath.Join(n.ociRoot(), e.Name()))
+			}
+		}
+	}
+	for _, cg := range jobCgroups(n.cfg.Executor.CgroupParent) {
+		removeCgroup(cg)
+	}
+	return left
+}
+
+// mountsUnder returns the mount points at or under dir, deepest first.
+func mountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	dir = filepath.Clean(dir)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeOctal(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
+	return out
+}
+
+// unescapeOctal undoes mountinfo's \ooo escapes (\040 for a space).
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// jobCgroups lists every cgroup below the node's two parents (parent and
+// parent-oci) in every hierarchy, deepest first.
+func jobCgroups(parent string) []string {
+	if parent == "" {
+		return nil
+	}
+	ctrls, err := os.ReadDir(cgroupRoot)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, c := range ctrls {
+		for _, p := range []string{parent, parent + "-oci"} {
+			top := filepath.Join(cgroupRoot, c.Name(), p)
+			filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || !d.IsDir() {
+					return nil
+				}
+				if path != top {
+					out = append(out, path)
+				}
+				return nil
+			})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
+	return out
+}
+
+// removeCgroup kills the processes of cgroup dir and removes it, waiting
+// up to 5 s for them to die (external processes: polled with a deadline).
+func removeCgroup(dir string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		if err := os.Remove(dir); err == nil || errors.Is(err, fs.ErrNotExist) || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // cgroupRoot is where the v1 controllers (and the unified hierarchy) are

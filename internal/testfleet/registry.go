@@ -13,12 +13,13 @@ import (
 	"time"
 )
 
-// RegistryBinary is the OCI registry the fleet's nodes keep caches in:
-// Debian's docker-registry (CNCF distribution).
+// RegistryBinary is the OCI registry the fleet's nodes keep caches in and
+// pull container images from: Debian's docker-registry (CNCF distribution).
 const RegistryBinary = "/usr/bin/docker-registry"
 
-// ErrNoRegistry is returned when caches were asked for and RegistryBinary
-// is not installed (`apt-get install docker-registry`).
+// ErrNoRegistry is returned when caches or a container node
+// ([NodeSpec.Executor]) were asked for and RegistryBinary is not installed
+// (`apt-get install docker-registry`).
 var ErrNoRegistry = errors.New("testfleet: docker-registry not installed")
 
 // registry is one docker-registry process on 127.0.0.1, plain HTTP, with
@@ -104,4 +105,16 @@ func (r *registry) stop() {
 		r.cmd.Process.Kill()
 		<-r.done
 	}
+}
+
+// RegistryHost is the fleet's registry as host:port, "" when none runs.
+// It runs with Options.Caches or a node whose [NodeSpec.Executor] runs
+// containers; tests push the images those nodes pull here (plain HTTP),
+// e.g. with internal/ocitest: ocitest.Push(t, f.RegistryHost(), "test/img:v1", …),
+// and name them in jobs as RegistryHost()+"/test/img:v1".
+func (f *Fleet) RegistryHost() string {
+	if f.reg == nil {
+		return ""
+	}
+	return f.reg.addr
 }

@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/deptest"
+	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/internal/testlog"
 	vkexec "github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
-	"github.com/vk-ci/vk/node/internal/ocitest"
 	"github.com/vk-ci/vk/proto/job"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/vk-ci/vk/node/internal/ocitest"
+	"github.com/vk-ci/vk/internal/ocitest"
 )
 
 func apply(t testing.TB, root string, layer []byte) error {

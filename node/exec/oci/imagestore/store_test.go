@@ -13,9 +13,9 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/internal/testlog"
-	"github.com/vk-ci/vk/node/internal/ocitest"
 )
 
 func newStore(t *testing.T, reg *registrytest.Registry, mut func(*Config)) *Store {

@@ -1,6 +1,8 @@
-// Package ocitest builds small OCI images for the container executor's
-// tests and pushes them to a real registry (internal/registrytest): layers
-// from literal files, and a busybox + bash rootfs copied from the host.
+// Package ocitest builds small OCI images for the tests of the container
+// executor (node/exec/oci), the node agent and the end-to-end fleet
+// (internal/testfleet), and pushes them to a real plain-HTTP registry
+// (internal/registrytest, or the fleet's docker-registry): layers from
+// literal files, and a busybox + bash rootfs copied from the host.
 package ocitest
 
 import (
