@@ -351,7 +351,11 @@ func bytesIndex(b []byte, s string) int {
 
 var _ = context.Background
 
-// spec: AUTH-15, API-16
+// A relay may report runners of any placement, however large (the hub
+// bounds none), and a reservation must name its runner's reported
+// placement: the session report is the only source of placements.
+//
+// spec: AUTH-15, API-16, PLACE-03
 func TestRelayPlacementsUnbounded(t *testing.T) {
 	h := newHarness(t)
 	huge := client.Placement{Pool: "nowhere", Labels: []string{"x"}, Envelope: client.Envelope{Mem: 4 << 40, CPUs: 4096, Disk: 64 << 40}}

@@ -313,12 +313,14 @@ func TestRelayKilledMidTrace(t *testing.T) {
 // TestNodeLost partitions the node running a job past job_lost_after: the
 // hub ends the job lost, GitLab gets runner_system_failure, the job kept
 // running meanwhile, and when the node comes back it is told to cancel it.
+// A second node with room stands by: the hub never runs the lost job
+// again (GitLab's retry rules decide that, FAIL-13).
 //
-// spec: FAIL-11, FAIL-16, FAIL-17, FAIL-18
+// spec: FAIL-11, FAIL-13, FAIL-16, FAIL-17, FAIL-18
 func TestNodeLost(t *testing.T) {
-	f := newFleet(t, testfleet.Options{JobLostAfter: 2 * time.Second})
+	f := newFleet(t, testfleet.Options{JobLostAfter: 2 * time.Second,
+		Nodes: []testfleet.NodeSpec{{Name: "node-1"}, {Name: "node-2"}}})
 	tn := f.Tenants()[0]
-	nd := f.Nodes()[0]
 	ctx := timeout(t, 2*time.Minute)
 	pids := t.TempDir()
 	pl, err := tn.CreatePipeline("acme/lost", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{
@@ -331,6 +333,17 @@ func TestNodeLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := readPid(t, filepath.Join(pids, "forever.pid"))
+	var nd, other *testfleet.Node
+	for _, n := range f.Nodes() {
+		if v, ok := n.HubView(ctx); ok && v.Jobs == 1 {
+			nd = n
+		} else {
+			other = n
+		}
+	}
+	if nd == nil || other == nil {
+		t.Fatal("no node, or both, report the job")
+	}
 	nd.Partition()
 	ji, err := tn.WaitState(ctx, id, gitlabfake.StateFailed, gitlabfake.StateSuccess)
 	if err != nil {
@@ -346,6 +359,17 @@ func TestNodeLost(t *testing.T) {
 	// Back in touch, the node's held names the job; the hub cancels it
 	// immediately and the job's process goes.
 	waitPidGone(t, pid, 30*time.Second)
+	// Not run again: the other node holds nothing, the script's pid file
+	// is the first run's, and GitLab still has the one failed attempt.
+	if v, ok := other.HubView(ctx); !ok || v.Jobs != 0 {
+		t.Errorf("%s after the loss: %+v (want no job: the hub never retries, FAIL-13)", other.Name, v)
+	}
+	if again := readPid(t, filepath.Join(pids, "forever.pid")); again != pid {
+		t.Errorf("the job ran again (pid %d after %d)", again, pid)
+	}
+	if ji, _ := tn.GitLab.Job(id); ji.State != gitlabfake.StateFailed {
+		t.Errorf("forever after the loss = %s, want still failed", ji.State)
+	}
 }
 
 // TestSessionCutShorterThanThreshold cuts the node off for less than

@@ -4,9 +4,15 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +20,7 @@ import (
 	"github.com/vk-ci/vk/internal/demo"
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/proto/client"
 )
 
 // checkTraces asserts that every job's GitLab trace is byte-identical to
@@ -123,7 +130,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // the build's artifact reached GitLab and was used by later stages, and a
 // second run of the pipelines restores the cache.
 //
-// spec: RELAY-11, RELAY-12, API-39, NODE-13, GL-08, GL-14, FAIL-01, FAIL-02, XFER-01, XFER-06, XFER-07
+// spec: RELAY-11, RELAY-12, API-15, API-39, NODE-13, GL-08, GL-14, FAIL-01, FAIL-02, XFER-01, XFER-06, XFER-07
 func TestHappyPath(t *testing.T) {
 	samples := demo.Sample()
 	f := newFleet(t, demo.FleetOptions(samples, true))
@@ -174,6 +181,15 @@ func TestHappyPath(t *testing.T) {
 	if len(all) == 0 {
 		t.Fatal("no hand-off measured: no PUT state=running seen")
 	}
+	// The relays queued reservations and never asked /v1/capacity
+	// (API-15): the hub's request counter, as Prometheus scrapes it.
+	reqs := hubRequests(t, f)
+	if reqs[client.RouteReserve] == 0 || reqs[client.RouteSubmit] == 0 {
+		t.Errorf("hub request counts %v lack reservations or submissions: the metric is not what this test reads", reqs)
+	}
+	if n := reqs[client.RouteCapacity]; n != 0 {
+		t.Errorf("the relays called %s %v times; vk-gitlab queues reservations instead (API-15)", client.RouteCapacity, n)
+	}
 	t.Logf("hand-off (GitLab 201 → node accepted, committed): n=%d p50=%v p99=%v max=%v",
 		len(all), percentile(all, 0.5), percentile(all, 0.99), percentile(all, 1))
 }
@@ -185,4 +201,40 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// hubRequests scrapes the hub's /metrics over its TLS listener and sums
+// vk_hub_requests_total by route.
+func hubRequests(t *testing.T, f *testfleet.Fleet) map[string]float64 {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(f.Hub().CAPEM()) {
+		t.Fatal("hub CA: no certificate")
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
+	resp, err := hc.Get("https://" + f.Hub().Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d, %v", resp.StatusCode, err)
+	}
+	out := map[string]float64{}
+	re := regexp.MustCompile(`^vk_hub_requests_total\{(.*)\} (\S+)$`)
+	route := regexp.MustCompile(`route="([^"]*)"`)
+	for _, line := range strings.Split(string(body), "\n") {
+		m := re.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		r := route.FindStringSubmatch(m[1])
+		v, err := strconv.ParseFloat(m[2], 64)
+		if r == nil || err != nil {
+			t.Fatalf("metrics line %q", line)
+		}
+		out[r[1]] += v
+	}
+	return out
 }

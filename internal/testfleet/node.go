@@ -205,6 +205,21 @@ func (n *Node) WaitHubState(ctx context.Context, ok func(admin.Node) bool) error
 	return n.f.hub.waitNodeState(ctx, n.ID, ok)
 }
 
+// HubView is the hub's view of the node now (`vk-hub nodes list`); false
+// when the hub is down or does not know the node.
+func (n *Node) HubView(ctx context.Context) (admin.Node, bool) {
+	ns, err := n.f.hub.admin().Nodes(ctx)
+	if err != nil {
+		return admin.Node{}, false
+	}
+	for _, v := range ns {
+		if v.ID == n.ID {
+			return v, true
+		}
+	}
+	return admin.Node{}, false
+}
+
 func (n *Node) stopGraceful(ctx context.Context) error {
 	n.mu.Lock()
 	a := n.agent

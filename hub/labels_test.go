@@ -1,0 +1,64 @@
+package hub
+
+import (
+	"crypto/ed25519"
+	"net/http"
+	"testing"
+
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/reqsign"
+)
+
+// Pools are the operator's (`vk-hub nodes pools`); labels are the node's
+// own, declared in its config and reported in its inventory. A node that
+// reports none (an older node) fits only placements that ask for none;
+// once it reports the label, it fits the labelled placement too. And the
+// operator's pools, not the node's report, decide pool membership.
+//
+// spec: PLACE-02, OPS-01
+func TestLabelsFromInventoryPoolsFromOperator(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	key, _ := reqsign.GenerateKey()
+	if err := h.srv.Store().CreatePrincipal(ctx, store.Principal{ID: "n1", Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
+		t.Fatal(err)
+	}
+	h.relayUp(1)
+	d := h.srv.Driver()
+	if err := d.NodeConnected(ctx, "n1", h.node, false); err != nil {
+		t.Fatal(err)
+	}
+	res := dispatch.Resources{Mem: 8 << 30, Disk: 40 << 30, CPUs: 8}
+	h.nodeSay(&dispatch.Report{Resources: res, Pools: []string{"linux"}}) // no labels
+	h.nodeSay(&dispatch.Held{})
+	plain := client.Placement{Pool: "linux", Envelope: testPlacement.Envelope}
+	fits := func(p client.Placement) int {
+		var c client.Capacity
+		h.want(http.StatusOK, &c, "POST", "/v1/capacity", client.CapacityRequest{Placement: p})
+		return c.Fits
+	}
+	if got := fits(testPlacement); got != 0 {
+		t.Errorf("labelled placement on a node reporting no labels: fits %d, want 0", got)
+	}
+	if got := fits(plain); got != 4 {
+		t.Errorf("unlabelled placement: fits %d, want 4", got)
+	}
+	h.nodeSay(&dispatch.Report{Resources: res, Pools: []string{"linux"}, Labels: []string{"ssd"}})
+	if got := fits(testPlacement); got != 4 {
+		t.Errorf("labelled placement once the node reports ssd: fits %d, want 4", got)
+	}
+	// The operator moves the node out of linux: its report of linux no
+	// longer counts.
+	if err := d.SetPools(ctx, "n1", []string{"gpu"}); err != nil {
+		t.Fatal(err)
+	}
+	h.nodeSay(&dispatch.Report{Resources: res, Pools: []string{"linux"}, Labels: []string{"ssd"}})
+	if got := fits(plain); got != 0 {
+		t.Errorf("pool linux after the operator set gpu: fits %d, want 0", got)
+	}
+	if got := fits(client.Placement{Pool: "gpu", Envelope: testPlacement.Envelope}); got != 4 {
+		t.Errorf("pool gpu set by the operator: fits %d, want 4", got)
+	}
+}
