@@ -1,26 +1,20 @@
 package hub
 
 import (
-	"crypto/ed25519"
 	"errors"
 	"net/http"
 	"testing"
 
 	"github.com/vk-ci/vk/hub/admin"
-	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
-	"github.com/vk-ci/vk/reqsign"
 )
 
 // spec: OPS-01, OPS-02, OPS-03, PLACE-04, ARB-11
 func TestAdminBackend(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
-	key, _ := reqsign.GenerateKey()
-	if err := h.srv.Store().CreatePrincipal(ctx, store.Principal{ID: "n1", Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
-		t.Fatal(err)
-	}
+	h.enrolNode("n1")
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
 	d := h.srv.Driver()

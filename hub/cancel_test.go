@@ -1,15 +1,12 @@
 package hub
 
 import (
-	"crypto/ed25519"
 	"net/http"
 	"testing"
 
 	"github.com/vk-ci/vk/hub/admin"
-	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
-	"github.com/vk-ci/vk/reqsign"
 )
 
 // cancelling a queued job ends it canceled at once
@@ -19,10 +16,7 @@ import (
 func TestCancelQueuedKeepsChargeUntilSettle(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
-	key, _ := reqsign.GenerateKey()
-	if err := h.srv.Store().CreatePrincipal(ctx, store.Principal{ID: "n1", Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
-		t.Fatal(err)
-	}
+	h.enrolNode("n1")
 	d := h.srv.Driver()
 	if err := d.SetPolicy(ctx, admin.Policy{Tenants: map[string]admin.Tenant{"web": {Cap: 1, Relays: []string{h.relay}}}}); err != nil {
 		t.Fatal(err)

@@ -1,15 +1,12 @@
 package hub
 
 import (
-	"crypto/ed25519"
 	"net/http"
 	"testing"
 
 	"github.com/vk-ci/vk/hub/admin"
-	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
-	"github.com/vk-ci/vk/reqsign"
 )
 
 // admin's ceiling contract end to end:
@@ -20,10 +17,7 @@ import (
 func TestCeilingZeroAndNone(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
-	key, _ := reqsign.GenerateKey()
-	if err := h.srv.Store().CreatePrincipal(ctx, store.Principal{ID: "n1", Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
-		t.Fatal(err)
-	}
+	h.enrolNode("n1")
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
 	fits := func() int {
@@ -88,10 +82,7 @@ func TestCeilingZeroAndNone(t *testing.T) {
 func TestDrainTellsNode(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
-	key, _ := reqsign.GenerateKey()
-	if err := h.srv.Store().CreatePrincipal(ctx, store.Principal{ID: "n1", Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
-		t.Fatal(err)
-	}
+	h.enrolNode("n1")
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
 	for _, on := range []bool{true, false} {
@@ -115,10 +106,7 @@ func TestCeilingLiftSettingsBeforeOffers(t *testing.T) {
 	for _, lift := range []int{1, admin.NoCeiling} {
 		h := newHarness(t)
 		ctx := t.Context()
-		key, _ := reqsign.GenerateKey()
-		if err := h.srv.Store().CreatePrincipal(ctx, store.Principal{ID: "n1", Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
-			t.Fatal(err)
-		}
+		h.enrolNode("n1")
 		h.relayUp(1)
 		h.nodeUp(dispatch.Held{})
 		if err := h.srv.Driver().SetCeiling(ctx, "n1", 0); err != nil {

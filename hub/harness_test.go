@@ -135,6 +135,19 @@ func (h *harness) enrol() {
 	}
 }
 
+// enrolNode creates node principal id in the store, as `vk-hub token
+// create --kind node` and the node's join do.
+func (h *harness) enrolNode(id string) {
+	h.t.Helper()
+	key, err := reqsign.GenerateKey()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.srv.Store().CreatePrincipal(h.t.Context(), store.Principal{ID: id, Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 func (h *harness) start() {
 	h.t.Helper()
 	log := slog.New(slog.NewMultiHandler(testlog.New(h.t).Handler(),

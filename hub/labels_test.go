@@ -1,14 +1,11 @@
 package hub
 
 import (
-	"crypto/ed25519"
 	"net/http"
 	"testing"
 
-	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
-	"github.com/vk-ci/vk/reqsign"
 )
 
 // Pools are the operator's (`vk-hub nodes pools`); labels are the node's
@@ -21,10 +18,7 @@ import (
 func TestLabelsFromInventoryPoolsFromOperator(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
-	key, _ := reqsign.GenerateKey()
-	if err := h.srv.Store().CreatePrincipal(ctx, store.Principal{ID: "n1", Kind: store.KindNode, PublicKey: key.Public().(ed25519.PublicKey), Created: testStart}); err != nil {
-		t.Fatal(err)
-	}
+	h.enrolNode("n1")
 	h.relayUp(1)
 	d := h.srv.Driver()
 	if err := d.NodeConnected(ctx, "n1", h.node, false); err != nil {
