@@ -234,16 +234,11 @@ func (d *Driver) Policy(ctx context.Context) (admin.Policy, error) {
 }
 
 // SetPolicy implements admin.Backend (OPS-03): converted, validated,
-// persisted, then applied to the core and to every runner's tenant.
-//
-// admin.Policy does not carry the hub-only fields (claim_renewals and the
-// wide-job knobs); they keep their current values.
+// persisted, then applied to the core and to every runner's tenant. The
+// new policy replaces the old one whole: a field it leaves out takes its
+// default.
 func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
-	var cur *PolicyConfig
-	if err := d.do(ctx, func() { cur = d.policy }); err != nil {
-		return err
-	}
-	p := policyFromAdmin(ap).withKnobs(cur)
+	p := policyFromAdmin(ap)
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}
@@ -324,7 +319,8 @@ func policyToAdmin(p *PolicyConfig) admin.Policy {
 	}
 	out := admin.Policy{BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit, BackoffInitialSecs: p.BackoffInitialSecs,
 		BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst, LeaseSecs: p.LeaseSecs,
-		DefaultTenant: p.DefaultTenant}
+		DefaultTenant: p.DefaultTenant, ClaimRenewals: p.ClaimRenewals, PackAboveUtilization: p.PackAboveUtilization,
+		DrainsPerPool: p.DrainsPerPool, WideFraction: p.WideFraction, DrainMaxHoldSecs: p.DrainMaxHoldSecs}
 	for _, h := range p.Headroom {
 		out.Headroom = append(out.Headroom, admin.Headroom{Pool: h.Pool, Labels: h.Labels, Mem: h.Mem, CPUs: h.CPUs, Disk: h.Disk, Slots: h.Slots})
 	}
@@ -351,7 +347,8 @@ func policyToAdmin(p *PolicyConfig) admin.Policy {
 func policyFromAdmin(p admin.Policy) PolicyConfig {
 	out := PolicyConfig{BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit, BackoffInitialSecs: p.BackoffInitialSecs,
 		BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst, LeaseSecs: p.LeaseSecs,
-		DefaultTenant: p.DefaultTenant}
+		DefaultTenant: p.DefaultTenant, ClaimRenewals: p.ClaimRenewals, PackAboveUtilization: p.PackAboveUtilization,
+		DrainsPerPool: p.DrainsPerPool, WideFraction: p.WideFraction, DrainMaxHoldSecs: p.DrainMaxHoldSecs}
 	for _, h := range p.Headroom {
 		out.Headroom = append(out.Headroom, HeadroomConfig{Pool: h.Pool, Labels: h.Labels, Mem: h.Mem, CPUs: h.CPUs, Disk: h.Disk, Slots: h.Slots})
 	}

@@ -172,14 +172,10 @@ func emptyProjects(name string, data []byte, prefix []string) error {
 }
 
 // Validate lists every problem, each wrapping [ErrConfig]: the rules of
-// [admin.Policy.Validate] (one set of rules for the hub.toml table, the
-// policy file and the admin socket; errors also wrap admin.ErrPolicy)
-// plus those of the hub-only fields.
+// [admin.Policy.Validate], one set of rules for the hub.toml table, the
+// policy file and the admin socket (errors also wrap admin.ErrPolicy).
 func (p *PolicyConfig) Validate() error {
 	var errs []error
-	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%w: capacity_policy: "+format, append([]any{ErrConfig}, a...)...))
-	}
 	ap := policyToAdmin(p)
 	if err := ap.Validate(); err != nil {
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -190,29 +186,7 @@ func (p *PolicyConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%w: capacity_policy: %w", ErrConfig, err))
 		}
 	}
-	if p.ClaimRenewals < -1 {
-		bad("claim_renewals is %d; want >= 0 (0: 1, ARB-32) or -1 (no bound)", p.ClaimRenewals)
-	}
-	if p.PackAboveUtilization < 0 || p.PackAboveUtilization > 1 {
-		bad("pack_above_utilization %v is not in [0, 1]", p.PackAboveUtilization)
-	}
-	if p.WideFraction < 0 || p.WideFraction > 1 {
-		bad("wide_fraction %v is not in [0, 1]", p.WideFraction)
-	}
-	if p.DrainsPerPool < 0 || p.DrainMaxHoldSecs < 0 {
-		bad("drains_per_pool and drain_max_hold_secs must be >= 0")
-	}
 	return errors.Join(errs...)
-}
-
-// withKnobs returns p with the hub-only fields (those admin.Policy does
-// not carry) taken from from.
-func (p PolicyConfig) withKnobs(from *PolicyConfig) PolicyConfig {
-	if from != nil {
-		p.ClaimRenewals, p.PackAboveUtilization, p.DrainsPerPool = from.ClaimRenewals, from.PackAboveUtilization, from.DrainsPerPool
-		p.WideFraction, p.DrainMaxHoldSecs = from.WideFraction, from.DrainMaxHoldSecs
-	}
-	return p
 }
 
 func splitRunner(s string) (relay, runner string, ok bool) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -129,8 +130,9 @@ func TestPolicyKnobsToSched(t *testing.T) {
 }
 
 // with the default policy a claimed grant covers one
-// renewal before its outcome; the second answers 409. Setting the policy
-// through the admin socket keeps the hub-only knobs.
+// renewal before its outcome; the second answers 409. The wide-job and
+// renewal knobs are set and read through the admin socket's policy like
+// the rest, and claim_renewals = -1 lifts the bound.
 //
 // spec: ARB-32
 func TestClaimRenewalsDefaultOne(t *testing.T) {
@@ -151,16 +153,34 @@ func TestClaimRenewalsDefaultOne(t *testing.T) {
 	}
 	h.wantErr(http.StatusConflict, client.CodeConflict, "POST", path+"/renew", client.RenewRequest{})
 
+	// The knobs travel through the admin socket's policy: get shows them,
+	// set replaces them with the rest (`vk-hub capacity-policy`).
 	d := h.srv.Driver()
-	if err := d.do(t.Context(), func() { d.policy = &PolicyConfig{DrainsPerPool: 1, ClaimRenewals: 2} }); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.SetPolicy(t.Context(), admin.Policy{ProbeLimit: 3}); err != nil {
+	want := admin.Policy{ProbeLimit: 3, ClaimRenewals: -1, DrainsPerPool: 1, PackAboveUtilization: 0.7, WideFraction: 0.25, DrainMaxHoldSecs: 600}
+	if err := d.SetPolicy(t.Context(), want); err != nil {
 		t.Fatal(err)
 	}
 	var cur PolicyConfig
 	d.do(t.Context(), func() { cur = *d.policy })
-	if cur.ProbeLimit != 3 || cur.DrainsPerPool != 1 || cur.ClaimRenewals != 2 {
-		t.Errorf("policy after SetPolicy = %+v, want probe_limit 3 and the knobs kept", cur)
+	if cur.ProbeLimit != 3 || cur.ClaimRenewals != -1 || cur.DrainsPerPool != 1 || cur.PackAboveUtilization != 0.7 ||
+		cur.WideFraction != 0.25 || cur.DrainMaxHoldSecs != 600 {
+		t.Errorf("policy after SetPolicy = %+v, want %+v", cur, want)
+	}
+	if got, err := d.Policy(t.Context()); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("Policy() = %+v, %v; want %+v", got, err, want)
+	}
+	// Now unbounded: a third renew is answered by the node again.
+	go func() {
+		c, _, _ := h.call("POST", path+"/renew", client.RenewRequest{})
+		got <- c
+	}()
+	expectFrame[dispatch.Renew](h)
+	h.nodeSay(&dispatch.Lease{Reservation: g.Reservation, State: dispatch.LeaseHeld, RemainingSecs: 80})
+	if c := <-got; c != http.StatusOK {
+		t.Errorf("renew under claim_renewals = -1: %d, want 200", c)
+	}
+	bad := admin.Policy{ClaimRenewals: -2, PackAboveUtilization: 1.5, WideFraction: -0.1, DrainsPerPool: -1}
+	if err := d.SetPolicy(t.Context(), bad); !errors.Is(err, admin.ErrInvalid) {
+		t.Errorf("SetPolicy(%+v) = %v, want ErrInvalid", bad, err)
 	}
 }

@@ -64,6 +64,25 @@ type Policy struct {
 	Headroom []Headroom `toml:"headroom,omitempty"`
 	// Tenants by name.
 	Tenants map[string]Tenant `toml:"tenants,omitempty"`
+
+	// ClaimRenewals bounds the renewals an admission may ask before its
+	// outcome (ARB-32); past it a renew answers 409 and the reservation
+	// lives out its lease. 0 means the spec's 1; -1 means no bound.
+	ClaimRenewals int `toml:"claim_renewals,omitempty"`
+	// PackAboveUtilization (BS-21): at or above this utilization of a
+	// pool, work goes to the most loaded node with room first; in [0, 1].
+	// 0 never packs; 0.7 is recommended for fleets with wide jobs.
+	PackAboveUtilization float64 `toml:"pack_above_utilization,omitempty"`
+	// DrainsPerPool bounds the automatic drains (BS-22) a pool holds for
+	// wide work that fits nowhere; 0 places none, 1 is recommended for
+	// fleets with wide jobs.
+	DrainsPerPool int `toml:"drains_per_pool,omitempty"`
+	// WideFraction: an envelope taking at least this fraction of a node's
+	// vCPUs or memory is wide there (BS-20); in [0, 1], 0 means 0.5.
+	WideFraction float64 `toml:"wide_fraction,omitempty"`
+	// DrainMaxHoldSecs: an automatic drain held this long is chosen again
+	// from fresh predictions; 0 means 900.
+	DrainMaxHoldSecs int `toml:"drain_max_hold_secs,omitempty"`
 }
 
 // Headroom is one headroom entry: Slots envelopes of a placement kept
@@ -151,6 +170,18 @@ func (p *Policy) Validate() error {
 	}
 	if p.LeaseSecs > 600 {
 		bad("lease_secs %d is above 600, the most a node grants", p.LeaseSecs)
+	}
+	if p.ClaimRenewals < -1 {
+		bad("claim_renewals is %d; want >= 0 (0: 1, ARB-32) or -1 (no bound)", p.ClaimRenewals)
+	}
+	if p.PackAboveUtilization < 0 || p.PackAboveUtilization > 1 {
+		bad("pack_above_utilization %v is not in [0, 1]", p.PackAboveUtilization)
+	}
+	if p.WideFraction < 0 || p.WideFraction > 1 {
+		bad("wide_fraction %v is not in [0, 1]", p.WideFraction)
+	}
+	if p.DrainsPerPool < 0 || p.DrainMaxHoldSecs < 0 {
+		bad("drains_per_pool and drain_max_hold_secs must be >= 0")
 	}
 	if len(p.Headroom) > MaxHeadroom {
 		bad("%d headroom entries; at most %d", len(p.Headroom), MaxHeadroom)
