@@ -27,13 +27,17 @@ var (
 //
 // Push never blocks: when Cap frames already wait unwritten it fails with
 // ErrOverflow and the session must end. Frames already written are kept
-// for replay and evicted oldest first. The zero value is not usable; use
-// [NewOutbox]. Safe for concurrent use; [Outbox.Next] has one caller at a
-// time (the writer).
+// for replay and evicted oldest first, as soon as more than Cap frames or
+// more than the retention's bytes are held (output frames are up to
+// 1 MiB, so a frame count alone would let a session keep a gigabyte).
+// The zero value is not usable; use [NewOutbox]. Safe for concurrent use;
+// [Outbox.Next] has one caller at a time (the writer).
 type Outbox struct {
 	mu     sync.Mutex
 	cap    int
+	retain int      // bytes of written frames kept for replay, at most
 	frames [][]byte // frames[i] has seq first+i; guarded by mu
+	bytes  int      // sum of len(frames[i]); guarded by mu
 	first  uint64   // seq of frames[0]; guarded by mu
 	next   uint64   // next seq to assign, ≥ 1; guarded by mu
 	cursor uint64   // last seq handed to the writer; guarded by mu
@@ -41,10 +45,32 @@ type Outbox struct {
 	wake   chan struct{}
 }
 
+// DefaultRetainBytes bounds the bytes of written frames an Outbox from
+// [NewOutbox] keeps for replay.
+const DefaultRetainBytes = 64 << 20
+
 // NewOutbox returns an empty Outbox holding at most capacity frames
-// (minimum 1).
-func NewOutbox(capacity int) *Outbox {
-	return &Outbox{cap: max(capacity, 1), first: 1, next: 1, wake: make(chan struct{}, 1)}
+// (minimum 1) and keeping at most [DefaultRetainBytes] of written frames
+// for replay.
+func NewOutbox(capacity int) *Outbox { return NewOutboxRetaining(capacity, DefaultRetainBytes) }
+
+// NewOutboxRetaining is [NewOutbox] keeping at most retainBytes of
+// written frames for replay (minimum 0: a resume then replays only what
+// was never written). Unwritten frames are never evicted, whatever their
+// size.
+func NewOutboxRetaining(capacity, retainBytes int) *Outbox {
+	return &Outbox{cap: max(capacity, 1), retain: max(retainBytes, 0), first: 1, next: 1, wake: make(chan struct{}, 1)}
+}
+
+// evictLocked drops written frames, oldest first, while more than cap
+// frames or more than retain bytes are held.
+func (o *Outbox) evictLocked() {
+	for len(o.frames) > 0 && o.first <= o.cursor && (len(o.frames) > o.cap || o.bytes > o.retain) {
+		o.bytes -= len(o.frames[0])
+		o.frames[0] = nil
+		o.frames = o.frames[1:]
+		o.first++
+	}
 }
 
 // Push assigns the next seq, encodes the frame with it and queues it. It
@@ -64,14 +90,11 @@ func (o *Outbox) Push(encode func(seq uint64) ([]byte, error)) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(o.frames) == o.cap {
-		o.frames[0] = nil
-		o.frames = o.frames[1:]
-		o.first++
-	}
 	o.frames = append(o.frames, b)
+	o.bytes += len(b)
 	seq := o.next
 	o.next++
+	o.evictLocked()
 	select {
 	case o.wake <- struct{}{}:
 	default:
@@ -92,6 +115,7 @@ func (o *Outbox) Next(ctx context.Context) ([]byte, uint64, error) {
 			seq := o.cursor + 1
 			b := o.frames[seq-o.first]
 			o.cursor = seq
+			o.evictLocked()
 			o.mu.Unlock()
 			return b, seq, nil
 		}
@@ -139,6 +163,7 @@ func (o *Outbox) Reset() {
 	defer o.mu.Unlock()
 	clear(o.frames)
 	o.frames = o.frames[:0]
+	o.bytes = 0
 	o.first, o.next, o.cursor = 1, 1, 0
 }
 

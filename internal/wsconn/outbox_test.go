@@ -61,6 +61,45 @@ func TestOutboxBasics(t *testing.T) {
 	}
 }
 
+// Written frames are kept for replay up to the byte bound, oldest
+// evicted first; frames not yet written are kept whatever their size, so
+// the writer never misses one. (STYLE C6's resumable stream; a resume
+// past the retention starts a new session, ErrCannotResume.)
+func TestOutboxRetainsBytes(t *testing.T) {
+	o := NewOutboxRetaining(100, 10<<10) // 10 KiB of written frames
+	big := func(seq uint64) ([]byte, error) { return make([]byte, 4<<10), nil }
+	for range 5 { // 20 KiB unwritten: all kept
+		if _, err := o.Push(big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !o.CanRewind(0) {
+		t.Fatal("unwritten frames were evicted")
+	}
+	ctx := context.Background()
+	for want := uint64(1); want <= 5; want++ {
+		if _, seq, err := o.Next(ctx); err != nil || seq != want {
+			t.Fatalf("Next = %d, %v; want %d", seq, err, want)
+		}
+	}
+	// All written: only the last 2 frames (8 KiB) fit in 10 KiB.
+	if o.CanRewind(2) || !o.CanRewind(3) {
+		t.Errorf("after writing 5 frames of 4 KiB: CanRewind(2) = %v, CanRewind(3) = %v; want false, true", o.CanRewind(2), o.CanRewind(3))
+	}
+	if err := o.Rewind(3); err != nil {
+		t.Fatal(err)
+	}
+	for want := uint64(4); want <= 5; want++ {
+		if b, seq, err := o.Next(ctx); err != nil || seq != want || len(b) != 4<<10 {
+			t.Fatalf("replay Next = %d bytes seq %d, %v; want seq %d", len(b), seq, err, want)
+		}
+	}
+	// Default outboxes bound retention too.
+	if d := NewOutbox(8); d.retain != DefaultRetainBytes {
+		t.Errorf("NewOutbox retains %d bytes, want %d", d.retain, DefaultRetainBytes)
+	}
+}
+
 // Property: whatever the interleaving of pushes, writes, rewinds and
 // resets, the writer sees frames in seq order, a rewind replays exactly
 // the frames after the peer's last seq with their original bytes, and a
