@@ -58,7 +58,33 @@
 // ("quota_rejected", K8S-08). A maxSurge 100% rollout runs a second
 // replica set for rollout_for from rollout_at, after which the old one
 // stops requesting (K8S-06). Each margin of [BaselineParams.Margins] is
-// one result (K8S-10).
+// one result (K8S-10). A requests.memory quota ([BaselineParams.QuotaMemory],
+// on by default) makes admission reject any pod without a memory request
+// (K8S-12): a runner with memory_request = false loses every job it takes
+// ("quota_no_request", counted as quota-lost), at every margin.
+//
+// k8s-lease (K8S-13), the exact alternative: the same managers, but before
+// each request a slot takes one Lease for the job, which the API server
+// grants atomically only while the leases' sum (pods, requests.cpu,
+// requests.memory) stays within hard, with no margin; the take delays the
+// request by api_latency. The holder deletes the lease when GitLab answers
+// empty or the job ends, and renews it every lease_renew meanwhile; a
+// sweeper lists the leases every lease_sweep and deletes those not renewed
+// for lease_duration. The namespace keeps its quota, so admission still
+// checks every pod; the leases never let it be exceeded. Its costs are
+// reported: Kubernetes API calls (each take, renewal, delete, sweep list and
+// sweep delete; quota-margin's are one quota get per check), capacity held
+// by a lease with no pod running (held-idle: during the GitLab request,
+// long polls included, and pod creation), and after a crash the crashed
+// manager's leases until swept (stale-lease vCPU·h).
+//
+// A manager crash ([BaselineParams.CrashAt]) hits the first active replica
+// of every runner in all Kubernetes baselines alike: the jobs it holds fail
+// ("manager_crash"), running or not, and their pods are deleted at once
+// (nodes and the quota free immediately: the quota needs no cleanup); its
+// open requests die with it (a job GitLab was about to hand them goes back
+// to the queue); its leases stay, unrenewed, until swept. The Deployment
+// restarts it restart_after later as a new process knowing none of them.
 //
 // # Metrics
 //
@@ -66,7 +92,8 @@
 // arrival window. A wait is from a job's arrival at GitLab to its start on
 // a node. Held-idle is vCPU·time set aside on nodes without a running job
 // (vk reservations granted and not yet used, including while a long-polled
-// GitLab request is open; pulled jobs before they boot). Free-while-waiting
+// GitLab request is open; pulled jobs before they boot; k8s-lease's leases
+// without a running pod, which no other manager can take). Free-while-waiting
 // is vCPU·time free on nodes while any job waited (head-of-line blocking,
 // margins, fragmentation). Jain's index is over each tenant's vCPU·s in the
 // window divided by its weight, among tenants that had jobs; it reads 1
@@ -101,9 +128,22 @@
 //     about one interval (K8S-05).
 //   - Pods over hard are rejected at creation; a pod in quota that no node
 //     fits (fragmentation) still waits for poll_timeout.
-//   - Every simulated pod carries the runner's per-pod cpu and memory
-//     requests, so a requests.memory quota never rejects a pod for lacking
-//     one (K8S-12); the quota needs no cleanup (K8S-13). The exact
-//     alternative K8S-13 names, one lease per job renewed and swept, is the
-//     shape of vk's reservations, so the vk policy stands for it.
+//   - A pod carries the runner's per-pod cpu and memory requests unless
+//     the runner sets memory_request = false; such a pod is rejected at
+//     admission under a requests.memory quota whatever the room, as
+//     Kubernetes does (K8S-12), rather than the scenario being refused:
+//     the report then shows what the baseline costs in such a namespace
+//     beside vk, which needs no quota. The capacity check counts such a
+//     runner's pods as requesting no memory (its configured amount).
+//   - Node placement ignores whether a pod sets a memory request: every
+//     pod occupies its envelope on its node.
+//   - k8s-lease's hard is the quota's (K8S-11), so both policies aim at
+//     the same capacity; a refused take costs an API call like a granted
+//     one; the sweeper is one process that never crashes (leader-elected
+//     among the managers); renewals are counted, not simulated as events
+//     (a live holder renews every lease_renew from the lease's creation).
+//   - A crashed manager's running jobs fail and their pods go at once: in
+//     gitlab-runner the job is lost with its manager either way, and how
+//     long an orphaned pod lingers is the same for both quota policies, so
+//     the comparison isolates what differs: the leases left behind.
 package sim

@@ -316,3 +316,18 @@ func (w *world) runUntilDone(ctx context.Context) error {
 	w.m.close(w.eng.now)
 	return err
 }
+
+// requeue puts job back at the head of runner tmpl's queue (a request that
+// died with its manager never took it), or hands it to a held request.
+func (g *gitlabQueues) requeue(tmpl, job int) {
+	for len(g.waiters[tmpl]) > 0 {
+		w := g.waiters[tmpl][0]
+		g.waiters[tmpl] = g.waiters[tmpl][1:]
+		if !w.done {
+			w.done = true
+			w.answer(job)
+			return
+		}
+	}
+	g.q[tmpl] = append([]int{job}, g.q[tmpl]...)
+}

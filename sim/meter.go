@@ -7,9 +7,15 @@ import (
 // Failure reasons a policy can end a job with.
 const (
 	FailQuotaRejected = "quota_rejected" // pod over quota at admission (K8S-08)
-	FailPollTimeout   = "poll_timeout"   // pod not placed within poll_timeout (K8S-03)
-	FailNoCapacity    = "no_capacity"    // vk: EndJob no_capacity
-	FailLost          = "lost"           // vk: EndJob lost
+	// FailQuotaNoRequest: a pod without a memory request, rejected by
+	// admission under a requests.memory quota (K8S-12).
+	FailQuotaNoRequest = "quota_no_request"
+	FailPollTimeout    = "poll_timeout" // pod not placed within poll_timeout (K8S-03)
+	// FailManagerCrash: the job's gitlab-runner manager crashed while it
+	// held the job (baseline crash_at).
+	FailManagerCrash = "manager_crash"
+	FailNoCapacity   = "no_capacity" // vk: EndJob no_capacity
+	FailLost         = "lost"        // vk: EndJob lost
 )
 
 // meter collects one policy's measurements as the run goes. Areas are
@@ -32,6 +38,10 @@ type meter struct {
 	runArea    float64
 	idleArea   float64
 	freeWait   float64
+	// staleLeased is the vCPUs of leases whose holder crashed, until they
+	// are swept (k8s-lease); staleArea its integral.
+	staleLeased float64
+	staleArea   float64
 
 	tenantJobs []int // jobs running per tenant now
 	tenantPeak []int // most jobs running at once per tenant
@@ -87,6 +97,7 @@ func (m *meter) advance(t time.Duration) {
 		}
 		m.runArea += m.runCPU * dt
 		m.idleArea += m.heldIdle * dt
+		m.staleArea += m.staleLeased * dt
 		if m.waiting > 0 {
 			m.freeWait += m.freeCPU * dt
 		}
@@ -142,6 +153,27 @@ func (m *meter) finished(t time.Duration, j, tmpl int) {
 	m.tenantCPU[m.tenantOf[tmpl]] -= c
 	m.tenantJobs[m.tenantOf[tmpl]]--
 	m.ended++
+}
+
+// kill ends job j (of template tmpl) at t with reason, running or not: a
+// running job stops running and counts as failed, not started.
+func (m *meter) kill(t time.Duration, j, tmpl int, reason string) {
+	if m.start[j] < 0 {
+		m.fail(t, j, reason)
+		return
+	}
+	if m.failed[j] != "" {
+		return
+	}
+	m.finished(t, j, tmpl)
+	m.failed[j] = reason
+	m.fails[reason]++
+}
+
+// stale adds d vCPUs of leases held by a crashed manager (d < 0: swept).
+func (m *meter) stale(t time.Duration, d int64) {
+	m.advance(t)
+	m.staleLeased += float64(d)
 }
 
 // fail ends a job that never ran.

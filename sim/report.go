@@ -32,14 +32,40 @@ func (rep *Report) WriteText(w io.Writer) error {
 	for _, r := range rep.Results {
 		ws := Percentiles(r.Waits)
 		over := "-"
-		if r.Policy == "quota-margin" && s.Baseline.QuotaPods > 0 {
+		if (r.Policy == "quota-margin" || r.Policy == "k8s-lease") && s.Baseline.QuotaPods > 0 {
 			over = strconv.Itoa(r.MarginOvershoot)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%.3f\t\n", r.Label, pct(r.Util), secs(ws.P50), secs(ws.P95), secs(ws.P99),
-			r.Started, r.FailedTotal(), r.Failed[FailQuotaRejected], over, r.Failed[FailPollTimeout], r.Unstarted,
+			r.Started, r.FailedTotal(), r.Failed[FailQuotaRejected]+r.Failed[FailQuotaNoRequest], over, r.Failed[FailPollTimeout], r.Unstarted,
 			cpuHours(r.HeldIdleCPUSecs), cpuHours(r.FreeWhileWaitingCPUSecs), r.GitLabRequests, r.EmptyAnswers, r.Jain)
 	}
 	tw.Flush()
+	if by := failedBy(rep, FailQuotaNoRequest); by != "" {
+		fmt.Fprintf(&b, "quota-lost includes pods rejected for lacking a memory request under the requests.memory quota (K8S-12): %s\n", by)
+	}
+	if by := failedBy(rep, FailManagerCrash); by != "" {
+		fmt.Fprintf(&b, "failed includes jobs held by a crashed manager (crash_at): %s\n", by)
+	}
+
+	// the capacity checks' Kubernetes API cost (K8S-13)
+	kube := false
+	for _, r := range rep.Results {
+		kube = kube || r.Policy == "quota-margin" || r.Policy == "k8s-lease"
+	}
+	if kube {
+		b.WriteString("\nKubernetes API calls of the capacity check (quota gets; lease takes, renewals, deletes, sweeps), stale leases\n")
+		tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\tapi calls\tper job\tleases swept\tstale-lease vCPU·h\t")
+		for _, r := range rep.Results {
+			switch r.Policy {
+			case "quota-margin":
+				fmt.Fprintf(tw, "%s\t%d\t%.1f\t-\t-\t\n", r.Label, r.KubeAPICalls, float64(r.KubeAPICalls)/float64(max(rep.Jobs, 1)))
+			case "k8s-lease":
+				fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%s\t\n", r.Label, r.KubeAPICalls, float64(r.KubeAPICalls)/float64(max(rep.Jobs, 1)), r.LeasesSwept, cpuHours(r.StaleLeaseCPUSecs))
+			}
+		}
+		tw.Flush()
+	}
 
 	// waits by envelope size
 	sizes := map[string]bool{}
@@ -112,6 +138,17 @@ func (rep *Report) WriteWall(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// failedBy lists "label n" for every result with failures of reason, or "".
+func failedBy(rep *Report, reason string) string {
+	var parts []string
+	for _, r := range rep.Results {
+		if n := r.Failed[reason]; n > 0 {
+			parts = append(parts, r.Label+" "+strconv.Itoa(n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func envLabel(j JobTemplate) string {

@@ -1,17 +1,17 @@
 package sim
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/BurntSushi/toml"
+	"github.com/vk-ci/vk/internal/conffile"
 )
 
 // ErrScenario is wrapped by every error [ParseScenario] and [LoadScenario]
@@ -23,9 +23,14 @@ var ErrScenario = errors.New("sim: bad scenario")
 type Duration struct{ time.Duration }
 
 // UnmarshalText parses a Go duration string; negative durations are refused.
+// (go-toml/v2 also hands it the text of a TOML integer or float, which has
+// no unit and is refused with a hint.)
 func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
 	if err != nil {
+		if _, nerr := strconv.ParseFloat(strings.ReplaceAll(string(b), "_", ""), 64); nerr == nil {
+			return fmt.Errorf("duration %s has no unit: write a string such as \"%ss\"", b, b)
+		}
 		return err
 	}
 	if v < 0 {
@@ -120,7 +125,17 @@ type JobTemplate struct {
 	// Pushes are fan-outs at Poisson times.
 	Pushes  *Pushes `toml:"pushes"`
 	Runtime Dist    `toml:"runtime"` // each job's wall time once started
+	// MemoryRequest says whether this runner's pods set a memory request
+	// in the Kubernetes baselines (gitlab-runner's memory_request, the
+	// envelope's mem_gib); nil means true. false models a runner whose
+	// pods set none: under a requests.memory quota (quota_memory, the
+	// default) admission rejects every such pod and its job fails
+	// (FailQuotaNoRequest, K8S-12). vk and the pull baselines ignore it.
+	MemoryRequest *bool `toml:"memory_request"`
 }
+
+// setsMemoryRequest is MemoryRequest with its default.
+func (j *JobTemplate) setsMemoryRequest() bool { return j.MemoryRequest == nil || *j.MemoryRequest }
 
 // Burst is Jobs jobs arriving at once at At.
 type Burst struct {
@@ -283,16 +298,46 @@ type BaselineParams struct {
 	// replicas active over [RolloutAt, RolloutAt+RolloutFor) (K8S-06).
 	RolloutAt  Duration `toml:"rollout_at"`
 	RolloutFor Duration `toml:"rollout_for"` // zero: no rollout
+	// QuotaMemory says whether the namespace quota has a requests.memory
+	// hard (nil means true, K8S-11); with it, admission rejects pods
+	// without a memory request (K8S-12). requests.cpu is always checked.
+	QuotaMemory *bool `toml:"quota_memory"`
+
+	// k8s-lease (K8S-13): one Lease object per job, taken exactly (no
+	// margin) before the job request, renewed by its holder every
+	// LeaseRenew while the job is pending or running, deleted when the
+	// request comes back empty or the job ends; a sweeper deletes, every
+	// LeaseSweep, leases not renewed for LeaseDuration.
+
+	// APILatency is one Kubernetes API call's round trip (default 10 ms):
+	// a lease take delays the job request by it.
+	APILatency Duration `toml:"api_latency"`
+	// LeaseDuration is how long a lease lives unrenewed (default 60 s).
+	LeaseDuration Duration `toml:"lease_duration"`
+	// LeaseRenew is the holder's renew period (default LeaseDuration/3).
+	LeaseRenew Duration `toml:"lease_renew"`
+	// LeaseSweep is the sweeper's period (default 30 s).
+	LeaseSweep Duration `toml:"lease_sweep"`
+	// CrashAt, when set, crashes one replica of every runner deployment
+	// (the first active one) at that offset in all Kubernetes baselines:
+	// its jobs fail (FailManagerCrash) and their pods are deleted, its
+	// leases are left unrenewed; the Deployment restarts it, knowing none
+	// of them, RestartAfter later (default 30 s). Zero: no crash.
+	CrashAt      Duration `toml:"crash_at"`
+	RestartAfter Duration `toml:"restart_after"` // crash to restart (default 30 s)
 }
 
+// quotaMemory is QuotaMemory with its default.
+func (b *BaselineParams) quotaMemory() bool { return b.QuotaMemory == nil || *b.QuotaMemory }
+
 // LoadScenario reads and parses a scenario file, and its trace if it names
-// one.
+// one. Decoding errors name the file, the line and the key.
 func LoadScenario(path string) (*Scenario, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	s, err := ParseScenario(b)
+	s, err := parseScenario(path, b)
 	if err != nil {
 		return nil, err
 	}
@@ -310,19 +355,15 @@ func LoadScenario(path string) (*Scenario, error) {
 }
 
 // ParseScenario decodes a scenario strictly (unknown keys are errors), fills
-// defaults and validates it. Errors wrap [ErrScenario].
-func ParseScenario(b []byte) (*Scenario, error) {
+// defaults and validates it. Errors wrap [ErrScenario]; decoding errors name
+// the line, the column and the key ("scenario:12:1: unknown key
+// \"baseline.bogus\"").
+func ParseScenario(b []byte) (*Scenario, error) { return parseScenario("scenario", b) }
+
+func parseScenario(name string, b []byte) (*Scenario, error) {
 	var s Scenario
-	md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(&s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrScenario, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return nil, fmt.Errorf("%w: unknown keys %s", ErrScenario, strings.Join(keys, ", "))
+	if err := conffile.Strict(name, b, &s); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrScenario, err)
 	}
 	s.defaults()
 	if err := s.validate(); err != nil {
@@ -395,6 +436,11 @@ func (s *Scenario) defaults() {
 	defDur(&b.PodCreate, time.Second)
 	defDur(&b.QuotaRefresh, time.Second)
 	defDur(&b.PollInterval, time.Second)
+	defDur(&b.APILatency, 10*time.Millisecond)
+	defDur(&b.LeaseDuration, time.Minute)
+	defDur(&b.LeaseRenew, b.LeaseDuration.Duration/3)
+	defDur(&b.LeaseSweep, 30*time.Second)
+	defDur(&b.RestartAfter, 30*time.Second)
 }
 
 func (s *Scenario) validate() error {
@@ -499,6 +545,12 @@ func (s *Scenario) validate() error {
 		if m < 0 || m > 100_000 {
 			bad("baseline: margin %d out of [0, 100000]", m)
 		}
+	}
+	if b.LeaseRenew.Duration >= b.LeaseDuration.Duration {
+		bad("baseline: lease_renew (%s) must be shorter than lease_duration (%s)", b.LeaseRenew.Duration, b.LeaseDuration.Duration)
+	}
+	if b.LeaseRenew.Duration < time.Second || b.LeaseSweep.Duration < time.Second || b.APILatency.Duration > time.Minute {
+		bad("baseline: lease_renew and lease_sweep are at least 1s, api_latency at most 1m")
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,4 +191,62 @@ func TestEngineOrder(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Decoding errors name the line, the column and the key, as the binaries'
+// config files do (internal/conffile, go-toml/v2 in strict mode); a file's
+// errors name the file.
+func TestScenarioErrorsNameLineAndKey(t *testing.T) {
+	b, err := os.ReadFile("scenarios/rollout.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := string(b)
+	lineNo := func(sub string) int { // 1-based line of sub in base
+		i := strings.Index(base, sub)
+		if i < 0 {
+			t.Fatalf("%q not in the scenario", sub)
+		}
+		return strings.Count(base[:i], "\n") + 1
+	}
+	line := func(sub string) string { return itoa(lineNo(sub)) }
+	cases := []struct {
+		name, text string
+		want       []string
+	}{
+		{"unknown key at the end (in [baseline])", base + "\nbogus = 1\n", []string{"scenario:" + itoa(strings.Count(base, "\n")+2) + ":1:", `unknown key "baseline.bogus"`}},
+		{"unknown top-level key", "bogus = 1\n" + base, []string{"scenario:1:1:", `unknown key "bogus"`}},
+		{"unknown nested key", strings.Replace(base, "quota_pods = 10", "quota_pods = 10\nquota_pod = 3", 1),
+			[]string{"scenario:" + itoa(lineNo("quota_pods = 10")+1) + ":1:", `unknown key "baseline.quota_pod"`}},
+		{"wrong type", strings.Replace(base, "quota_pods = 10", `quota_pods = "10"`, 1),
+			[]string{"scenario:" + line("quota_pods = 10") + ":", `key "baseline.quota_pods"`}},
+		{"bad duration", strings.Replace(base, `drain = "1h"`, `drain = "1x"`, 1),
+			[]string{"scenario:" + line(`drain = "1h"`) + ":", `key "drain"`, `unknown unit "x"`}},
+		{"duration without unit", strings.Replace(base, `drain = "1h"`, `drain = 3600`, 1), []string{"3600", "no unit", `"3600s"`}},
+		{"negative seed", strings.Replace(base, "seed = 1", "seed = -1", 1), []string{`key "seed"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseScenario([]byte(c.text))
+			if err == nil {
+				t.Fatal("parsed")
+			}
+			if !errorsIs(err, ErrScenario) {
+				t.Errorf("%v does not wrap ErrScenario", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	// a file's errors name the file
+	p := filepath.Join(t.TempDir(), "x.toml")
+	if err := os.WriteFile(p, []byte(base+"\nbogus = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadScenario(p); err == nil || !strings.Contains(err.Error(), p+":") {
+		t.Errorf("LoadScenario: %v, want the file named", err)
+	}
 }

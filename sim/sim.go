@@ -12,7 +12,7 @@ import (
 )
 
 // PolicyNames lists the policies the simulator knows, in report order.
-var PolicyNames = []string{"vk", "pull-fifo", "accept-then-wait", "quota-margin", "greedy-backfill"}
+var PolicyNames = []string{"vk", "pull-fifo", "accept-then-wait", "quota-margin", "k8s-lease", "greedy-backfill"}
 
 // Options configure [Run]. The zero value of each optional field means:
 // Seed 0 → the scenario's seed; Policies nil → the scenario's list, or all
@@ -51,7 +51,7 @@ type Result struct {
 	Policy string // one of PolicyNames
 	Margin int    // quota-margin's margin in pods; 0 otherwise
 
-	Started   int            // jobs that started
+	Started   int            // jobs that started (and were not killed by a manager crash)
 	Finished  int            // jobs that finished by the end of the run
 	Unstarted int            // neither started nor failed by the end of the run
 	Failed    map[string]int // by Fail* reason
@@ -69,10 +69,11 @@ type Result struct {
 	// tenants that had jobs (1 is perfectly weighted-fair).
 	Jain float64
 	// Waits are the waits (arrival at GitLab to running) of started jobs,
-	// by job ID; -1 for jobs that never started.
+	// by job ID; -1 for jobs that never started or failed.
 	Waits []time.Duration
-	// HeldIdleCPUSecs: vCPU·s set aside on nodes without running a job
-	// (vk reservations granted but not yet used, pulled jobs booting).
+	// HeldIdleCPUSecs: vCPU·s set aside without running a job (vk
+	// reservations granted but not yet used, pulled jobs booting,
+	// k8s-lease's leases without a running pod).
 	HeldIdleCPUSecs float64
 	// FreeWhileWaitingCPUSecs: vCPU·s free while some job waited.
 	FreeWhileWaitingCPUSecs float64
@@ -85,6 +86,19 @@ type Result struct {
 	// flight beyond hard − margin at once: how much of the margin the
 	// managers' race used (K8S-07; the sandbox saw 1-3 against 12).
 	MarginOvershoot int
+	// KubeAPICalls counts the Kubernetes API calls a policy makes for its
+	// capacity check, pod creates aside: quota-margin one get of the
+	// ResourceQuota per check (K8S-14's Role); k8s-lease every lease take
+	// (granted or refused), renewal and delete, and each sweep's list and
+	// deletes (K8S-13). 0 for the other policies.
+	KubeAPICalls int
+	// LeasesSwept is how many leases the sweeper deleted because their
+	// holder stopped renewing them (a crashed manager's).
+	LeasesSwept int
+	// StaleLeaseCPUSecs is vCPU·s leased by a crashed manager, from its
+	// crash (or the lease's job's end) until the lease was swept: capacity
+	// no one could take (k8s-lease).
+	StaleLeaseCPUSecs float64
 	// CoreSteps is how many events the vk core took; CoreWall the wall
 	// time spent inside Step (not deterministic; never in Text/HTML).
 	CoreSteps  int
@@ -195,9 +209,17 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			case "greedy-backfill":
 				err = runPull(ctx, w, true)
 			case "accept-then-wait":
-				err = runK8s(ctx, w, false, 0)
-			case "quota-margin":
-				err = runK8s(ctx, w, true, m)
+				_, err = runK8s(ctx, w, k8sAcceptWait, 0)
+			case "quota-margin", "k8s-lease":
+				mode := k8sQuota
+				if p == "k8s-lease" {
+					mode = k8sLease
+				}
+				var k *k8sRun
+				k, err = runK8s(ctx, w, mode, m)
+				if k != nil {
+					r.KubeAPICalls, r.LeasesSwept = k.apiCalls, k.swept
+				}
 			}
 			if err != nil {
 				return nil, fmt.Errorf("sim: %s: %w", label, err)
@@ -256,7 +278,7 @@ func (r *Result) fill(s *Scenario, w *world) {
 	r.Waits = make([]time.Duration, len(w.jobs))
 	for j, st := range m.start {
 		switch {
-		case st >= 0:
+		case st >= 0 && m.failed[j] == "":
 			r.Started++
 			r.Waits[j] = st - w.jobs[j].Arrive
 		case m.failed[j] == "":
@@ -274,6 +296,7 @@ func (r *Result) fill(s *Scenario, w *world) {
 	r.EmptyAnswers = m.emptyAnswers
 	r.PeakOvershoot = m.peakOver
 	r.MarginOvershoot = m.overshoot
+	r.StaleLeaseCPUSecs = m.staleArea
 }
 
 // WaitStats are percentiles of a set of waits.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -427,5 +428,202 @@ func TestRelayModelReclaimsNothing(t *testing.T) {
 		if len(v.ended) != 1 || v.ended["empty"] != w.m.emptyAnswers || w.m.emptyAnswers == 0 {
 			t.Errorf("%s: admissions ended %v, want only %d empty", name, v.ended, w.m.emptyAnswers)
 		}
+	}
+}
+
+// nomemJobs is a second runner of the rollout sandbox whose pods set no
+// memory request (memory_request = false).
+const nomemJobs = `
+[[jobs]]
+name = "nomem"
+tenant = "sandbox"
+cpus = 4
+mem_gib = 16
+memory_request = false
+count = 6
+pushes = { every = "3m", start = "2m", fanout = 2, count = 3 }
+runtime = { kind = "fixed", value = "2m" }
+`
+
+// A requests.memory quota makes admission reject every pod without a
+// memory request, room or not (K8S-12): in the quota-gated baselines (and
+// k8s-lease, which keeps the namespace's quota) each job of a runner whose
+// pods set none is lost, at every margin, while the other runner's jobs
+// are not; without a requests.memory hard (quota_memory = false) they run.
+// vk, which has no such quota, runs them either way.
+//
+// spec: K8S-12, K8S-04, K8S-11
+func TestMemoryQuotaRejectsPodsWithoutMemoryRequest(t *testing.T) {
+	base, err := os.ReadFile("scenarios/rollout.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, quotaMem := range []bool{true, false} {
+		t.Run("quota_memory="+strconv.FormatBool(quotaMem), func(t *testing.T) {
+			text := string(base) + nomemJobs
+			if !quotaMem {
+				text = strings.Replace(text, "[baseline]\n", "[baseline]\nquota_memory = false\n", 1)
+			}
+			s, err := ParseScenario([]byte(text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Baseline.Margins = []int{0, 8}
+			rep := run(t, s, 1, "vk", "quota-margin", "k8s-lease")
+			tmpl := func(tm int) string { return s.Jobs[tm].Name }
+			nomem := len(rep.WaitsBy(rep.Results[0], tmpl)["nomem"])
+			if nomem != 6 {
+				t.Fatalf("%d nomem jobs, want 6", nomem)
+			}
+			for _, r := range rep.Results {
+				started := 0
+				for _, w := range rep.WaitsBy(r, tmpl)["nomem"] {
+					if w >= 0 {
+						started++
+					}
+				}
+				got := r.Failed[FailQuotaNoRequest]
+				switch {
+				case r.Policy == "vk" || !quotaMem:
+					if got != 0 || started != nomem {
+						t.Errorf("%s: %d rejected for no memory request, %d of %d nomem jobs started; want 0 and all", r.Label, got, started, nomem)
+					}
+				default:
+					if got != nomem || started != 0 {
+						t.Errorf("%s: %d rejected for no memory request, %d nomem jobs started; want all %d rejected", r.Label, got, started, nomem)
+					}
+				}
+			}
+			var b bytes.Buffer
+			if err := rep.WriteText(&b); err != nil {
+				t.Fatal(err)
+			}
+			if says := strings.Contains(b.String(), "lacking a memory request"); says != quotaMem {
+				t.Errorf("report mentions the rejected pods: %v, want %v", says, quotaMem)
+			}
+		})
+	}
+	// pods that set their memory request are never rejected for it
+	rep := run(t, load(t, "rollout"), 1)
+	for _, r := range rep.Results {
+		if n := r.Failed[FailQuotaNoRequest]; n != 0 {
+			t.Errorf("%s: %d pods rejected for no memory request, all set one", r.Label, n)
+		}
+	}
+}
+
+// The exact alternative to the margin (K8S-13): one lease per job, taken
+// before the request against hard with no margin. On the sandbox's race
+// (rollout doubling the managers) and on push bursts it loses no job to
+// quota admission and never goes past hard, where quota-margin without a
+// margin loses jobs and with a margin leaves capacity idle. What it costs:
+// more Kubernetes API calls than the quota gets (a take and a delete per
+// empty poll, renewals), and capacity held by leases with no pod running
+// (during the GitLab request and pod creation), which the quota never
+// holds.
+//
+// spec: K8S-13, K8S-01, K8S-08, K8S-09
+func TestLeaseExactAlternative(t *testing.T) {
+	for _, seed := range testSeeds {
+		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
+			s := load(t, "rollout")
+			rep := run(t, s, seed, "quota-margin", "k8s-lease")
+			lease, m0 := result(t, rep, "k8s-lease"), result(t, rep, "quota-margin/m=0")
+			last := result(t, rep, "quota-margin/m="+itoa(s.Baseline.Margins[len(s.Baseline.Margins)-1]))
+			if lease.FailedTotal() != 0 || lease.Started != rep.Jobs || lease.MarginOvershoot != 0 {
+				t.Errorf("k8s-lease: failed %v, started %d of %d, %d pods past hard", lease.Failed, lease.Started, rep.Jobs, lease.MarginOvershoot)
+			}
+			if m0.Failed[FailQuotaRejected] == 0 {
+				t.Errorf("quota-margin/m=0 lost no job: the race is not there to compare against")
+			}
+			if lease.FreeWhileWaitingCPUSecs*5 > last.FreeWhileWaitingCPUSecs {
+				t.Errorf("k8s-lease left %.0f vCPU·s free while jobs waited, the largest margin %.0f; want ≤ 1/5",
+					lease.FreeWhileWaitingCPUSecs, last.FreeWhileWaitingCPUSecs)
+			}
+			if lease.KubeAPICalls <= m0.KubeAPICalls || m0.KubeAPICalls == 0 {
+				t.Errorf("API calls: k8s-lease %d, quota-margin/m=0 %d; want more for the leases", lease.KubeAPICalls, m0.KubeAPICalls)
+			}
+			if lease.HeldIdleCPUSecs <= 0 || m0.HeldIdleCPUSecs != 0 {
+				t.Errorf("held-idle: k8s-lease %.0f vCPU·s (want > 0), quota-margin %.0f (want 0)", lease.HeldIdleCPUSecs, m0.HeldIdleCPUSecs)
+			}
+
+			pb := run(t, load(t, "push-burst"), seed, "quota-margin", "k8s-lease")
+			pl, pm := result(t, pb, "k8s-lease"), result(t, pb, "quota-margin/m=0")
+			if pl.FailedTotal() != 0 || pl.Started != pb.Jobs || pm.Failed[FailQuotaRejected] < 20 {
+				t.Errorf("push-burst: k8s-lease failed %v, started %d of %d; quota-margin/m=0 lost %d to quota (want ≥ 20)",
+					pl.Failed, pl.Started, pb.Jobs, pm.Failed[FailQuotaRejected])
+			}
+		})
+	}
+}
+
+// A crashed manager's leases stop being renewed; the sweeper deletes each
+// one only once it has gone lease_duration without a renewal, and within
+// one sweep period after: until then its capacity is held with nothing
+// running (stale-lease vCPU·h). The quota needs no cleanup: quota-margin,
+// with the same crash, holds nothing.
+//
+// spec: K8S-13
+func TestLeaseSweepAfterCrash(t *testing.T) {
+	for _, seed := range testSeeds {
+		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
+			s := load(t, "manager-crash")
+			b := s.Baseline
+			crash, dur, renew := b.CrashAt.Duration, b.LeaseDuration.Duration, b.LeaseRenew.Duration
+			w := newWorld(s, Sample(s, seed), seed, "k8s-lease")
+			k, err := runK8s(context.Background(), w, k8sLease, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k.swept == 0 || len(k.sweeps) != k.swept {
+				t.Fatalf("%d leases swept (%d recorded): the crashed manager held none", k.swept, len(k.sweeps))
+			}
+			for _, sw := range k.sweeps {
+				if sw.expires <= crash-renew+dur || sw.expires > crash+dur {
+					t.Errorf("a lease expired at %s: want in (%s, %s], lease_duration after its last renewal before the crash", sw.expires, crash-renew+dur, crash+dur)
+				}
+				if d := sw.at - sw.expires; d < 0 || d >= b.LeaseSweep.Duration {
+					t.Errorf("a lease expired at %s was swept at %s: want within one sweep period (%s) after", sw.expires, sw.at, b.LeaseSweep.Duration)
+				}
+			}
+			// every job ended: no job's lease is left, nor an unswept
+			// orphan (slots may still hold leases for open requests)
+			if len(k.orphans) != 0 || len(k.leaseOf) != 0 {
+				t.Errorf("after the run: %d orphaned leases unswept, %d jobs' leases live", len(k.orphans), len(k.leaseOf))
+			}
+			// each swept lease (4 vCPU) held at least lease_duration − lease_renew
+			cpus := float64(w.env[0].cpus)
+			if min := float64(k.swept) * cpus * (dur - renew).Seconds(); w.m.staleArea < min {
+				t.Errorf("stale-lease area %.0f vCPU·s, want ≥ %.0f", w.m.staleArea, min)
+			}
+
+			rep := run(t, s, seed, "quota-margin", "k8s-lease")
+			for _, r := range rep.Results {
+				if r.Policy == "quota-margin" && (r.HeldIdleCPUSecs != 0 || r.StaleLeaseCPUSecs != 0 || r.LeasesSwept != 0) {
+					t.Errorf("%s held capacity after the crash: %.0f held-idle, %.0f stale vCPU·s", r.Label, r.HeldIdleCPUSecs, r.StaleLeaseCPUSecs)
+				}
+			}
+			// without the crash nothing is swept
+			s.Baseline.CrashAt = Duration{}
+			nc := result(t, run(t, s, seed, "k8s-lease"), "k8s-lease")
+			if nc.LeasesSwept != 0 || nc.StaleLeaseCPUSecs != 0 || nc.FailedTotal() != 0 {
+				t.Errorf("no crash: %d swept, %.0f stale vCPU·s, failed %v", nc.LeasesSwept, nc.StaleLeaseCPUSecs, nc.Failed)
+			}
+		})
+	}
+}
+
+// Runs with a crash and with leases are byte-identical per seed too (the
+// crash visits the manager's jobs in a fixed order).
+//
+// spec: BS-18, K8S-13
+func TestDeterminismWithCrashAndLeases(t *testing.T) {
+	s := load(t, "manager-crash")
+	a := render(t, run(t, s, 2))
+	if b := render(t, run(t, s, 2)); !bytes.Equal(a, b) {
+		t.Fatal("same seed, different reports")
+	}
+	if !bytes.Contains(a, []byte("k8s-lease")) || !bytes.Contains(a, []byte("leases swept")) {
+		t.Fatal("the report lacks the k8s-lease rows")
 	}
 }

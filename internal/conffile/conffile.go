@@ -61,15 +61,26 @@ func Decode(name string, data []byte, v any, versions ...int) error {
 	if len(versions) > 0 && !slices.Contains(versions, *head.Version) {
 		return fmt.Errorf("%s: key \"version\" is %d, this build reads version %s: %w", name, *head.Version, list(versions), ErrVersion)
 	}
-	dec := toml.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return wrap(name, err)
+	if err := Strict(name, data, v); err != nil {
+		return err
 	}
 	if val, ok := v.(Validator); ok {
 		if err := val.Validate(); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+// Strict decodes TOML data into v with no `version` key required and no
+// validation: unknown keys and wrong types are errors ([*Error]) naming
+// name, the line, the column and the key. For files that are not a
+// binary's config (e.g. vk-sim scenarios).
+func Strict(name string, data []byte, v any) error {
+	dec := toml.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return wrap(name, err)
 	}
 	return nil
 }

@@ -19,6 +19,11 @@ import (
 // sign, fraction or space. The canonical printed form uses the largest unit
 // that divides the value exactly and no suffix letters beyond it: 16 GiB
 // prints "16G", 1.5 GiB prints "1536M", 1000 bytes prints "1000".
+//
+// In TOML config files (go-toml/v2, internal/conffile) a size is a string
+// in that form (UnmarshalText) or an integer counting bytes, which the
+// decoder stores directly: a negative integer is not refused there but by
+// the config's validation (e.g. [Envelope.Validate]).
 type Size int64
 
 // Units for Size.
@@ -136,21 +141,4 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 	}
 	*s = Size(n)
 	return nil
-}
-
-// UnmarshalTOML lets github.com/BurntSushi/toml decode a size written as a
-// string ("16G") or an integer (bytes) without this package importing it.
-func (s *Size) UnmarshalTOML(v any) error {
-	switch v := v.(type) {
-	case string:
-		return s.UnmarshalText([]byte(v))
-	case int64:
-		if v < 0 {
-			return fmt.Errorf("%w: negative %d", ErrSize, v)
-		}
-		*s = Size(v)
-		return nil
-	default:
-		return fmt.Errorf("%w: %T", ErrSize, v)
-	}
 }

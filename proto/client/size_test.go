@@ -91,16 +91,6 @@ func TestSizeJSON(t *testing.T) {
 	if _, err := json.Marshal(Size(-1)); err == nil {
 		t.Error("Marshal(Size(-1)) succeeded")
 	}
-	var s Size
-	if err := s.UnmarshalTOML("2G"); err != nil || s != 2*GiB {
-		t.Errorf("UnmarshalTOML(2G) = %v, %v", s, err)
-	}
-	if err := s.UnmarshalTOML(int64(4096)); err != nil || s != 4*KiB {
-		t.Errorf("UnmarshalTOML(4096) = %v, %v", s, err)
-	}
-	if err := s.UnmarshalTOML(1.5); !errors.Is(err, ErrSize) {
-		t.Errorf("UnmarshalTOML(1.5) = %v", err)
-	}
 	if (16*GiB).MiB() != 16384 || Size(1).MiB() != 1 || Size(0).MiB() != 0 {
 		t.Error("MiB rounding wrong")
 	}
