@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/internal/wsconn"
 )
 
@@ -152,13 +153,6 @@ func (s *core) drop() {
 	<-l.done
 }
 
-// inbound records a frame's arrival and checks it (see State.Inbound).
-func (s *core) inbound(seq uint64, minVersion int, heartbeat bool) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st.Inbound(seq, minVersion, heartbeat, s.clk.Now())
-}
-
 // readErr classifies a read failure.
 func readErr(err error) error {
 	if errors.Is(err, wsconn.ErrTooLarge) {
@@ -169,4 +163,76 @@ func readErr(err error) error {
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// markEnded ends the session with err unless it already ended, without
+// touching its link (whose reader has finished).
+func (s *core) markEnded(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended == nil {
+		s.ended = err
+		s.out.Close()
+	}
+}
+
+// handle returns the session handle.
+func (s *core) handle() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.Handle
+}
+
+// version returns the negotiated protocol version.
+func (s *core) version() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.Version
+}
+
+// state returns a copy of the per-session state.
+func (s *core) state() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+// connected reports whether a link currently carries the session.
+func (s *core) connected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.link != nil
+}
+
+// send queues the frame encode builds for the next seq. minVersion is the
+// oldest version the message exists in and what names it for the error
+// when the session is older; ending is the kind's (an overflow ends the
+// session). The callers check the message is state-changing.
+func (s *core) send(kind Kind, minVersion int, what func() string, encode func(seq uint64) ([]byte, error), ending func(error) ending) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended != nil {
+		return fmt.Errorf("%w: %w", ErrEnded, s.ended)
+	}
+	if minVersion > s.st.Version {
+		return fmt.Errorf("%w: %s needs version %d, session is at %d", ErrProtocol, what(), minVersion, s.st.Version)
+	}
+	_, err := s.out.Push(encode)
+	if errors.Is(err, wsconn.ErrOverflow) {
+		err = fmt.Errorf("%w: %w", ErrQueueFull, err)
+		s.log.Warn(string(kind)+" session ended: outbound queue full", slog.Any(logkey.Err, err))
+		s.endLocked(ending(err))
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("session: send: %w", err)
+	}
+	return nil
+}
+
+// removal is how End ends a session: an error frame of code, close code
+// 1008 with code as the reason.
+func removal(code, msg string, frame []byte) ending {
+	return ending{err: fmt.Errorf("%w: %s: %s", ErrEnded, code, msg), frame: frame,
+		status: wsconn.StatusPolicyViolation, reason: code}
 }

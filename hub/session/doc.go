@@ -55,4 +55,14 @@
 // replaces the old one, which is told "replaced" and closed (1000). The
 // driver sees NodeDown/RelayDown for the old one before NodeUp/RelayUp
 // for the new one.
+//
+// # One server, two kinds
+//
+// NodeServer and RelayServer are one generic server (server.go: the
+// registry, the accept → handshake → read shape, the replace step, the
+// reader and the ending) over what differs per kind, kept in node.go and
+// relay.go: the frames and their decoders, which frames a peer may send,
+// version negotiation, the error and close codes that end a session
+// (relays have "limits"), the welcome, the handler calls, and resume,
+// which only node sessions have.
 package session

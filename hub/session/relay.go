@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/vk-ci/vk/internal/logkey"
@@ -35,7 +34,6 @@ type RelayHandler interface {
 // new session (the relay's heartbeats restate everything it holds).
 type RelaySession struct {
 	core
-	srv   *RelayServer
 	hello *client.RelayHello
 }
 
@@ -43,18 +41,10 @@ type RelaySession struct {
 func (s *RelaySession) Relay() string { return s.principal }
 
 // Handle returns the session handle.
-func (s *RelaySession) Handle() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st.Handle
-}
+func (s *RelaySession) Handle() string { return s.handle() }
 
 // Version returns the negotiated relay-session version (1..3).
-func (s *RelaySession) Version() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st.Version
-}
+func (s *RelaySession) Version() int { return s.version() }
 
 // NewWorkAllowed reports whether the hub takes new work from this relay:
 // false for a version-1 session, whose capacity requests, reservation
@@ -63,11 +53,7 @@ func (s *RelaySession) Version() int {
 func (s *RelaySession) NewWorkAllowed() bool { return s.Version() >= client.RelayVersionAdmissions }
 
 // State returns a copy of the per-session state.
-func (s *RelaySession) State() State {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st
-}
+func (s *RelaySession) State() State { return s.state() }
 
 // Ended returns why the session ended, nil while it lives.
 func (s *RelaySession) Ended() error { return s.err() }
@@ -81,34 +67,16 @@ func (s *RelaySession) Send(m client.RelayMessage) error {
 	if m == nil || relayStateless(m) {
 		return fmt.Errorf("%w: Send takes state-changing messages only", ErrProtocol)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended != nil {
-		return fmt.Errorf("%w: %w", ErrEnded, s.ended)
-	}
-	if v := relayMinVersion(m); v > s.st.Version {
-		return fmt.Errorf("%w: %s needs version %d, session is at %d", ErrProtocol, m.RelayFrameType(), v, s.st.Version)
-	}
-	_, err := s.out.Push(func(seq uint64) ([]byte, error) {
-		return client.EncodeRelayFrame(client.RelayFrame{Seq: seq, Msg: m})
-	})
-	if errors.Is(err, wsconn.ErrOverflow) {
-		err = fmt.Errorf("%w: %w", ErrQueueFull, err)
-		s.log.Warn("relay session ended: outbound queue full", slog.Any(logkey.Err, err))
-		s.endLocked(relayEnding(err))
-		return err
-	}
-	if err != nil {
-		return fmt.Errorf("session: send: %w", err)
-	}
-	return nil
+	return s.send(KindRelay, relayMinVersion(m),
+		func() string { return string(m.RelayFrameType()) },
+		func(seq uint64) ([]byte, error) { return client.EncodeRelayFrame(client.RelayFrame{Seq: seq, Msg: m}) },
+		relayEnding)
 }
 
 // End ends the session (e.g. the relay was removed), telling the relay
 // why with an error frame of code.
 func (s *RelaySession) End(code client.RelayErrorCode, msg string) {
-	s.end(ending{err: fmt.Errorf("%w: %s: %s", ErrEnded, code, msg), frame: relayErrorFrame(code, msg, nil),
-		status: wsconn.StatusPolicyViolation, reason: string(code)})
+	s.end(removal(string(code), msg, relayErrorFrame(code, msg, nil)))
 }
 
 func relayStateless(m client.RelayMessage) bool {
@@ -134,6 +102,10 @@ func relayErrorFrame(code client.RelayErrorCode, msg string, versions *client.Ve
 	return b
 }
 
+// relayEnding maps why a session ends to its error frame and close code.
+// It looks like nodeEnding but is kept apart: the codes are the relay
+// protocol's (client.RelayErrorCode) and an inventory over the limits
+// ends a relay session with code "limits" (RSESS-09).
 func relayEnding(err error) ending {
 	e := ending{err: err, status: wsconn.StatusPolicyViolation}
 	code := client.RelayErrorOther
@@ -179,198 +151,97 @@ func CheckRelayLimits(r *client.RelayReport) error {
 // between it and a RelayHandler. One session per relay: a new one
 // replaces the old. Create it with NewRelayServer.
 type RelayServer struct {
-	cfg Config
-	h   RelayHandler
-	log *slog.Logger
-
-	attachMu sync.Mutex
-
-	mu       sync.Mutex
-	sessions map[string]*RelaySession // by relay ID; guarded by mu
-	closed   bool                     // guarded by mu
+	base server[*RelaySession, *client.RelayHello, client.RelayMessage] // registry and pump, shared with NodeServer
+	h    RelayHandler
 }
 
 // NewRelayServer returns the relay session endpoint. cfg.Lookup and h are
 // required.
 func NewRelayServer(cfg Config, h RelayHandler) *RelayServer {
-	cfg = cfg.withDefaults()
-	return &RelayServer{cfg: cfg, h: h, log: cfg.Logger.With(logkey.Component, "relay-session"), sessions: map[string]*RelaySession{}}
+	srv := &RelayServer{h: h}
+	srv.base.init(cfg.withDefaults(), KindRelay, logkey.RelayID, false, srv)
+	return srv
 }
 
 // Session returns the relay's live session, nil when none.
-func (srv *RelayServer) Session(relay string) *RelaySession {
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	return srv.sessions[relay]
-}
+func (srv *RelayServer) Session(relay string) *RelaySession { return srv.base.Session(relay) }
 
 // Len returns the number of live relay sessions.
-func (srv *RelayServer) Len() int {
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	return len(srv.sessions)
-}
+func (srv *RelayServer) Len() int { return srv.base.Len() }
 
 // Close ends every session with code shutdown (1001), refuses new ones
 // and waits until their readers have finished.
-func (srv *RelayServer) Close() {
-	srv.attachMu.Lock() // no handshake is between its closed check and the registry
-	srv.mu.Lock()
-	srv.closed = true
-	all := make([]*RelaySession, 0, len(srv.sessions))
-	for _, s := range srv.sessions {
-		all = append(all, s)
-	}
-	srv.mu.Unlock()
-	srv.attachMu.Unlock()
-	for _, s := range all {
-		s.mu.Lock()
-		l := s.link
-		s.endLocked(relayEnding(fmt.Errorf("%w", errShutdown)))
-		s.mu.Unlock()
-		if l != nil {
-			<-l.done
-		}
-	}
-}
+func (srv *RelayServer) Close() { srv.base.Close() }
 
 // ServeHTTP handles GET /v1/gitlab/session: 401 with the API error body
 // when authentication fails; otherwise the session runs until it ends.
-func (srv *RelayServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, relay, ok := accept(srv.cfg, KindRelay, w, r, srv.log)
-	if !ok {
-		return
-	}
-	log := srv.log.With(logkey.RelayID, relay)
-	s, l, err := srv.handshake(c, relay, log)
-	if err != nil {
-		return
-	}
-	srv.h.RelayUp(s, s.hello) // outside the handshake lock, before any RelayDown of s
-	err = srv.read(s, l)
-	s.mu.Lock()
-	if s.ended == nil {
-		s.ended = err
-		s.out.Close()
-	} else {
-		err = s.ended // the cause (replaced, limits, …), not the read error it led to
-	}
-	s.mu.Unlock()
-	s.detach(l)
-	srv.mu.Lock()
-	if srv.sessions[relay] == s {
-		delete(srv.sessions, relay)
-	}
-	srv.mu.Unlock()
-	log.Info("relay session dropped", logkey.Session, s.Handle(), slog.Any("reason", err))
-	srv.h.RelayDown(s, err)
-	close(l.done)
-}
+// The session ends with its connection: relay sessions are not resumed.
+func (srv *RelayServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { srv.base.ServeHTTP(w, r) }
 
-func (srv *RelayServer) handshake(c *wsconn.Conn, relay string, log *slog.Logger) (*RelaySession, *link, error) {
-	b, err := readHello(srv.cfg, c)
-	if err != nil {
-		log.Info("relay session refused", slog.Any("reason", err))
-		c.CloseNow()
-		return nil, nil, err
-	}
+// What follows is RelayServer's side of kindOps.
+
+func (*RelayServer) decodeHello(b []byte) (*client.RelayHello, bool, error) {
 	f, err := client.DecodeRelayFrame(b)
 	hello, ok := f.Msg.(*client.RelayHello)
-	if err != nil || !ok {
-		err = fmt.Errorf("%w: first frame is not a hello: %v", ErrProtocol, err)
-		log.Info("relay session refused", slog.Any("reason", err))
-		refuse(c, relayErrorFrame(client.RelayErrorProtocol, err.Error(), nil), wsconn.StatusProtocolError, "expected hello")
-		return nil, nil, err
-	}
-	if hello.Relay != relay {
-		err = fmt.Errorf("%w: hello names relay %q, key is relay %q's", ErrUnauthorized, hello.Relay, relay)
-		log.Warn("relay session refused", slog.Any("reason", err))
-		refuse(c, relayErrorFrame(client.RelayErrorUnauthorized, err.Error(), nil), wsconn.StatusPolicyViolation, "unauthorized")
-		return nil, nil, err
-	}
-	v, err := client.NegotiateVersion("relay", srv.cfg.RelayVersions, hello.Versions)
-	if err != nil {
-		err = fmt.Errorf("%w: %w", ErrVersion, err)
-		log.Warn("relay session refused", "release", hello.Release, slog.Any("reason", err))
-		local := srv.cfg.RelayVersions
-		refuse(c, relayErrorFrame(client.RelayErrorVersion, err.Error(), &local), wsconn.StatusPolicyViolation, "version")
-		return nil, nil, err
-	}
-
-	srv.attachMu.Lock()
-	defer srv.attachMu.Unlock()
-	srv.mu.Lock()
-	if srv.closed {
-		srv.mu.Unlock()
-		refuse(c, relayErrorFrame(client.RelayErrorShutdown, "hub shutting down", nil), wsconn.StatusGoingAway, "shutdown")
-		return nil, nil, errShutdown
-	}
-	old := srv.sessions[relay]
-	srv.mu.Unlock()
-	if old != nil {
-		l := func() *link { old.mu.Lock(); defer old.mu.Unlock(); return old.link }()
-		old.end(relayEnding(fmt.Errorf("%w", ErrReplaced)))
-		if l != nil {
-			<-l.done
-		}
-	}
-	s := &RelaySession{srv: srv, hello: hello, core: core{principal: relay, clk: srv.cfg.Clock, out: wsconn.NewOutbox(srv.cfg.QueueFrames)}}
-	s.st = State{Handle: newHandle(), Version: v, LastSeen: srv.cfg.Clock.Now()}
-	s.log = log.With(logkey.Session, s.st.Handle)
-	srv.mu.Lock()
-	srv.sessions[relay] = s
-	srv.mu.Unlock()
-
-	w := client.RelayWelcome{Version: v, Handle: s.st.Handle, HeartbeatSecs: srv.cfg.RelayHeartbeatSecs}
-	wb, err := client.EncodeRelayFrame(client.RelayFrame{Msg: w})
-	if err == nil {
-		ctx, cancel := contextWithTimeout(10 * time.Second)
-		err = c.WriteFrame(ctx, wb)
-		cancel()
-	}
-	if err != nil {
-		srv.mu.Lock()
-		delete(srv.sessions, relay)
-		srv.mu.Unlock()
-		log.Info("relay session dropped before welcome", slog.Any("reason", err))
-		c.CloseNow()
-		return nil, nil, err
-	}
-	l := newLink(c)
-	s.attach(l)
-	if v < client.RelayVersionAdmissions {
-		s.log.Warn("relay session up at version 1: new work will be refused until the relay is upgraded", "release", hello.Release)
-	} else {
-		s.log.Info("relay session up", "version", v, "release", hello.Release, "heartbeat_secs", w.HeartbeatSecs)
-	}
-	return s, l, nil
+	return hello, ok, err
 }
 
-func (srv *RelayServer) read(s *RelaySession, l *link) error {
-	for {
-		b, err := l.c.ReadFrame(l.ctx)
-		if err != nil {
-			err = readErr(err)
-			if errors.Is(err, ErrTooLarge) {
-				// The WebSocket layer already closed with 1009 and its reason.
-				s.end(ending{err: err, status: wsconn.StatusTooBig, now: true})
-			}
-			return err
-		}
-		s.mu.Lock()
-		m, deliver, err := relayFrame(&s.st, b, s.clk.Now())
-		s.mu.Unlock()
-		if err != nil {
-			if errors.Is(err, ErrLimits) {
-				s.log.Warn("relay session ended: inventory over the limits", slog.Any("reason", err))
-			}
-			s.end(relayEnding(err))
-			return err
-		}
-		if deliver {
-			srv.h.RelayMessage(s, m)
+func (*RelayServer) names(h *client.RelayHello) (string, string) { return h.Relay, h.Release }
+
+// negotiate: the hub speaks cfg.RelayVersions (1..3) to relays
+// (RSESS-10); a version-1 relay is accepted but refused new work
+// (RSESS-11).
+func (srv *RelayServer) negotiate(h *client.RelayHello) (int, error) {
+	return client.NegotiateVersion("relay", srv.base.cfg.RelayVersions, h.Versions)
+}
+
+func (srv *RelayServer) refusal(r refusal, msg string) []byte {
+	switch r {
+	case refuseUnauthorized:
+		return relayErrorFrame(client.RelayErrorUnauthorized, msg, nil)
+	case refuseVersion:
+		local := srv.base.cfg.RelayVersions
+		return relayErrorFrame(client.RelayErrorVersion, msg, &local)
+	case refuseShutdown:
+		return relayErrorFrame(client.RelayErrorShutdown, msg, nil)
+	}
+	return relayErrorFrame(client.RelayErrorProtocol, msg, nil)
+}
+
+func (*RelayServer) ending(err error) ending { return relayEnding(err) }
+
+// open replaces old with a new session: relay sessions are never
+// resumed (the relay's heartbeats restate everything it holds).
+func (srv *RelayServer) open(old *RelaySession, hello *client.RelayHello, v int, relay string, log *slog.Logger) (*RelaySession, []byte, func(), error) {
+	cfg := &srv.base.cfg
+	if old != nil {
+		srv.base.replace(old)
+	}
+	s := &RelaySession{hello: hello, core: core{principal: relay, clk: cfg.Clock, out: wsconn.NewOutbox(cfg.QueueFrames)}}
+	s.st = State{Handle: newHandle(), Version: v, LastSeen: cfg.Clock.Now()}
+	s.log = log.With(logkey.Session, s.st.Handle)
+	srv.base.register(s)
+
+	w := client.RelayWelcome{Version: v, Handle: s.st.Handle, HeartbeatSecs: cfg.RelayHeartbeatSecs}
+	wb, err := client.EncodeRelayFrame(client.RelayFrame{Msg: w})
+	logUp := func() {
+		if v < client.RelayVersionAdmissions {
+			s.log.Warn("relay session up at version 1: new work will be refused until the relay is upgraded", "release", hello.Release)
+		} else {
+			s.log.Info("relay session up", "version", v, "release", hello.Release, "heartbeat_secs", w.HeartbeatSecs)
 		}
 	}
+	return s, wb, logUp, err
+}
+
+func (srv *RelayServer) up(s *RelaySession) { srv.h.RelayUp(s, s.hello) }
+
+func (srv *RelayServer) message(s *RelaySession, m client.RelayMessage) { srv.h.RelayMessage(s, m) }
+
+func (srv *RelayServer) down(s *RelaySession, err error) { srv.h.RelayDown(s, err) }
+
+func (*RelayServer) frame(st *State, b []byte, now time.Time) (client.RelayMessage, bool, error) {
+	return relayFrame(st, b, now)
 }
 
 // relayFrame decodes and checks one frame from a relay against its
