@@ -64,11 +64,15 @@ type core struct {
 	clk       clock.Clock
 	out       *wsconn.Outbox
 
-	mu         sync.Mutex
-	st         State     // written by the reader; guarded by mu
-	link       *link     // current connection; nil while detached; guarded by mu
-	ended      error     // non-nil once the session can never carry frames again; guarded by mu
-	detachedAt time.Time // when link became nil; guarded by mu
+	mu   sync.Mutex
+	st   State // written by the reader; guarded by mu
+	link *link // current connection; nil while detached; guarded by mu
+	// lastDone is the last attached link's done: closed once its reader
+	// has announced Down. It outlives link (cleared at detach, before the
+	// Down), so a next session waits for that Down before its Up.
+	lastDone   chan struct{} // guarded by mu
+	ended      error         // non-nil once the session can never carry frames again; guarded by mu
+	detachedAt time.Time     // when link became nil; guarded by mu
 }
 
 // endLocked marks the session ended and tears down its link, sending e's
@@ -116,7 +120,7 @@ func (s *core) err() error {
 // attach makes l the session's link and starts its writer.
 func (s *core) attach(l *link) {
 	s.mu.Lock()
-	s.link = l
+	s.link, s.lastDone = l, l.done
 	s.mu.Unlock()
 	go l.write(s.out, s.log)
 }
@@ -140,17 +144,27 @@ func (s *core) detach(l *link) {
 }
 
 // drop tears down the current link (if any) without ending the session
-// and waits until its reader has finished.
+// and waits until the last link's reader has announced Down, even one
+// already detached.
 func (s *core) drop() {
 	s.mu.Lock()
-	l := s.link
+	l, done := s.link, s.lastDone
 	s.mu.Unlock()
-	if l == nil {
-		return
+	if l != nil {
+		l.cancel()
+		l.c.CloseNow()
 	}
-	l.cancel()
-	l.c.CloseNow()
-	<-l.done
+	if done != nil {
+		<-done
+	}
+}
+
+// downDone returns what [core.drop] waits for: the last link's done, nil
+// when no link was ever attached.
+func (s *core) downDone() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastDone
 }
 
 // readErr classifies a read failure.

@@ -69,6 +69,7 @@ type event struct {
 type recorder struct {
 	events chan event
 	onUp   func(s *NodeSession)
+	onDown func(s *NodeSession) // called before the down is recorded
 }
 
 func newRecorder() *recorder { return &recorder{events: make(chan event, 4096)} }
@@ -83,6 +84,9 @@ func (r *recorder) NodeMessage(s *NodeSession, m dispatch.Message) {
 	r.events <- event{kind: "msg", node: s.Node(), s: s, msg: m}
 }
 func (r *recorder) NodeDown(s *NodeSession, err error) {
+	if r.onDown != nil {
+		r.onDown(s)
+	}
 	r.events <- event{kind: "down", node: s.Node(), s: s, err: err}
 }
 func (r *recorder) RelayUp(s *RelaySession, h *client.RelayHello) {

@@ -2,9 +2,13 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -453,5 +457,64 @@ func TestNodeSessionEndRemoved(t *testing.T) {
 	}
 	if _, err := dialNode(t, h, "n1", key); !errors.Is(err, wsconn.ErrUnauthorized) {
 		t.Fatalf("dial after removal = %v, want 401", err)
+	}
+}
+
+// The driver sees a session's Down before the next session's Up, even
+// when the node's new hello arrives while the old connection's reader is
+// between letting go of its link and announcing Down: a fresh session
+// (replace) and a resume (drop) both wait for that Down. Up first would
+// leave the driver thinking a connected node is gone.
+func TestNodeDownBeforeNextUp(t *testing.T) {
+	for _, resume := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
+			h := startHub(t, Config{})
+			key := testKey(1)
+			h.look.add(KindNode, "n1", key)
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free) // a failed test must not leave the reader blocked (Close waits for it)
+			var first atomic.Pointer[NodeSession]
+			var enterOnce sync.Once
+			h.rec.onDown = func(s *NodeSession) {
+				if s == first.Load() {
+					enterOnce.Do(func() { close(entered) })
+					<-release
+				}
+			}
+			n1, _ := dialNode(t, h, "n1", key)
+			w := welcomeOf(t, n1.hello("n1", dispatch.NodeVersions, nil))
+			first.Store(h.rec.next(t, "up").s)
+			h.cutAll()
+			<-entered // the old reader has detached; its Down is held
+			go func() {
+				n2, err := dialNode(t, h, "n1", key)
+				if err != nil {
+					return
+				}
+				var res *dispatch.Resume
+				if resume {
+					res = &dispatch.Resume{Handle: w.Handle}
+				}
+				n2.send(dispatch.Frame{Msg: dispatch.Hello{Versions: dispatch.NodeVersions, Node: "n1", Resume: res}})
+			}()
+			// Nothing may reach the driver before the old Down. (A bounded
+			// wait for what must not happen: it cannot fail wrongly, only
+			// miss a bug on a very slow machine.)
+			select {
+			case e := <-h.rec.events:
+				t.Fatalf("%s of the next session while the old one's Down is pending", e.kind)
+			case <-time.After(300 * time.Millisecond):
+			}
+			free()
+			if down := h.rec.next(t, "down"); down.s != first.Load() {
+				t.Fatal("down of another session")
+			}
+			up := h.rec.next(t, "up")
+			if up.resumed != resume {
+				t.Errorf("up resumed = %v, want %v", up.resumed, resume)
+			}
+		})
 	}
 }

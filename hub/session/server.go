@@ -158,10 +158,10 @@ func (srv *server[S, H, M]) forget(s S) {
 // handshake lock.
 func (srv *server[S, H, M]) replace(old S) {
 	c := old.base()
-	l := func() *link { c.mu.Lock(); defer c.mu.Unlock(); return c.link }()
+	done := c.downDone() // the last link's, even if its reader already let go of it
 	c.end(srv.k.ending(fmt.Errorf("%w", ErrReplaced)))
-	if l != nil {
-		<-l.done
+	if done != nil {
+		<-done
 	}
 	srv.forget(old)
 }
