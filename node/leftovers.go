@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -17,11 +16,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/node/internal/cgroupv1"
 )
 
 // cgroupRoot is where the cgroup v1 controllers are mounted (both
 // backends' default).
-var cgroupRoot = "/sys/fs/cgroup"
+var cgroupRoot = cgroupv1.DefaultRoot
 
 // leftoverKillWait bounds how long a leftover cgroup's processes get to
 // die after SIGKILL before its directory is left in place.
@@ -176,62 +176,9 @@ func (a *Agent) cleanCgroupParent(parent string) {
 			}
 			p := filepath.Join(dir, e.Name())
 			a.log.Info("removing a job cgroup left by a previous run", "cgroup", p)
-			if err := removeCgroupTree(p, leftoverKillWait); err != nil {
+			if err := cgroupv1.RemoveTree(a.runCtx, p, leftoverKillWait); err != nil {
 				a.log.Warn("leftover cgroup not removed", "cgroup", p, logkey.Err, err)
 			}
 		}
 	}
-}
-
-// removeCgroupTree kills every process in the cgroup dir and its
-// children and removes them, children first.
-func removeCgroupTree(dir string, wait time.Duration) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		if e.IsDir() {
-			errs = append(errs, removeCgroupTree(filepath.Join(dir, e.Name()), wait))
-		}
-	}
-	// Kill until empty: a process may fork between the read and the kill.
-	deadline := time.Now().Add(wait)
-	for {
-		pids := cgroupPids(dir)
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			errs = append(errs, fmt.Errorf("cgroup %s: processes %v did not die", dir, pids))
-			return errors.Join(errs...)
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(10 * time.Millisecond) // external processes dying: polled with a deadline
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// cgroupPids lists the processes in a cgroup v1 directory.
-func cgroupPids(dir string) []int {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil && n > 0 {
-			out = append(out, n)
-		}
-	}
-	return out
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
+	"github.com/vk-ci/vk/node/internal/cgroupv1"
 	"github.com/vk-ci/vk/proto/job"
 )
 
@@ -43,7 +44,7 @@ const (
 	// DefaultRunc is the runc binary, looked up in PATH.
 	DefaultRunc = "runc"
 	// DefaultCgroupRoot is where the cgroup v1 controllers are mounted.
-	DefaultCgroupRoot = "/sys/fs/cgroup"
+	DefaultCgroupRoot = cgroupv1.DefaultRoot
 	// DefaultCgroupParent holds the jobs' cgroups under each controller
 	// (the process backend uses "vk"; the two never share a directory).
 	DefaultCgroupParent = "vk-oci"
@@ -133,7 +134,7 @@ func Available(runc, cgroupRoot string) error {
 	if cgroupRoot == "" {
 		cgroupRoot = DefaultCgroupRoot
 	}
-	if !cgroupV1Available(cgroupRoot) {
+	if !cgroupv1.Available(cgroupRoot) {
 		return fmt.Errorf("%w: no cgroup v1 memory controller under %s", ErrUnavailable, cgroupRoot)
 	}
 	if runc == "" {
@@ -249,7 +250,7 @@ func (e *Executor) Prepare(ctx context.Context, req exec.PrepareRequest, spec Sp
 		start: e.clk.Now(),
 		dir:   filepath.Join(e.cfg.Root, req.ID),
 		log:   e.log.With(logkey.JobID, req.ID),
-		cg:    &jobCgroup{root: e.cfg.CgroupRoot, parent: e.cfg.CgroupParent, id: req.ID, mu: &e.cgMu},
+		cg:    newJobCgroup(e.cfg.CgroupRoot, e.cfg.CgroupParent, req.ID, &e.cgMu),
 	}
 	if err := os.Mkdir(j.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
@@ -305,7 +306,7 @@ func (j *Job) prepare(ctx context.Context, spec Spec) error {
 		pids = 0
 	}
 	j.cgCreated = true
-	if err := j.cg.create(j.size.MemMiB<<20, j.size.CPUs, pids); err != nil {
+	if err := j.cg.create(cgroupv1.Limits{MemBytes: j.size.MemMiB << 20, CPUs: j.size.CPUs, PidsMax: pids}); err != nil {
 		return err
 	}
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path"
@@ -106,13 +105,7 @@ func (j *Job) Adopt(hostPath string) error {
 	if j.user.UID == 0 && j.user.GID == 0 {
 		return nil
 	}
-	err := filepath.WalkDir(hostPath, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, int(j.user.UID), int(j.user.GID))
-	})
-	if err != nil {
+	if err := exec.ChownTree(hostPath, j.user.UID, j.user.GID); err != nil {
 		return fmt.Errorf("oci: adopt %s: %w", hostPath, err)
 	}
 	return nil
@@ -180,54 +173,25 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	args = append(args, j.id, bash, "--noprofile", "--norc", path.Join(GuestTempDir, name+".sh"))
 	cmd := j.e.runcCmd(args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	oomBefore := j.cg.oomKills()
+	oomBefore, _ := j.cg.OOMKills()
 	started := j.e.clk.Now()
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
+	out, err := exec.StartPumped(cmd, stdout, stderr)
 	if err != nil {
-		outR.Close()
-		errR.Close()
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 	}
-	drained := exec.Pump(stdout, stderr, outR, errR)
-
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		j.Cancel(exec.Immediate)
-		<-waited
-	}
+	// The exit status is read from ProcessState below.
+	_ = exec.WaitOrCancel(ctx, cmd, func() { j.Cancel(exec.Immediate) })
 	wall := j.e.clk.Now().Sub(started)
 	// Whatever the script left running in the job container goes, so a
 	// stray background process cannot hold its output open.
 	j.signalScript(syscall.SIGKILL)
-	t := j.e.clk.NewTimer(DefaultDrainWait)
-	select {
-	case <-drained:
-		t.Stop()
-	case <-t.C():
-		j.log.Warn("output pipes still open after the script ended; closing them", slog.String("script", s.Name))
+	if !out.Drain(j.e.clk, DefaultDrainWait) {
+		j.log.Warn("output pipes still open after the script ended; closed them", slog.String("script", s.Name))
 	}
-	outR.Close()
-	errR.Close()
-	<-drained
 
 	res := exec.RunResult{Wall: wall, ExitCode: cmd.ProcessState.ExitCode()}
-	res.OOMKilled = j.cg.oomKills() > oomBefore
+	oomAfter, _ := j.cg.OOMKills()
+	res.OOMKilled = oomAfter > oomBefore
 	j.mu.Lock()
 	sig := j.signalled
 	j.mu.Unlock()
@@ -248,7 +212,7 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 // processes it signalled.
 func (j *Job) signalScript(sig syscall.Signal) int {
 	n := 0
-	for _, pid := range j.cg.procs("job") {
+	for _, pid := range j.cg.Procs("job") {
 		if pid == j.initPID || pid <= 1 {
 			continue
 		}
@@ -295,9 +259,9 @@ func (j *Job) Usage() exec.Usage {
 }
 
 func (j *Job) readUsage() (time.Duration, int64) {
-	cpu, _ := j.cg.readInt("cpuacct", "cpuacct.usage")
-	peak, _ := j.cg.readInt("memory", "memory.max_usage_in_bytes")
-	return time.Duration(cpu), peak
+	cpu, _ := j.cg.CPU()
+	peak, _ := j.cg.PeakMemBytes()
+	return cpu, peak
 }
 
 // Cleanup stops and deletes the job's containers, unmounts and removes

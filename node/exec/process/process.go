@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	osexec "os/exec"
@@ -46,17 +45,22 @@ import (
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/internal/cgroupv1"
 )
 
 // Defaults.
 const (
-	DefaultCgroupRoot   = "/sys/fs/cgroup"
+	DefaultCgroupRoot   = cgroupv1.DefaultRoot
 	DefaultCgroupParent = "vk"
 	DefaultPidsMax      = 4096
 	// DefaultDrainWait bounds how long Run waits for the script's output
 	// pipes to close after its processes were killed.
 	DefaultDrainWait = 5 * time.Second
 )
+
+// cleanupKillWait bounds how long Cleanup waits for the job's killed
+// processes to leave its cgroup.
+const cleanupKillWait = 5 * time.Second
 
 // Config configures an [Executor]. The zero value plus Root is usable.
 type Config struct {
@@ -130,7 +134,7 @@ func New(cfg Config) (*Executor, error) {
 	return &Executor{
 		cfg:     cfg,
 		bash:    bash,
-		cgroups: !cfg.NoCgroups && v1Available(cfg.CgroupRoot),
+		cgroups: !cfg.NoCgroups && cgroupv1.Available(cfg.CgroupRoot),
 		clk:     clock.Or(cfg.Clock),
 		log:     log,
 	}, nil
@@ -180,7 +184,8 @@ func (e *Executor) Prepare(ctx context.Context, req exec.PrepareRequest) (exec.J
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 	}
 	if e.cgroups {
-		cg, err := newCgroup(e.cfg.CgroupRoot, e.cfg.CgroupParent, req.ID, req.Size.MemMiB<<20, req.Size.CPUs, e.cfg.PidsMax)
+		lim := cgroupv1.Limits{MemBytes: req.Size.MemMiB << 20, CPUs: req.Size.CPUs, PidsMax: e.cfg.PidsMax}
+		cg, err := newCgroup(e.cfg.CgroupRoot, e.cfg.CgroupParent, req.ID, lim)
 		if err != nil {
 			_ = os.RemoveAll(j.dir)
 			return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
@@ -221,13 +226,7 @@ func (j *job) Adopt(hostPath string) error {
 	if u == nil {
 		return nil
 	}
-	err := filepath.WalkDir(hostPath, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, int(u.UID), int(u.GID))
-	})
-	if err != nil {
+	if err := exec.ChownTree(hostPath, u.UID, u.GID); err != nil {
 		return fmt.Errorf("process: adopt %s: %w", hostPath, err)
 	}
 	return nil
@@ -294,30 +293,14 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	if u := j.e.cfg.User; u != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID}
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-
 	var oomBefore int64
 	oomKnown := false
 	if j.cg != nil {
-		oomBefore, oomKnown = j.cg.oomKills()
+		oomBefore, oomKnown = j.cg.OOMKills()
 	}
 	started := j.e.clk.Now()
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
+	out, err := exec.StartPumped(cmd, stdout, stderr)
 	if err != nil {
-		outR.Close()
-		errR.Close()
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 	}
 	pid := cmd.Process.Pid
@@ -325,15 +308,11 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	j.pgid = pid
 	j.mu.Unlock()
 
-	drained := exec.Pump(stdout, stderr, outR, errR)
-
 	if j.cg != nil {
-		if err := j.cg.add(pid); err != nil {
+		if err := j.cg.Add(pid); err != nil {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			_ = cmd.Wait()
-			outR.Close()
-			errR.Close()
-			<-drained
+			out.Close()
 			return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 		}
 		if _, err := gateW.Write([]byte{'\n'}); err != nil {
@@ -341,16 +320,8 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 		}
 	}
 
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	var werr error
-	select {
-	case werr = <-waited:
-	case <-ctx.Done():
-		j.Cancel(exec.Immediate)
-		werr = <-waited
-	}
-	_ = werr // the exit status is read from ProcessState below
+	// The exit status is read from ProcessState below.
+	_ = exec.WaitOrCancel(ctx, cmd, func() { j.Cancel(exec.Immediate) })
 	wall := j.e.clk.Now().Sub(started)
 
 	// Kill what the script left behind, so the pipes close.
@@ -359,16 +330,9 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	j.mu.Lock()
 	j.pgid = 0
 	j.mu.Unlock()
-	t := j.e.clk.NewTimer(DefaultDrainWait)
-	select {
-	case <-drained:
-		t.Stop()
-	case <-t.C():
-		j.log.Warn("output pipes still open after the script ended; closing them", slog.String("script", s.Name))
+	if !out.Drain(j.e.clk, DefaultDrainWait) {
+		j.log.Warn("output pipes still open after the script ended; closed them", slog.String("script", s.Name))
 	}
-	outR.Close()
-	errR.Close()
-	<-drained
 
 	res := exec.RunResult{Wall: wall}
 	st := cmd.ProcessState
@@ -385,7 +349,7 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 		j.mu.Unlock()
 	}
 	if j.cg != nil && oomKnown {
-		if after, ok := j.cg.oomKills(); ok && after > oomBefore {
+		if after, ok := j.cg.OOMKills(); ok && after > oomBefore {
 			res.OOMKilled = true
 		}
 	}
@@ -394,11 +358,8 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 
 // killCgroup SIGKILLs every process left in the job's cgroup.
 func (j *job) killCgroup() {
-	if j.cg == nil {
-		return
-	}
-	for _, p := range j.cg.pids() {
-		_ = syscall.Kill(p, syscall.SIGKILL)
+	if j.cg != nil {
+		j.cg.kill()
 	}
 }
 
@@ -428,10 +389,10 @@ func (j *job) Usage() exec.Usage {
 		u.Wall = j.e.clk.Now().Sub(j.start)
 	}
 	if j.cg != nil && !j.cleaned {
-		if c, ok := j.cg.cpu(); ok {
+		if c, ok := j.cg.CPU(); ok {
 			u.CPU = c
 		}
-		if p, ok := j.cg.peak(); ok {
+		if p, ok := j.cg.PeakMemBytes(); ok {
 			u.PeakMemBytes = p
 		}
 	}
@@ -452,8 +413,8 @@ func (j *job) Cleanup(ctx context.Context) error {
 	var errs []error
 	if j.cg != nil {
 		// Final usage from the cgroup before it goes.
-		c, okC := j.cg.cpu()
-		p, okP := j.cg.peak()
+		c, okC := j.cg.CPU()
+		p, okP := j.cg.PeakMemBytes()
 		j.mu.Lock()
 		if okC {
 			j.cpu = c
@@ -462,21 +423,11 @@ func (j *job) Cleanup(ctx context.Context) error {
 			j.maxRSS = p
 		}
 		j.mu.Unlock()
-		// The kernel needs a moment to reap killed processes: poll with a
-		// deadline (an external process, not our goroutines).
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			j.killCgroup()
-			if len(j.cg.pids()) == 0 {
-				break
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				errs = append(errs, errors.New("process: job processes survived SIGKILL"))
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		// The kernel needs a moment to reap killed processes.
+		if err := j.cg.Kill(ctx, cleanupKillWait); err != nil {
+			errs = append(errs, fmt.Errorf("process: %w", err))
 		}
-		if err := j.cg.remove(); err != nil {
+		if err := j.cg.Remove(); err != nil {
 			errs = append(errs, err)
 		}
 	}
