@@ -228,8 +228,16 @@ func (d *Driver) changeNode(ctx context.Context, node string, edit func(*nodeSet
 
 // Policy implements admin.Backend (OPS-03).
 func (d *Driver) Policy(ctx context.Context) (admin.Policy, error) {
+	var b []byte
+	err := d.do(ctx, func() {
+		if d.policy != nil {
+			b, _ = json.Marshal(d.policy) // a deep copy: the caller gets no map of the driver's
+		}
+	})
 	var p admin.Policy
-	err := d.do(ctx, func() { p = policyToAdmin(d.policy) })
+	if err == nil && b != nil {
+		err = json.Unmarshal(b, &p)
+	}
 	return p, err
 }
 
@@ -238,8 +246,8 @@ func (d *Driver) Policy(ctx context.Context) (admin.Policy, error) {
 // new policy replaces the old one whole: a field it leaves out takes its
 // default.
 func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
-	p := policyFromAdmin(ap)
-	if err := p.Validate(); err != nil {
+	p := ap
+	if err := validatePolicy(&p); err != nil {
 		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}
 	if err := d.toSchedChecked(&p); err != nil {
@@ -268,7 +276,7 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 // toSchedChecked converts p on a scratch ID table and validates the result
 // as the core would.
 func (d *Driver) toSchedChecked(p *PolicyConfig) error {
-	sp := p.toSched(newIDTable())
+	sp := policyToSched(p, newIDTable())
 	if err := sp.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}
@@ -309,65 +317,4 @@ func (d *Driver) ApprovalChanged(ctx context.Context, a store.Approval) error {
 			}
 		}
 	})
-}
-
-// policyToAdmin and policyFromAdmin convert between the hub's policy and
-// the admin socket's (the same keys, field for field).
-func policyToAdmin(p *PolicyConfig) admin.Policy {
-	if p == nil {
-		return admin.Policy{}
-	}
-	out := admin.Policy{BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit, BackoffInitialSecs: p.BackoffInitialSecs,
-		BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst, LeaseSecs: p.LeaseSecs,
-		DefaultTenant: p.DefaultTenant, ClaimRenewals: p.ClaimRenewals, PackAboveUtilization: p.PackAboveUtilization,
-		DrainsPerPool: p.DrainsPerPool, WideFraction: p.WideFraction, DrainMaxHoldSecs: p.DrainMaxHoldSecs}
-	for _, h := range p.Headroom {
-		out.Headroom = append(out.Headroom, admin.Headroom{Pool: h.Pool, Labels: h.Labels, Mem: h.Mem, CPUs: h.CPUs, Disk: h.Disk, Slots: h.Slots})
-	}
-	if len(p.Tenants) > 0 {
-		out.Tenants = map[string]admin.Tenant{}
-	}
-	for name, t := range p.Tenants {
-		at := admin.Tenant{Weight: t.Weight, Cap: t.Cap, Relays: t.Relays, Runners: t.Runners, ProductionRunners: t.ProductionRunners}
-		if len(t.Projects) > 0 {
-			at.Projects = map[string]admin.Project{}
-		}
-		for id, pr := range t.Projects {
-			ap := admin.Project{Production: pr.Production}
-			for _, r := range pr.PlacementRules {
-				ap.PlacementRules = append(ap.PlacementRules, admin.Rule{Nodes: r.Nodes, Pools: r.Pools, Branches: r.Branches})
-			}
-			at.Projects[id] = ap
-		}
-		out.Tenants[name] = at
-	}
-	return out
-}
-
-func policyFromAdmin(p admin.Policy) PolicyConfig {
-	out := PolicyConfig{BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit, BackoffInitialSecs: p.BackoffInitialSecs,
-		BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst, LeaseSecs: p.LeaseSecs,
-		DefaultTenant: p.DefaultTenant, ClaimRenewals: p.ClaimRenewals, PackAboveUtilization: p.PackAboveUtilization,
-		DrainsPerPool: p.DrainsPerPool, WideFraction: p.WideFraction, DrainMaxHoldSecs: p.DrainMaxHoldSecs}
-	for _, h := range p.Headroom {
-		out.Headroom = append(out.Headroom, HeadroomConfig{Pool: h.Pool, Labels: h.Labels, Mem: h.Mem, CPUs: h.CPUs, Disk: h.Disk, Slots: h.Slots})
-	}
-	if len(p.Tenants) > 0 {
-		out.Tenants = map[string]TenantConfig{}
-	}
-	for name, t := range p.Tenants {
-		tc := TenantConfig{Weight: t.Weight, Cap: t.Cap, Relays: t.Relays, Runners: t.Runners, ProductionRunners: t.ProductionRunners}
-		if len(t.Projects) > 0 {
-			tc.Projects = map[string]ProjectConfig{}
-		}
-		for id, pr := range t.Projects {
-			pc := ProjectConfig{Production: pr.Production}
-			for _, r := range pr.PlacementRules {
-				pc.PlacementRules = append(pc.PlacementRules, RuleConfig{Nodes: r.Nodes, Pools: r.Pools, Branches: r.Branches})
-			}
-			tc.Projects[id] = pc
-		}
-		out.Tenants[name] = tc
-	}
-	return out
 }

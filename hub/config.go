@@ -253,7 +253,7 @@ func (c *Config) Validate() error {
 		bad("set capacity_policy_file or [capacity_policy], not both")
 	}
 	if c.CapacityPolicy != nil {
-		if err := c.CapacityPolicy.Validate(); err != nil {
+		if err := validatePolicy(c.CapacityPolicy); err != nil {
 			errs = append(errs, err)
 		}
 	}

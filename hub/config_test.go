@@ -99,7 +99,7 @@ func TestPolicyExample(t *testing.T) {
 		{"relay-us", "other", "default", false},
 		{"relay-xy", "any", "default", false},
 	} {
-		tn, prod := pol.tenantOf(tc.relay, tc.runner)
+		tn, prod := policyTenantOf(&pol, tc.relay, tc.runner)
 		if tn != tc.tenant || prod != tc.prod {
 			t.Errorf("tenantOf(%s/%s) = %s %v, want %s %v", tc.relay, tc.runner, tn, prod, tc.tenant, tc.prod)
 		}
@@ -107,7 +107,7 @@ func TestPolicyExample(t *testing.T) {
 	ids := newIDTable()
 	deploy, _ := ids.runner("relay-eu", "deploy")
 	build, _ := ids.runner("relay-eu", "build")
-	sp := pol.toSched(ids)
+	sp := policyToSched(&pol, ids)
 	if err := sp.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -233,7 +233,7 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Stor
 // schedPolicy is the core's policy: the capacity policy in force plus the
 // hub's outstanding-ticket limits (API-20).
 func (d *Driver) schedPolicy() sched.Policy {
-	p := d.policy.toSched(d.ids)
+	p := policyToSched(d.policy, d.ids)
 	p.RelayTicketLimit, p.TicketLimit = d.cfg.Limits.PerPrincipal, d.cfg.Limits.PerHub
 	return p
 }

@@ -92,7 +92,7 @@ func (d *Driver) relayInventory(r *relayRec, rep client.RelayReport) {
 	newProd := false
 	for _, rr := range rep.Runners {
 		id, minted := d.ids.runner(r.name, rr.Name)
-		tenant, prod := d.policy.tenantOf(r.name, rr.Name)
+		tenant, prod := policyTenantOf(d.policy, r.name, rr.Name)
 		if minted && prod {
 			newProd = true
 		}

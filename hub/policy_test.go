@@ -110,7 +110,7 @@ func TestPolicyKnobsToSched(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sp := pol.toSched(newIDTable())
+			sp := policyToSched(&pol, newIDTable())
 			if sp.ClaimRenewals != tc.renewals || sp.PackAboveUtilization != tc.pack || sp.DrainsPerPool != tc.drains ||
 				sp.WideFraction != tc.wide || sp.DrainMaxHold != tc.hold {
 				t.Errorf("sched policy = renewals %d pack %v drains %d wide %v hold %v", sp.ClaimRenewals, sp.PackAboveUtilization,
@@ -121,7 +121,7 @@ func TestPolicyKnobsToSched(t *testing.T) {
 			}
 			if tc.nilPolicyToo {
 				var none *PolicyConfig
-				if got := none.toSched(newIDTable()).ClaimRenewals; got != 1 {
+				if got := policyToSched(none, newIDTable()).ClaimRenewals; got != 1 {
 					t.Errorf("no policy: claim renewals %d, want 1", got)
 				}
 			}
