@@ -42,15 +42,22 @@ type Options struct {
 	// NoSession skips the hub session (tests): the approval gate is then
 	// opened at once.
 	NoSession bool
+	// PlaceWithinSecs is the place_within_secs of every job submission, in
+	// seconds. Tests only (a no-capacity test need not wait five minutes);
+	// 0 means client.RelayPlaceWithinSecs (300, ARB-38), which production
+	// always sends: it is deliberately not a configuration key.
+	PlaceWithinSecs int
 }
 
 // Run is `vk-gitlab run`: it checks the state directory (RELAY-05), loads
 // the enrolment, verifies the runners with GitLab (GL-02, GL-18), holds the
 // hub session (RSESS-01..07) and runs the request loops and jobs until ctx
-// ends (SIGTERM). Then it stops taking jobs and gives running ones up to
-// cfg.ShutdownTimeout to finish (RELAY-17, RELAY-18); whatever is left stays
-// recorded for the next start. tokens are the runners' tokens, in order
-// (LoadConfig).
+// ends (SIGTERM). Then it stops taking jobs and gives running ones, and the
+// hub and GitLab calls under way (outcomes, releases, a job request already
+// sent), up to cfg.ShutdownTimeout to finish (RELAY-17, RELAY-18). At that
+// deadline every goroutine Run started ends, calls in flight are cancelled,
+// and Run returns; whatever is left stays recorded for the next start.
+// tokens are the runners' tokens, in order (LoadConfig).
 func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt Options) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -140,7 +147,7 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 	gate := &loop.Gate{}
 	changes := make(chan struct{}, 1)
 	mgr, err := loop.New(loop.Config{Hub: hub, Retrier: retrier, GitLab: gl, SystemID: systemID, HubURL: enrol.HubURL,
-		Runners: runners, Concurrent: cfg.Concurrent, Gate: gate, Clock: opt.Clock, Log: log,
+		Runners: runners, Concurrent: cfg.Concurrent, Gate: gate, Clock: opt.Clock, Log: log, PlaceWithinSecs: opt.PlaceWithinSecs,
 		OnChange: func() {
 			select {
 			case changes <- struct{}{}:
@@ -221,7 +228,9 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 	// RELAY-17/18: ctx's end stops the loops; jobs get ShutdownTimeout.
 	jobCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopJobs()
+	sessDone.Add(1)
 	go func() {
+		defer sessDone.Done()
 		select {
 		case <-ctx.Done():
 		case <-sessCtx.Done():

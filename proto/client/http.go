@@ -50,8 +50,9 @@ const (
 	MaxOutputRead = 1 << 20
 	// DefaultLeaseSecs is a reservation's lease when none is asked (ARB-28).
 	DefaultLeaseSecs = 90
-	// RelayPlaceWithinSecs is what vk-gitlab asks for place_within_secs
-	// (ARB-38).
+	// RelayPlaceWithinSecs is the place_within_secs vk-gitlab sends with
+	// every job submission, in seconds (ARB-38). It is no operator
+	// setting; only tests send another (relay.Options.PlaceWithinSecs).
 	RelayPlaceWithinSecs = 300
 	// TicketIdleSecs is how long an unpolled, unclaimed ticket lives (ARB-03).
 	TicketIdleSecs = 120

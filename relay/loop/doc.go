@@ -59,4 +59,17 @@
 //     runner_system_failure and dropped.
 //   - Timers (intervals, backoffs, lease renewals) run on the injected
 //     clock; request timeouts use real contexts.
+//   - Shutdown (RELAY-17, RELAY-18): once ctx ends a request loop takes no
+//     new grant but finishes what is under way — the outcome of its
+//     admission, the release of its reservation, the cancel of its ticket,
+//     a GitLab job request already sent (ARB-29) — and so do the jobs; all
+//     of it ends at the shutdown deadline (jobCtx, shutdown_timeout), so
+//     Run never outlives it by more than the calls in flight take to
+//     notice. A job request still out at the deadline is abandoned, as a
+//     SIGKILL would abandon it: had GitLab assigned a job, GitLab's own
+//     timeout ends it. ARB-29 thus holds up to the deadline only, which
+//     with the 3600 s default is far past the 60 s request timeout. A
+//     recorded job whose outcome was not taken is reported again by the
+//     next start while still taken; other outcomes lapse with the hub's
+//     admission lease.
 package loop

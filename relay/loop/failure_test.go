@@ -293,11 +293,12 @@ func TestCancelReplacesAndSettleWaits(t *testing.T) {
 // A job the hub could not place is failed in GitLab as
 // runner_system_failure, never committed, with the reason in the trace.
 // Provoked for real: the granted node stops just before the submission
-// reaches the hub, and the submission is forwarded with place_within_secs
-// 1 (the relay itself always sends 300), so the real hub ends it
-// no_capacity within a second instead of five minutes.
+// reaches the hub, and the manager submits place_within_secs 1 (the
+// test-only Config.PlaceWithinSecs; production always sends 300), so the
+// real hub ends it no_capacity within a second instead of five minutes.
+// The trace names the window actually submitted.
 //
-// spec: GL-09, FAIL-10, TRACE-07, ARB-37
+// spec: GL-09, FAIL-10, TRACE-07, ARB-37, ARB-38
 func TestNoCapacity(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.hub.OnSubmit = func(client.JobSubmission) {
@@ -305,12 +306,15 @@ func TestNoCapacity(t *testing.T) {
 		defer cancel()
 		e.real.Agent.Shutdown(ctx)
 	}
-	e.hub.Rewrite = func(s *client.JobSubmission) { s.PlaceWithinSecs = 1 }
 	glID := e.pipeline([]string{"echo never"})
 	m := e.manager(0, 10)
+	m.cfg.PlaceWithinSecs = 1
 	e.gate.Set(true)
 	stop := e.run(m)
 	id := e.hub.OnlyJob(t)
+	if got := e.hub.Sub(id).PlaceWithinSecs; got != 1 {
+		t.Errorf("submitted place_within_secs = %d, want the configured 1", got)
+	}
 	ji := e.waitGitLab(glID, "failed", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateFailed })
 	e.settled(id)
 	stop(false)
@@ -323,7 +327,7 @@ func TestNoCapacity(t *testing.T) {
 	if ji.FailureReason != gitlab.ReasonRunnerSystemFailure {
 		t.Errorf("failure_reason = %q, want runner_system_failure", ji.FailureReason)
 	}
-	if !bytes.Contains(ji.Trace, []byte("no node of the fleet could take this job within 300 s (pool linux, mem=1G cpus=1 disk=1G)")) || !bytes.Contains(ji.Trace, []byte(" 00O ")) {
+	if !bytes.Contains(ji.Trace, []byte("no node of the fleet could take this job within 1 s (pool linux, mem=1G cpus=1 disk=1G)")) || !bytes.Contains(ji.Trace, []byte(" 00O ")) {
 		t.Errorf("trace = %q, want the stamped reason", ji.Trace)
 	}
 	if e.store.Len() != 0 {

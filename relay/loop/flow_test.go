@@ -92,7 +92,7 @@ func testWholeLoop(t *testing.T, twoPhase bool) {
 		t.Fatalf("state at submission = %+v, want the job recorded as taken", rec)
 	}
 	sub := e.hub.Sub(id)
-	if sub.Admission == "" || sub.Reservation == "" || sub.PlaceWithinSecs != PlaceWithinSecs || sub.Runner != "r1" || sub.Spec.GitLabCI == nil {
+	if sub.Admission == "" || sub.Reservation == "" || sub.PlaceWithinSecs != client.RelayPlaceWithinSecs || sub.Runner != "r1" || sub.Spec.GitLabCI == nil {
 		t.Errorf("submission = %+v, want admission, reservation, place_within_secs 300", sub)
 	}
 	if sub.RequestID != rec[0].SubmitRequestID {

@@ -93,7 +93,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 	}
 	sub := client.JobSubmission{
 		Runner: r.Name, Admission: j.Admission, RequestID: j.SubmitRequestID, Placement: r.Placement,
-		Reservation: j.Reservation, PlaceWithinSecs: PlaceWithinSecs, Spec: job.NewGitLabCI(res.Job),
+		Reservation: j.Reservation, PlaceWithinSecs: m.placeWithin(), Spec: job.NewGitLabCI(res.Job),
 	}
 	var view client.JobView
 	err = m.retry.Do(ctx, "submit", func(ctx context.Context) error {
@@ -120,12 +120,12 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 	case errors.As(err, &se) && (se.Body.Code == client.CodeApprovalPending || se.Body.Code == client.CodeProjectRejected):
 		// FAIL-20..22, DECISIONS 2: not held; release and fail uncommitted.
 		log.Warn("the hub refused the job pending approval", "code", se.Body.Code, "approval_url", se.Body.ApprovalURL)
-		m.release(ctx, j.Reservation)
+		m.release(j.Reservation)
 		j.Failure = &state.Failure{Reason: gitlab.ReasonRunnerConfigurationError,
 			Trace: translate.FormatTrace(ApprovalNotices(se.Body.Code, j.ProjectPath, j.ProjectID, se.Body.ApprovalURL, m.cfg.HubURL), now, j.Timestamps)}
 	default:
 		log.Error("the hub refused the job", logkey.Err, err)
-		m.release(ctx, j.Reservation)
+		m.release(j.Reservation)
 		j.Failure = systemFailure("the fleet hub refused the job: "+errText(err), now, j.Timestamps)
 	}
 	j.Phase, j.Response = state.PhaseFailing, nil

@@ -18,14 +18,13 @@ import (
 	"github.com/vk-ci/vk/relay/translate"
 )
 
-// Defaults of the loops (ARB-28, ARB-38, GL-13, GL-16).
+// Defaults of the loops (ARB-28, GL-13, GL-16). The place_within_secs of
+// every submission is client.RelayPlaceWithinSecs (ARB-38).
 const (
 	// LeaseSecs is the lease asked for each reservation (ARB-28).
 	LeaseSecs = 90
 	// RequestTimeout bounds one GitLab job request (ARB-28).
 	RequestTimeout = 60 * time.Second
-	// PlaceWithinSecs is sent with every submission (ARB-38).
-	PlaceWithinSecs = 300
 	// PollWait is the long-poll wait of ticket and job-view polls.
 	PollWait = 60 * time.Second
 	// FinalUpdateMaxBackoff caps the final update's backoff (GL-16).
@@ -78,6 +77,10 @@ type Config struct {
 	Clock clock.Clock
 	// Log receives the loops' lines; nil discards.
 	Log *slog.Logger
+	// PlaceWithinSecs is the place_within_secs of every submission, in
+	// seconds. Tests only: 0 means client.RelayPlaceWithinSecs (300,
+	// ARB-38), which production always sends.
+	PlaceWithinSecs int
 }
 
 // Manager runs the request loops of every runner and the jobs they take,
@@ -89,6 +92,11 @@ type Manager struct {
 	retry *hubclient.Retrier
 	slots *Slots
 	rs    []*runnerState
+	// deadline ends at the shutdown deadline (Run's jobCtx): calls that
+	// outlive the request loops' ctx (outcomes, releases, a job request
+	// already sent) end with it. context.Background until Run sets it,
+	// before it starts any goroutine.
+	deadline context.Context
 
 	jobs sync.WaitGroup
 }
@@ -117,7 +125,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Hub == nil || cfg.GitLab == nil || cfg.Gate == nil || len(cfg.Runners) == 0 {
 		return nil, errors.New("loop: Hub, GitLab, Gate and Runners are required")
 	}
-	m := &Manager{cfg: cfg, clk: clock.Or(cfg.Clock), log: cfg.Log, retry: cfg.Retrier, slots: NewSlots(cfg.Concurrent)}
+	m := &Manager{cfg: cfg, clk: clock.Or(cfg.Clock), log: cfg.Log, retry: cfg.Retrier, slots: NewSlots(cfg.Concurrent),
+		deadline: context.Background()}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -138,10 +147,15 @@ func New(cfg Config) (*Manager, error) {
 
 // Run resumes every recorded job, then runs each runner's request loops until
 // ctx ends (RELAY-17: no new job is taken after that). Jobs keep running
-// under jobCtx, which the caller ends after shutdown_timeout (RELAY-18); Run
-// returns once every job returned: finished, or left recorded for the next
-// start.
+// under jobCtx, which the caller ends after shutdown_timeout (RELAY-18), and
+// so do the calls a loop still makes after ctx ended (the outcome of its
+// admission, a reservation's release, a ticket's cancel, a GitLab job
+// request already sent): every one of them ends when jobCtx does, so Run
+// returns at the latest once jobCtx ended and the calls in flight noticed,
+// every job finished or left recorded for the next start. Run may be
+// called once.
 func (m *Manager) Run(ctx, jobCtx context.Context) error {
+	m.deadline = jobCtx
 	for _, r := range m.rs {
 		for _, j := range r.Store.Jobs() {
 			m.slots.Acquire(r.Name)
@@ -182,7 +196,7 @@ func (m *Manager) startJob(ctx context.Context, r *runnerState, j state.Job, res
 	go func() {
 		defer m.jobs.Done()
 		if resumed && j.Phase == state.PhaseTaken && j.Admission != "" {
-			m.reportOutcome(ctx, j.Admission, client.OutcomeJob, m.runnerLog(r))
+			m.reportOutcome(j.Admission, client.OutcomeJob, m.runnerLog(r))
 		}
 		done := m.handleJob(ctx, r, j)
 		if !done {
@@ -194,6 +208,14 @@ func (m *Manager) startJob(ctx context.Context, r *runnerState, j state.Job, res
 		m.slots.Release(r.Name)
 		m.changed()
 	}()
+}
+
+// placeWithin is the place_within_secs the Manager submits (ARB-38).
+func (m *Manager) placeWithin() int {
+	if m.cfg.PlaceWithinSecs > 0 {
+		return m.cfg.PlaceWithinSecs
+	}
+	return client.RelayPlaceWithinSecs
 }
 
 func (m *Manager) changed() {

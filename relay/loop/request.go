@@ -82,7 +82,7 @@ func (m *Manager) reserve(ctx context.Context, r *runnerState, log *slog.Logger)
 		m.changed()
 		if err != nil {
 			// Stopping: give the ticket back so its room goes elsewhere.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			cctx, cancel := m.lingering(10 * time.Second)
 			_ = m.cfg.Hub.CancelTicket(cctx, res.t)
 			cancel()
 			return nil, "", time.Time{}, err
@@ -132,7 +132,7 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 	if !m.slots.TryAcquire(r.Name, r.Limit) {
 		log.Debug("no slot for the grant; released")
 		freed := m.slots.changed()
-		m.reportOutcome(ctx, g.Admission, client.OutcomeReleased, log)
+		m.reportOutcome(g.Admission, client.OutcomeReleased, log)
 		// Queue again once a slot frees, not at once: the hub would only
 		// grant again what cannot be used.
 		select {
@@ -142,8 +142,8 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		return 0, ctx.Err() != nil
 	}
 	giveBack := func(o client.Outcome) {
-		m.reportOutcome(ctx, g.Admission, o, log)
-		m.release(ctx, g.Reservation)
+		m.reportOutcome(g.Admission, o, log)
+		m.release(g.Reservation)
 		r.setRequest(g.Admission, false)
 		m.slots.Release(r.Name)
 		m.changed()
@@ -170,7 +170,7 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 	switch out.Kind {
 	case gitlab.RequestJobReceived, gitlab.RequestUndecodable:
 		*failures = 0
-		m.tookJob(ctx, jobCtx, r, g, reservation, out, log)
+		m.tookJob(jobCtx, r, g, reservation, out, log)
 		return 0, false
 	case gitlab.RequestNoJob:
 		*failures = 0
@@ -206,10 +206,11 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 }
 
 // requestJob asks GitLab for a job, renewing the reservation every
-// lease/3 while the request is out (ARB-28). The request is never aborted
-// (ARB-29): it runs on a context that ignores ctx's end, bounded by
-// RequestTimeout. It returns the outcome and the reservation, "" when a
-// renewal found it gone.
+// lease/3 while the request is out (ARB-28). The request is not aborted
+// when ctx ends (ARB-29): it runs on a context that ignores ctx's end,
+// bounded by RequestTimeout and by the shutdown deadline (see the package
+// doc). It returns the outcome and the reservation, "" when a renewal
+// found it gone.
 func (m *Manager) requestJob(ctx context.Context, r *runnerState, g grant, sent time.Time, log *slog.Logger) (gitlab.RequestOutcome, string) {
 	r.mu.Lock()
 	r.inFlight++
@@ -220,7 +221,7 @@ func (m *Manager) requestJob(ctx context.Context, r *runnerState, g grant, sent 
 		r.inFlight--
 		r.mu.Unlock()
 	}()
-	reqCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RequestTimeout)
+	reqCtx, cancel := m.lingering(RequestTimeout)
 	defer cancel()
 	type result struct {
 		out gitlab.RequestOutcome
@@ -270,7 +271,7 @@ func (m *Manager) requestJob(ctx context.Context, r *runnerState, g grant, sent 
 
 // tookJob handles a 201: record the job before anything else (RELAY-07),
 // report the outcome, and start its handler (RELAY-11).
-func (m *Manager) tookJob(ctx, jobCtx context.Context, r *runnerState, g grant, reservation string, out gitlab.RequestOutcome, log *slog.Logger) {
+func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reservation string, out gitlab.RequestOutcome, log *slog.Logger) {
 	now := m.clk.Now().UTC()
 	j := state.Job{
 		Admission:        g.Admission,
@@ -307,7 +308,7 @@ func (m *Manager) tookJob(ctx, jobCtx context.Context, r *runnerState, g grant, 
 	}
 	if j.GitLabID <= 0 || j.Token == "" {
 		log.Error("GitLab sent a job without a readable ID or token; it cannot be failed and is left to GitLab's timeout")
-		m.reportOutcome(ctx, g.Admission, client.OutcomeError, log)
+		m.reportOutcome(g.Admission, client.OutcomeError, log)
 		r.setRequest(g.Admission, false)
 		m.slots.Release(r.Name)
 		m.changed()
@@ -324,17 +325,20 @@ func (m *Manager) tookJob(ctx, jobCtx context.Context, r *runnerState, g grant, 
 	m.startJob(jobCtx, r, j, false)
 	r.setRequest(g.Admission, false)
 	m.changed()
-	m.reportOutcome(ctx, g.Admission, outcome, log)
+	m.reportOutcome(g.Admission, outcome, log)
 	if outcome != client.OutcomeJob {
-		m.release(ctx, g.Reservation)
+		m.release(g.Reservation)
 	}
 }
 
 // reportOutcome reports an admission's outcome until the hub takes it or
-// answers 400, 404, 409 or 410 (ARB-33).
-func (m *Manager) reportOutcome(ctx context.Context, admission string, o client.Outcome, log *slog.Logger) {
-	ctx = context.WithoutCancel(ctx)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+// answers 400, 404, 409 or 410 (ARB-33), for at most 10 minutes and not
+// past the shutdown deadline: a request loop still reports after SIGTERM
+// (RELAY-17), but Run does not wait on a hub that will not take it. The
+// next start reports a job's outcome again when the job is still recorded
+// as taken.
+func (m *Manager) reportOutcome(admission string, o client.Outcome, log *slog.Logger) {
+	ctx, cancel := m.lingering(10 * time.Minute)
 	defer cancel()
 	err := m.retry.DoUntilAccepted(ctx, "outcome", func(ctx context.Context) error {
 		err := m.cfg.Hub.Outcome(ctx, admission, o)
@@ -350,14 +354,24 @@ func (m *Manager) reportOutcome(ctx context.Context, admission string, o client.
 }
 
 // release gives a reservation back (API-30); best effort, the hub also
-// releases it on any outcome but job (ARB-34).
-func (m *Manager) release(ctx context.Context, reservation string) {
+// releases it on any outcome but job (ARB-34). It tries for at most 30 s
+// and not past the shutdown deadline.
+func (m *Manager) release(reservation string) {
 	if reservation == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := m.lingering(30 * time.Second)
 	defer cancel()
 	_ = m.retry.Do(ctx, "release", func(ctx context.Context) error { return m.cfg.Hub.Release(ctx, reservation) })
+}
+
+// lingering returns the context of a call that must outlive the request
+// loops' ctx (RELAY-17 stops taking jobs, not what is under way: an
+// outcome, a release, a ticket's cancel, a job request already sent) but
+// not the shutdown deadline (RELAY-18), bounded by limit (real time, as
+// every request timeout).
+func (m *Manager) lingering(limit time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(m.deadline, limit)
 }
 
 // sleep waits d on the clock or until ctx ends.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/vk-ci/vk/hubclient"
@@ -37,12 +38,19 @@ type tracer struct {
 // ended first.
 func (m *Manager) follow(ctx context.Context, r *runnerState, j state.Job, log *slog.Logger) (state.Job, bool) {
 	log = log.With(logkey.JobID, j.HubJob)
+	// The view watch and the canceller end with the job's follow: follow
+	// returns only once they did, so nothing of the job outlives its
+	// handler (nor, at the shutdown deadline, Run).
 	wctx, stop := context.WithCancel(ctx)
-	defer stop()
+	var helpers sync.WaitGroup
+	defer func() {
+		stop()
+		helpers.Wait()
+	}()
 	w := &viewWatch{notify: make(chan struct{}, 1)}
-	go m.watchView(wctx, j.HubJob, w)
 	c := &canceller{m: m, hubJob: j.HubJob, log: log, wake: make(chan struct{}, 1)}
-	go c.run(wctx)
+	helpers.Go(func() { m.watchView(wctx, j.HubJob, w) })
+	helpers.Go(func() { c.run(wctx) })
 	t := &tracer{m: m, r: r, j: j, log: log, creds: gitlab.JobCredentials{ID: j.GitLabID, Token: j.Token}, cancel: c,
 		offset: j.TraceOffset, interval: gitlab.DefaultUpdateInterval, lastSent: m.clk.Now()}
 	ok := t.run(ctx, w)
@@ -77,7 +85,7 @@ func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 				// GL-09, DECISIONS 5: failed, never committed.
 				t.j.Phase = state.PhaseFailing
 				t.j.Failure = systemFailure(fmt.Sprintf("no node of the fleet could take this job within %d s (pool %s, %s)",
-					PlaceWithinSecs, t.r.Placement.Pool, t.r.Placement.Envelope), m.clk.Now(), t.j.Timestamps)
+					m.placeWithin(), t.r.Placement.Pool, t.r.Placement.Envelope), m.clk.Now(), t.j.Timestamps)
 				m.put(t.r, t.j, t.log)
 				return true
 			}
