@@ -116,6 +116,10 @@ type TenantSpec struct {
 	RequestConcurrency int
 	// Concurrent bounds the relay's jobs; 0 means 16.
 	Concurrent int
+	// PlaceWithinSecs is the place_within_secs the relay submits, in
+	// seconds (relay.Options.PlaceWithinSecs, a test-only knob); 0 means
+	// production's 300 (ARB-38).
+	PlaceWithinSecs int
 	// GitLab are the fake GitLab's options (Addr and Logger are set by the
 	// fleet).
 	GitLab gitlabfake.Options

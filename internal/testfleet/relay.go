@@ -101,7 +101,8 @@ func (r *Relay) start() {
 	ctx, cancel := context.WithCancel(r.t.f.ctx)
 	done := make(chan error, 1)
 	log := r.t.f.log.With("component", "relay", "tenant", r.t.Spec.Name)
-	go func() { done <- relay.Run(ctx, r.cfg, r.tokens, log, relay.Options{}) }()
+	opt := relay.Options{PlaceWithinSecs: r.t.Spec.PlaceWithinSecs}
+	go func() { done <- relay.Run(ctx, r.cfg, r.tokens, log, opt) }()
 	r.mu.Lock()
 	r.cancel, r.done = cancel, done
 	r.mu.Unlock()
