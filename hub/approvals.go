@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"errors"
 	"net/url"
 	"strconv"
 	"strings"
@@ -34,20 +33,18 @@ func (d *Driver) approval(instance string, project int64, path string) store.App
 	if !d.cfg.Approvals.Required {
 		return store.ApprovalApproved
 	}
-	a, err := d.st.GetApproval(d.bg, instance, project)
-	if err == nil {
-		return a.State
-	}
-	if !errors.Is(err, store.ErrNotFound) {
-		d.log.Error("reading an approval failed", "instance", instance, "project", project, logkey.Err, err)
+	// One step, not read-then-write: an operator's decision written by
+	// the admin socket or the UI between the two would be overwritten.
+	a := store.Approval{Instance: instance, Project: project, Path: path, State: store.ApprovalPending, Updated: d.now()}
+	cur, created, err := d.st.CreateApproval(d.bg, a)
+	if err != nil {
+		d.log.Error("recording a pending approval failed", "instance", instance, "project", project, logkey.Err, err)
 		return store.ApprovalPending
 	}
-	a = store.Approval{Instance: instance, Project: project, Path: path, State: store.ApprovalPending, Updated: d.now()}
-	if err := d.st.PutApproval(d.bg, a); err != nil {
-		d.log.Error("recording a pending approval failed", "instance", instance, "project", project, logkey.Err, err)
+	if created {
+		d.log.Info("awaiting operator approval", "instance", instance, "project", project, "path", path)
 	}
-	d.log.Info("awaiting operator approval", "instance", instance, "project", project, "path", path)
-	return store.ApprovalPending
+	return cur.State
 }
 
 // approvalURL returns the UI page of a project (or with project 0 the

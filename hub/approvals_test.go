@@ -1,7 +1,10 @@
 package hub
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,4 +83,63 @@ func TestApprovals(t *testing.T) {
 	s := submission(g3, 54)
 	s.Spec.GitLabCI.ServerURL = "https://other.example.com"
 	h.wantErr(http.StatusForbidden, client.CodeForbidden, "POST", "/v1/jobs", s)
+}
+
+// operatorInTheWindow is a store where an operator approves the server
+// just as the hub records its first sighting: right after the hub's read
+// (a read-then-write would then overwrite the approval with pending), or
+// just before its create-if-absent.
+type operatorInTheWindow struct {
+	store.Store
+	once     sync.Once
+	decision store.Approval
+}
+
+func (s *operatorInTheWindow) approve(ctx context.Context) {
+	s.once.Do(func() { s.Store.PutApproval(ctx, s.decision) })
+}
+
+func (s *operatorInTheWindow) GetApproval(ctx context.Context, instance string, project int64) (store.Approval, error) {
+	a, err := s.Store.GetApproval(ctx, instance, project)
+	if errors.Is(err, store.ErrNotFound) && instance == s.decision.Instance && project == s.decision.Project {
+		s.approve(ctx)
+	}
+	return a, err
+}
+
+func (s *operatorInTheWindow) CreateApproval(ctx context.Context, a store.Approval) (store.Approval, bool, error) {
+	if a.Instance == s.decision.Instance && a.Project == s.decision.Project {
+		s.approve(ctx)
+	}
+	return s.Store.CreateApproval(ctx, a)
+}
+
+// An operator's approval written while the hub records the server's first
+// sighting is kept: the relay is told approved and the store says
+// approved (the first sighting never overwrites a decision).
+//
+// spec: RSESS-07, OPS-06
+func TestApprovalNotLostToFirstSighting(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.Approvals.Required = true
+	race := &operatorInTheWindow{decision: store.Approval{Instance: "gitlab.example.com", State: store.ApprovalApproved, By: "ops", Updated: testStart}}
+	h.wrapStore = func(st store.Store) store.Store { race.Store = st; return race }
+	h.restart()
+	ctx := t.Context()
+	d := h.srv.Driver()
+	if err := d.RelayConnected(ctx, h.relay, h.rsend); err != nil {
+		t.Fatal(err)
+	}
+	rep := &client.RelayReport{GitLabURL: "https://gitlab.example.com", Runners: []client.RunnerReport{
+		{Name: "r1", Placement: testPlacement, RequestConcurrency: 1}}}
+	if err := d.RelayFrame(ctx, h.relay, rep); err != nil {
+		t.Fatal(err)
+	}
+	if st := (<-h.rsend.frames).(*client.ServerStatus); st.Status != client.ApprovalApproved {
+		t.Errorf("server status = %+v, want approved (the operator's decision)", st)
+	}
+	a, err := h.srv.Store().GetApproval(ctx, "gitlab.example.com", 0)
+	if err != nil || a.State != store.ApprovalApproved || a.By != "ops" {
+		t.Errorf("stored approval = %+v, %v; want the operator's approved", a, err)
+	}
 }

@@ -50,6 +50,8 @@ type harness struct {
 	logs  *syncBuffer // every log line of every hub start, JSON
 	// outWaits receives a value each time an output long poll parks.
 	outWaits chan string
+	// wrapStore is passed to Start as Options.WrapStore (nil: none).
+	wrapStore func(store.Store) store.Store
 }
 
 // signalingOutput is the real output store that reports parked waits.
@@ -157,7 +159,7 @@ func (h *harness) start() {
 		h.t.Fatal(err)
 	}
 	h.outWaits = make(chan string, 16)
-	srv, err := Start(h.t.Context(), h.cfg, log, Options{Clock: h.clk, Output: signalingOutput{dir, h.outWaits}})
+	srv, err := Start(h.t.Context(), h.cfg, log, Options{Clock: h.clk, Output: signalingOutput{dir, h.outWaits}, WrapStore: h.wrapStore})
 	if err != nil {
 		h.t.Fatal(err)
 	}

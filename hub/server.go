@@ -57,6 +57,10 @@ type Options struct {
 	// Output overrides the output store (tests); nil means
 	// <state_dir>/output.
 	Output output.Store
+	// WrapStore, when set, wraps the store the hub opened (tests: to
+	// inject a concurrent write at a chosen call). The wrapper's Close
+	// must close the store it wraps.
+	WrapStore func(store.Store) store.Store
 }
 
 // Server is a running hub. Create it with [Start].
@@ -130,6 +134,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	st, err := store.Open(ctx, cfg.storeLocation())
 	if err != nil {
 		return nil, fmt.Errorf("hub: store: %w", err)
+	}
+	if opt.WrapStore != nil {
+		st = opt.WrapStore(st)
 	}
 	out := opt.Output
 	if out == nil {

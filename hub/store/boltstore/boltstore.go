@@ -473,6 +473,29 @@ func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
 	})
 }
 
+// CreateApproval implements [store.Store.CreateApproval]: the read and
+// the write are one transaction.
+func (s *Store) CreateApproval(ctx context.Context, a store.Approval) (store.Approval, bool, error) {
+	if a.Instance == "" || hasNUL(a.Instance) {
+		return store.Approval{}, false, fmt.Errorf("boltstore: approval without instance: %w", store.ErrInvalid)
+	}
+	a.Updated = utc(a.Updated)
+	cur, created := a, false
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktApprovals)
+		ok, err := get(b, approvalKey(a.Instance, a.Project), &cur)
+		if err != nil || ok {
+			return err
+		}
+		created = true
+		return put(b, approvalKey(a.Instance, a.Project), a)
+	})
+	if err != nil {
+		return store.Approval{}, false, err
+	}
+	return cur, created, nil
+}
+
 // GetApproval implements [store.Store.GetApproval].
 func (s *Store) GetApproval(ctx context.Context, instance string, project int64) (store.Approval, error) {
 	var a store.Approval

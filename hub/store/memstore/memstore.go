@@ -282,6 +282,24 @@ func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
 	return nil
 }
 
+// CreateApproval implements [store.Store.CreateApproval].
+func (s *Store) CreateApproval(ctx context.Context, a store.Approval) (store.Approval, bool, error) {
+	if a.Instance == "" {
+		return store.Approval{}, false, fmt.Errorf("memstore: approval without instance: %w", store.ErrInvalid)
+	}
+	if err := s.lock(ctx); err != nil {
+		return store.Approval{}, false, err
+	}
+	defer s.mu.Unlock()
+	k := approvalKey{a.Instance, a.Project}
+	if cur, ok := s.approvals[k]; ok {
+		return cur, false, nil
+	}
+	a.Updated = utc(a.Updated)
+	s.approvals[k] = a
+	return a, true, nil
+}
+
 // GetApproval implements [store.Store.GetApproval].
 func (s *Store) GetApproval(ctx context.Context, instance string, project int64) (store.Approval, error) {
 	if err := s.lock(ctx); err != nil {

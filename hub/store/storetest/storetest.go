@@ -366,6 +366,30 @@ func testApprovals(t *testing.T, su suite) {
 	diff(t, "GetApproval", in[0], got)
 	all, _ := s.ListApprovals(ctx)
 	diff(t, "ListApprovals", []store.Approval{in[2], in[1], in[3], in[0]}, all)
+
+	// CreateApproval records a first sighting only: an existing decision
+	// is returned untouched.
+	seen := store.Approval{Instance: "main", Project: 12, Path: "acme/web", State: store.ApprovalPending, Updated: T0.Add(2 * time.Hour)}
+	cur, created, err := s.CreateApproval(ctx, seen)
+	wantErr(t, "CreateApproval existing", err, nil)
+	if created {
+		t.Error("CreateApproval over an existing approval reported created")
+	}
+	diff(t, "CreateApproval existing", in[0], cur)
+	fresh := store.Approval{Instance: "new", Project: 0, Path: "https://new.example.com", State: store.ApprovalPending, Updated: T0}
+	cur, created, err = s.CreateApproval(ctx, fresh)
+	wantErr(t, "CreateApproval new", err, nil)
+	if !created {
+		t.Error("CreateApproval of a new approval reported not created")
+	}
+	diff(t, "CreateApproval new", fresh, cur)
+	_, _, err = s.CreateApproval(ctx, store.Approval{Project: 1})
+	wantErr(t, "CreateApproval without instance", err, store.ErrInvalid)
+	s = su.restart(t, s)
+	got, _ = s.GetApproval(ctx, "main", 12)
+	diff(t, "approval after CreateApproval over it", in[0], got)
+	got, _ = s.GetApproval(ctx, "new", 0)
+	diff(t, "created approval", fresh, got)
 }
 
 // spec: AUTH-13
