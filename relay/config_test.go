@@ -162,3 +162,37 @@ func TestOneGitLabServer(t *testing.T) {
 		t.Fatalf("LoadConfig without [gitlab] url = %v, want an error naming gitlab", err)
 	}
 }
+
+// Placement is per runner (GitLab's job response carries no tags): each
+// [[runners]] entry has its own pool, labels and envelope, and that is
+// the placement the relay reports and reserves with.
+//
+// spec: PLACE-01
+func TestPlacementPerRunner(t *testing.T) {
+	body := "version = 1\n[gitlab]\nurl = \"https://gitlab.example.com\"\n" + runnerTOML + `
+[[runners]]
+token_file = "TOKEN2"
+name = "gpu"
+pool = "gpu"
+labels = ["cuda12", "large-memory"]
+envelope = { mem = "64G", cpus = 16, disk = "200G" }
+`
+	p := writeConfig(t, body) // "TOKEN2" becomes <dir>/token2
+	if err := os.WriteFile(filepath.Join(filepath.Dir(p), "token2"), []byte("glrt-zyxwvutsrqponmlk\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, toks, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Runners) != 2 || len(toks) != 2 {
+		t.Fatalf("runners %d, tokens %d; want 2 each", len(cfg.Runners), len(toks))
+	}
+	linux, gpu := cfg.Runners[0].Placement(), cfg.Runners[1].Placement()
+	if linux.Pool != "linux" || len(linux.Labels) != 0 || linux.Envelope.CPUs != 4 {
+		t.Errorf("first runner's placement = %+v, want pool linux, no labels, 4 CPUs", linux)
+	}
+	if gpu.Pool != "gpu" || strings.Join(gpu.Labels, ",") != "cuda12,large-memory" || gpu.Envelope.CPUs != 16 || gpu.Envelope.Mem != 64<<30 {
+		t.Errorf("second runner's placement = %+v, want pool gpu, labels cuda12 and large-memory, 16 CPUs, 64G", gpu)
+	}
+}
