@@ -20,6 +20,12 @@
 // are dropped, and the durable mechanisms (held, output offsets from
 // output_ack, results repeated until recorded) make the agent resend what
 // matters.
+//
+// The dial, handshake, pump, seq bookkeeping and redial loop are shared
+// with the relay's client in internal/sessionclient (as a resumable
+// stream); this package keeps what is the node's own: dispatch frames,
+// the resume hello, what a version allows (NSESS-02), its sentinels and
+// log lines, and the agent's [Handler].
 package session
 
 import (
@@ -29,12 +35,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"sync"
-	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/internal/sessionclient"
 	"github.com/vk-ci/vk/internal/wsconn"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
@@ -112,18 +116,7 @@ type Config struct {
 
 // Client holds the node's session. Create it with New; Run it once.
 type Client struct {
-	cfg Config
-	h   Handler
-	log *slog.Logger
-	clk clock.Clock
-	out *wsconn.Outbox
-
-	mu      sync.Mutex
-	handle  string // current or last session handle; guarded by mu
-	version int    // negotiated version, 0 before the first welcome; guarded by mu
-	lastIn  uint64 // last hub seq processed; guarded by mu
-	broken  bool   // the queue lost frames: next dial starts a new session; guarded by mu
-	stopped bool   // guarded by mu
+	core *sessionclient.Client[dispatch.Message, dispatch.Welcome]
 }
 
 // New returns a Client; it does not dial until Run.
@@ -137,30 +130,35 @@ func New(cfg Config, h Handler) (*Client, error) {
 	if cfg.QueueFrames <= 0 {
 		cfg.QueueFrames = 1024
 	}
-	if cfg.Rand == nil {
-		cfg.Rand = rand.Float64
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Client{cfg: cfg, h: h, clk: clock.Or(cfg.Clock), out: wsconn.NewOutbox(cfg.QueueFrames),
-		log: cfg.Logger.With(logkey.Component, "node-session", logkey.NodeID, cfg.NodeID)}, nil
+	c := &Client{}
+	c.core = sessionclient.New(sessionclient.Config{
+		URL:         cfg.URL,
+		Principal:   cfg.NodeID,
+		Key:         cfg.Key,
+		TLSConfig:   cfg.TLSConfig,
+		Conn:        cfg.Conn,
+		Versions:    cfg.Versions,
+		Resumable:   true,
+		QueueFrames: cfg.QueueFrames,
+		Errors:      sessionclient.Errors{Version: ErrVersion, Protocol: ErrProtocol, Stopped: ErrStopped},
+		VersionMsg:  "hub refused our session version; upgrade the hub or this node",
+		OverflowMsg: "session queue full: frames dropped; the next connection starts a new session",
+		Clock:       cfg.Clock,
+		Rand:        cfg.Rand,
+		Log:         cfg.Logger.With(logkey.Component, "node-session", logkey.NodeID, cfg.NodeID),
+	}, kind{cfg: cfg, h: h})
+	return c, nil
 }
 
 // Handle returns the current (or last) session handle, "" before the
 // first welcome.
-func (c *Client) Handle() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.handle
-}
+func (c *Client) Handle() string { return c.core.Handle() }
 
 // Version returns the negotiated version, 0 before the first welcome.
-func (c *Client) Version() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.version
-}
+func (c *Client) Version() int { return c.core.Version() }
 
 // Send queues m for the hub and returns at once, assigning its seq. It
 // fails with ErrProtocol for a stateless message or one the negotiated
@@ -171,22 +169,8 @@ func (c *Client) Send(m dispatch.Message) error {
 	if m == nil || dispatch.Stateless(m) {
 		return fmt.Errorf("%w: Send takes state-changing messages only", ErrProtocol)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return ErrStopped
-	}
-	if v := dispatch.MinVersion(m); c.version != 0 && v > c.version {
-		return fmt.Errorf("%w: %s %s needs version %d, session is at %d", ErrProtocol, m.FrameType(), m.FrameKind(), v, c.version)
-	}
-	_, err := c.out.Push(func(seq uint64) ([]byte, error) {
-		return dispatch.Encode(dispatch.Frame{Seq: seq, Msg: m})
-	})
+	err := c.core.Send(m)
 	if errors.Is(err, wsconn.ErrOverflow) {
-		if !c.broken {
-			c.log.Warn("session queue full: frames dropped; the next connection starts a new session", slog.Any(logkey.Err, err))
-		}
-		c.broken = true
 		return fmt.Errorf("session: send: %w", err)
 	}
 	return err
@@ -194,179 +178,100 @@ func (c *Client) Send(m dispatch.Message) error {
 
 // Run holds the session until ctx ends, redialing whenever it is lost.
 // It returns ctx's error.
-func (c *Client) Run(ctx context.Context) error {
-	defer func() {
-		c.mu.Lock()
-		c.stopped = true
-		c.mu.Unlock()
-		c.out.Close()
-	}()
-	return wsconn.Redialer{
-		Once:       c.once,
-		VersionErr: ErrVersion,
-		VersionMsg: "hub refused our session version; upgrade the hub or this node",
-		Clock:      c.clk,
-		Rand:       c.cfg.Rand,
-		Log:        c.log,
-	}.Run(ctx)
+func (c *Client) Run(ctx context.Context) error { return c.core.Run(ctx) }
+
+// kind is the node's part of the shared session client: dispatch frames,
+// the resume hello, what a version allows (NSESS-02, checked before the
+// seq), and the agent's Handler.
+//
+// Kept apart from the relay's kind although they look alike: the error
+// frames map to this package's sentinels and record nothing (the relay's
+// records a version refusal for its job gate), every hub→node message but
+// hello and welcome is delivered (the relay accepts two), and the version
+// rule applies to every job and egress message in both directions.
+type kind struct {
+	cfg Config
+	h   Handler
 }
 
-// once dials, says hello, and runs one connection. welcomed reports
-// whether the hub welcomed us.
-func (c *Client) once(ctx context.Context) (welcomed bool, err error) {
-	conn, err := wsconn.Dial(ctx, c.cfg.URL, c.cfg.Key, c.cfg.NodeID, c.cfg.TLSConfig, &c.cfg.Conn)
-	if err != nil {
-		return false, err
+func (k kind) Hello(r *sessionclient.Resume) ([]byte, error) {
+	hello := dispatch.Hello{Versions: k.cfg.Versions, Node: k.cfg.NodeID, Release: k.cfg.Release}
+	if r != nil {
+		hello.Resume = &dispatch.Resume{Handle: r.Handle, LastSeq: r.LastSeq}
 	}
-	defer conn.CloseNow()
-	hello := dispatch.Hello{Versions: c.cfg.Versions, Node: c.cfg.NodeID, Release: c.cfg.Release}
-	c.mu.Lock()
-	if c.handle != "" && !c.broken {
-		hello.Resume = &dispatch.Resume{Handle: c.handle, LastSeq: c.lastIn}
-	}
-	c.mu.Unlock()
-	b, err := dispatch.Encode(dispatch.Frame{Msg: hello})
-	if err != nil {
-		return false, err
-	}
-	if err := conn.WriteFrame(ctx, b); err != nil {
-		return false, err
-	}
-	b, err = conn.ReadFrame(ctx)
-	if err != nil {
-		return false, err
-	}
+	return dispatch.Encode(dispatch.Frame{Msg: hello})
+}
+
+func (kind) Encode(seq uint64, m dispatch.Message) ([]byte, error) {
+	return dispatch.Encode(dispatch.Frame{Seq: seq, Msg: m})
+}
+
+func (kind) Decode(b []byte) (uint64, dispatch.Message, error) {
 	f, err := dispatch.Decode(b)
-	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrProtocol, err)
-	}
-	var w dispatch.Welcome
-	switch m := f.Msg.(type) {
-	case *dispatch.Welcome:
-		w = *m
-	case *dispatch.ErrorFrame:
-		if m.Code == dispatch.ErrorVersion {
-			return false, fmt.Errorf("%w: %s", ErrVersion, m.Message)
-		}
-		return false, fmt.Errorf("%w: %s: %s", ErrRefused, m.Code, m.Message)
-	default:
-		return false, fmt.Errorf("%w: expected welcome, got %s", ErrProtocol, f.Msg.FrameType())
-	}
-	if !c.cfg.Versions.Contains(w.Version) || w.HeartbeatSecs <= 0 {
-		conn.Close(wsconn.StatusProtocolError, "bad welcome")
-		return false, fmt.Errorf("%w: welcome version %d heartbeat %d s", ErrProtocol, w.Version, w.HeartbeatSecs)
-	}
-	c.mu.Lock()
-	resumeOK := w.Resumed && hello.Resume != nil && w.Handle == c.handle
-	if resumeOK {
-		if err := c.out.Rewind(w.LastSeq); err != nil {
-			// The hub wants frames we no longer hold: start over.
-			c.broken = true
-			c.mu.Unlock()
-			conn.Close(wsconn.StatusNormal, "cannot resume")
-			return true, err
-		}
-	} else {
-		c.out.Reset()
-		c.lastIn = 0
-		c.broken = false
-	}
-	c.handle, c.version = w.Handle, w.Version
-	c.mu.Unlock()
-	c.log.Info("hub session up", logkey.Session, w.Handle, "version", w.Version, "resumed", resumeOK,
-		"heartbeat_secs", w.HeartbeatSecs, "last_seq", w.LastSeq)
-	if !resumeOK {
-		w.Resumed = false
-	}
-	c.h.Connected(w)
-	err = c.pump(ctx, conn, w)
-	c.h.Disconnected(err)
-	return true, err
+	return f.Seq, f.Msg, err
 }
 
-// pump runs the writer and the heartbeat ticker beside the reader until
-// the connection ends.
-func (c *Client) pump(ctx context.Context, conn *wsconn.Conn, w dispatch.Welcome) error {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		conn.CloseNow()
-		wg.Wait()
-	}()
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for {
-			b, _, err := c.out.Next(ctx)
-			if err != nil {
-				return
-			}
-			if err := conn.WriteFrame(ctx, b); err != nil {
-				cancel()
-				conn.CloseNow()
-				return
-			}
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		// The first heartbeat comes after a random part of the period, so
-		// a fleet reconnecting together spreads its heartbeats (STYLE C6).
-		period := time.Duration(w.HeartbeatSecs) * time.Second
-		t := c.clk.NewTimer(time.Duration(float64(period) * c.cfg.Rand()))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C():
-			}
-			c.Send(c.h.Heartbeat())
-			t.Reset(period)
-		}
-	}()
-	for {
-		b, err := conn.ReadFrame(ctx)
-		if err != nil {
-			return err
-		}
-		f, err := dispatch.Decode(b)
-		if err != nil {
-			conn.Close(wsconn.StatusProtocolError, "undecodable frame")
-			return fmt.Errorf("%w: %w", ErrProtocol, err)
-		}
-		switch m := f.Msg.(type) {
-		case *dispatch.Keepalive:
-			continue
-		case *dispatch.ErrorFrame:
-			if m.Code == dispatch.ErrorVersion {
-				return fmt.Errorf("%w: %s", ErrVersion, m.Message)
-			}
-			return fmt.Errorf("%w: %s: %s", ErrRefused, m.Code, m.Message)
-		case *dispatch.Hello, *dispatch.Welcome:
-			conn.Close(wsconn.StatusProtocolError, "unexpected frame")
-			return fmt.Errorf("%w: unexpected %s", ErrProtocol, m.FrameType())
-		}
-		if v := dispatch.MinVersion(f.Msg); v > w.Version {
-			conn.Close(wsconn.StatusProtocolError, "message above negotiated version")
-			return fmt.Errorf("%w: %s %s needs version %d, session is at %d", ErrProtocol, f.Msg.FrameType(), f.Msg.FrameKind(), v, w.Version)
-		}
-		c.mu.Lock()
-		last := c.lastIn
-		switch {
-		case f.Seq <= last:
-			c.mu.Unlock()
-			continue // replayed; already processed
-		case f.Seq != last+1:
-			c.mu.Unlock()
-			conn.Close(wsconn.StatusProtocolError, "seq gap")
-			return fmt.Errorf("%w: seq %d after %d", ErrProtocol, f.Seq, last)
-		}
-		c.mu.Unlock()
-		c.h.Message(f.Msg)
-		c.mu.Lock()
-		c.lastIn = f.Seq
-		c.mu.Unlock()
+func (kind) Type(m dispatch.Message) string { return string(m.FrameType()) }
+
+func (kind) Welcome(m dispatch.Message) (dispatch.Welcome, sessionclient.Welcome, bool) {
+	w, ok := m.(*dispatch.Welcome)
+	if !ok {
+		return dispatch.Welcome{}, sessionclient.Welcome{}, false
 	}
+	return *w, sessionclient.Welcome{Handle: w.Handle, Version: w.Version, HeartbeatSecs: w.HeartbeatSecs,
+		Resumed: w.Resumed, LastSeq: w.LastSeq}, true
 }
+
+func (kind) Refusal(m dispatch.Message) error {
+	e, ok := m.(*dispatch.ErrorFrame)
+	if !ok {
+		return nil
+	}
+	if e.Code == dispatch.ErrorVersion {
+		return fmt.Errorf("%w: %s", ErrVersion, e.Message)
+	}
+	return fmt.Errorf("%w: %s: %s", ErrRefused, e.Code, e.Message)
+}
+
+func (kind) Keepalive(m dispatch.Message) bool {
+	_, ok := m.(*dispatch.Keepalive)
+	return ok
+}
+
+func (kind) Inbound(m dispatch.Message) bool {
+	switch m.(type) {
+	case *dispatch.Hello, *dispatch.Welcome:
+		return false
+	}
+	return true
+}
+
+func (kind) Admit(m dispatch.Message, version int) (string, error) {
+	if v := dispatch.MinVersion(m); v > version {
+		return "message above negotiated version",
+			fmt.Errorf("%w: %s %s needs version %d, session is at %d", ErrProtocol, m.FrameType(), m.FrameKind(), v, version)
+	}
+	return "", nil
+}
+
+func (k kind) Deliver(m dispatch.Message, _ int) (string, error) {
+	k.h.Message(m)
+	return "", nil
+}
+
+func (kind) Sendable(m dispatch.Message, version int) error {
+	if v := dispatch.MinVersion(m); version != 0 && v > version {
+		return fmt.Errorf("%w: %s %s needs version %d, session is at %d", ErrProtocol, m.FrameType(), m.FrameKind(), v, version)
+	}
+	return nil
+}
+
+func (k kind) Connected(w dispatch.Welcome, resumed bool) error {
+	w.Resumed = resumed
+	k.h.Connected(w)
+	return nil
+}
+
+func (k kind) Heartbeat() dispatch.Message { return k.h.Heartbeat() }
+
+func (k kind) Disconnected(err error) { k.h.Disconnected(err) }

@@ -3,20 +3,15 @@ package session_test
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
+	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/vk-ci/vk/hub/pki"
 	hubsession "github.com/vk-ci/vk/hub/session"
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/sessionclient/sessiontest"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/node/session"
 	"github.com/vk-ci/vk/proto/dispatch"
@@ -26,16 +21,11 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // hub plays the hub core around the real hub/session server.
 type hub struct {
-	srv    *hubsession.NodeServer
-	url    string
-	look   lookup
-	dials  atomic.Int64
-	up     chan *hubsession.NodeSession
-	msgs   chan dispatch.Message
-	downs  chan error
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool
+	*sessiontest.Server
+	srv   *hubsession.NodeServer
+	up    chan *hubsession.NodeSession
+	msgs  chan dispatch.Message
+	downs chan error
 }
 
 type lookup map[string]ed25519.PublicKey
@@ -51,41 +41,15 @@ func (h *hub) NodeUp(s *hubsession.NodeSession, _ *dispatch.Hello, _ bool) { h.u
 func (h *hub) NodeMessage(_ *hubsession.NodeSession, m dispatch.Message)   { h.msgs <- m }
 func (h *hub) NodeDown(_ *hubsession.NodeSession, err error)               { h.downs <- err }
 
-func startHub(t *testing.T, cfg hubsession.Config, keys lookup) (*hub, *pki.Bundle) {
+func startHub(t *testing.T, cfg hubsession.Config, keys lookup) *hub {
 	t.Helper()
-	b, err := pki.Ensure(t.TempDir(), []string{"127.0.0.1"}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &hub{look: keys, up: make(chan *hubsession.NodeSession, 100), msgs: make(chan dispatch.Message, 10000), downs: make(chan error, 100)}
+	h := &hub{up: make(chan *hubsession.NodeSession, 100), msgs: make(chan dispatch.Message, 10000), downs: make(chan error, 100)}
 	cfg.Lookup = keys
 	cfg.Logger = testlog.New(t)
 	h.srv = hubsession.NewNodeServer(cfg, h)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.dials.Add(1)
-		h.srv.ServeHTTP(w, r)
-	}))
-	srv.TLS = pki.ServerConfig(b.Server)
-	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			h.mu.Lock()
-			h.conns = append(h.conns, c)
-			h.mu.Unlock()
-		}
-	}
-	srv.StartTLS()
-	t.Cleanup(func() { h.srv.Close(); srv.Close() })
-	h.url = "wss://" + strings.TrimPrefix(srv.URL, "https://") + "/v1/node/session"
-	return h, b
-}
-
-func (h *hub) cutAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.conns {
-		c.Close()
-	}
-	h.conns = nil
+	h.Server = sessiontest.Start(t, "/v1/node/session", h.srv)
+	t.Cleanup(h.srv.Close)
+	return h
 }
 
 // agent plays the node agent.
@@ -114,27 +78,14 @@ func (a *agent) Heartbeat() dispatch.Heartbeat { return dispatch.Heartbeat{State
 
 func recv[T any](t *testing.T, ch chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no %s in 20 s", what)
-	}
-	var zero T
-	return zero
+	return sessiontest.Recv(t, ch, what)
 }
 
 // waitPending polls until the fake clock has at least n timers armed by
 // the client (the real sockets in between make this a poll).
 func waitPending(t *testing.T, fc *clock.Fake, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for fc.Pending() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("fake clock: %d timers pending, want %d", fc.Pending(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	sessiontest.WaitFor(t, fmt.Sprintf("%d fake clock timers", n), func() bool { return fc.Pending() >= n })
 }
 
 func nodeKey() ed25519.PrivateKey {
@@ -143,13 +94,9 @@ func nodeKey() ed25519.PrivateKey {
 	return ed25519.NewKeyFromSeed(s)
 }
 
-func newClient(t *testing.T, h *hub, b *pki.Bundle, a *agent, fc clock.Clock, versions dispatch.Range) *session.Client {
+func newClient(t *testing.T, h *hub, a *agent, fc clock.Clock, versions dispatch.Range) *session.Client {
 	t.Helper()
-	tlsCfg, err := pki.ClientConfig(b.CACertPEM, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := session.New(session.Config{URL: h.url, NodeID: "n1", Key: nodeKey(), TLSConfig: tlsCfg, Versions: versions,
+	c, err := session.New(session.Config{URL: h.URL, NodeID: "n1", Key: nodeKey(), TLSConfig: h.ClientTLS(t), Versions: versions,
 		Clock: fc, Rand: func() float64 { return 0.5 }, Logger: testlog.New(t)}, a)
 	if err != nil {
 		t.Fatal(err)
@@ -158,27 +105,17 @@ func newClient(t *testing.T, h *hub, b *pki.Bundle, a *agent, fc clock.Clock, ve
 	return c
 }
 
-func run(t *testing.T, c *session.Client) {
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v", err)
-		}
-	})
-}
+func run(t *testing.T, c *session.Client) { sessiontest.Run(t, c.Run) }
 
 // spec: NSESS-11, NSESS-24, NSESS-01, AUTH-06
 // The client connects with the node key, the agent sends report then
 // held from Connected, hub messages reach the agent, and heartbeats
 // follow the period the hub stated.
 func TestClientConnects(t *testing.T) {
-	h, b := startHub(t, hubsession.Config{}, lookup{"n1": nodeKey().Public().(ed25519.PublicKey)})
+	h := startHub(t, hubsession.Config{}, lookup{"n1": nodeKey().Public().(ed25519.PublicKey)})
 	fc := clock.NewFake(t0)
 	a := newAgent()
-	c := newClient(t, h, b, a, fc, dispatch.Range{})
+	c := newClient(t, h, a, fc, dispatch.Range{})
 	run(t, c)
 	w := recv(t, a.connected, "welcome")
 	if w.Resumed || w.Version != dispatch.Version || c.Handle() != w.Handle || c.Version() != w.Version {
@@ -203,7 +140,7 @@ func TestClientConnects(t *testing.T) {
 		t.Fatalf("hub got %+v, want heartbeat", hb)
 	}
 	// Losing the connection is reported to the agent and the hub.
-	h.cutAll()
+	h.CutAll()
 	recv(t, a.downs, "Disconnected")
 	recv(t, h.downs, "NodeDown")
 }
@@ -214,10 +151,10 @@ func TestClientConnects(t *testing.T) {
 // session (same handle, last seq) and every frame reaches each handler
 // exactly once, in order.
 func TestClientResumesAfterCuts(t *testing.T) {
-	h, b := startHub(t, hubsession.Config{}, lookup{"n1": nodeKey().Public().(ed25519.PublicKey)})
+	h := startHub(t, hubsession.Config{}, lookup{"n1": nodeKey().Public().(ed25519.PublicKey)})
 	fc := clock.NewFake(t0)
 	a := newAgent()
-	c := newClient(t, h, b, a, fc, dispatch.Range{})
+	c := newClient(t, h, a, fc, dispatch.Range{})
 	run(t, c)
 	w := recv(t, a.connected, "welcome")
 	s := recv(t, h.up, "NodeUp")
@@ -287,7 +224,7 @@ func TestClientResumesAfterCuts(t *testing.T) {
 		for range rng.IntN(per) {
 			take()
 		}
-		h.cutAll()
+		h.CutAll()
 		for len(gotHub) < (batch+1)*per || len(gotNode) < (batch+1)*per {
 			take()
 		}
@@ -306,7 +243,7 @@ func TestClientResumesAfterCuts(t *testing.T) {
 	if h.srv.Session("n1") != s || s.Ended() != nil {
 		t.Fatalf("hub session replaced or ended: %v", s.Ended())
 	}
-	t.Logf("%d hub connections, %d resumes for %d frames each way", h.dials.Load(), reconnects, n)
+	t.Logf("%d hub connections, %d resumes for %d frames each way", h.Dials(), reconnects, n)
 }
 
 // A node offering only versions the hub does not speak is refused; the
@@ -314,54 +251,43 @@ func TestClientResumesAfterCuts(t *testing.T) {
 //
 // spec: NSESS-03
 func TestClientVersionRefused(t *testing.T) {
-	h, b := startHub(t, hubsession.Config{}, lookup{"n1": nodeKey().Public().(ed25519.PublicKey)})
+	h := startHub(t, hubsession.Config{}, lookup{"n1": nodeKey().Public().(ed25519.PublicKey)})
 	fc := clock.NewFake(t0)
 	a := newAgent()
-	c := newClient(t, h, b, a, fc, dispatch.Range{Min: 1, Max: 2})
+	c := newClient(t, h, a, fc, dispatch.Range{Min: 1, Max: 2})
 	run(t, c)
 	waitPending(t, fc, 1)
-	if h.dials.Load() != 1 {
-		t.Fatalf("%d dials", h.dials.Load())
+	if h.Dials() != 1 {
+		t.Fatalf("%d dials", h.Dials())
 	}
 	fc.Advance(59 * time.Second)
-	if fc.Pending() != 1 || h.dials.Load() != 1 {
-		t.Fatalf("redialed before a minute: pending %d dials %d", fc.Pending(), h.dials.Load())
+	if fc.Pending() != 1 || h.Dials() != 1 {
+		t.Fatalf("redialed before a minute: pending %d dials %d", fc.Pending(), h.Dials())
 	}
 	fc.Advance(time.Second)
-	waitDials(t, h, 2)
+	h.WaitDials(t, 2)
 	if len(a.connected) != 0 {
 		t.Fatal("refused client reported a connection")
-	}
-}
-
-func waitDials(t *testing.T, h *hub, n int64) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for h.dials.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d dials, want %d", h.dials.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
 // Redial backoff doubles from 1 s to 30 s while the hub is unreachable
 // (jitter pinned to 0 by Rand = 0.5).
 func TestClientBackoff(t *testing.T) {
-	h, b := startHub(t, hubsession.Config{}, lookup{}) // the node is unknown: every dial is 401
+	h := startHub(t, hubsession.Config{}, lookup{}) // the node is unknown: every dial is 401
 	fc := clock.NewFake(t0)
 	a := newAgent()
-	c := newClient(t, h, b, a, fc, dispatch.Range{})
+	c := newClient(t, h, a, fc, dispatch.Range{})
 	run(t, c)
 	for i, want := range []time.Duration{1, 2, 4, 8, 16, 30, 30} {
 		want *= time.Second
 		waitPending(t, fc, 1)
-		dials := h.dials.Load()
+		dials := h.Dials()
 		fc.Advance(want - time.Millisecond)
 		if fc.Pending() != 1 {
 			t.Fatalf("retry %d fired before %v", i, want)
 		}
 		fc.Advance(time.Millisecond)
-		waitDials(t, h, dials+1)
+		h.WaitDials(t, dials+1)
 	}
 }

@@ -17,6 +17,12 @@
 // A relay session is never resumed: every connection is a new session
 // whose seqs start at 1, and frames queued while disconnected are dropped
 // (the report and the next heartbeat restate everything).
+//
+// The dial, handshake, pump, seq bookkeeping and redial loop are shared
+// with the node's client in internal/sessionclient (as a one-shot
+// stream); this package keeps what is the relay's own: relay frames, the
+// approval gate, the update rule (RSESS-10), its sentinels and log lines,
+// and the relay's [Handler].
 package hubsession
 
 import (
@@ -26,12 +32,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
-	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/internal/sessionclient"
 	"github.com/vk-ci/vk/internal/wsconn"
 	"github.com/vk-ci/vk/proto/client"
 )
@@ -110,18 +115,13 @@ type Config struct {
 
 // Client holds the relay's hub session. Create it with New; Run it once.
 type Client struct {
-	cfg Config
-	h   Handler
-	log *slog.Logger
-	clk clock.Clock
+	core *sessionclient.Client[client.RelayMessage, client.RelayWelcome]
+	log  *slog.Logger
 
 	mu        sync.Mutex
-	out       *wsconn.Outbox        // current session's queue; nil while disconnected; guarded by mu
-	version   int                   // guarded by mu
 	status    client.ApprovalStatus // last status, "" before the first; guarded by mu
 	refused   bool                  // the hub refused the relay for good; guarded by mu
 	versionNo bool                  // the hub refused our version; guarded by mu
-	stopped   bool                  // guarded by mu
 }
 
 // New returns a Client; it does not dial until Run.
@@ -135,14 +135,27 @@ func New(cfg Config, h Handler) (*Client, error) {
 	if cfg.QueueFrames <= 0 {
 		cfg.QueueFrames = 256
 	}
-	if cfg.Rand == nil {
-		cfg.Rand = rand.Float64
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Client{cfg: cfg, h: h, clk: clock.Or(cfg.Clock),
-		log: cfg.Logger.With(logkey.Component, "hub-session", logkey.RelayID, cfg.RelayID)}, nil
+	c := &Client{log: cfg.Logger.With(logkey.Component, "hub-session", logkey.RelayID, cfg.RelayID)}
+	c.core = sessionclient.New(sessionclient.Config{
+		URL:         cfg.URL,
+		Principal:   cfg.RelayID,
+		Key:         cfg.Key,
+		TLSConfig:   cfg.TLSConfig,
+		Conn:        cfg.Conn,
+		Versions:    cfg.Versions,
+		Resumable:   false, // a relay session is never resumed (package doc)
+		QueueFrames: cfg.QueueFrames,
+		Errors:      sessionclient.Errors{Version: ErrVersion, Protocol: ErrProtocol, Stopped: ErrStopped, NotConnected: ErrNotConnected},
+		VersionMsg:  "the hub refused our session version: the hub must be upgraded; requesting no GitLab jobs",
+		OverflowMsg: "hub session queue full; dropping the session",
+		Clock:       cfg.Clock,
+		Rand:        cfg.Rand,
+		Log:         c.log,
+	}, kind{c: c, cfg: cfg, h: h})
+	return c, nil
 }
 
 // Status returns the last server status from the hub, "" before the
@@ -163,204 +176,118 @@ func (c *Client) MayRequestJobs() bool {
 }
 
 // Version returns the negotiated version, 0 when no session is up.
-func (c *Client) Version() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.version
-}
+func (c *Client) Version() int { return c.core.Version() }
 
 // Send queues a heartbeat (or another relay→hub message) and returns at
 // once. It fails with ErrNotConnected when no session is up (the next
 // session's report and heartbeat restate the state), ErrStopped after Run,
 // and wsconn.ErrOverflow when the queue is full (the session is dropped
 // and redialed).
-func (c *Client) Send(m client.RelayMessage) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return ErrStopped
-	}
-	if c.out == nil {
-		return ErrNotConnected
-	}
-	_, err := c.out.Push(func(seq uint64) ([]byte, error) {
-		return client.EncodeRelayFrame(client.RelayFrame{Seq: seq, Msg: m})
-	})
-	if errors.Is(err, wsconn.ErrOverflow) {
-		c.log.Warn("hub session queue full; dropping the session", slog.Any(logkey.Err, err))
-		c.out.Close()
-	}
-	return err
-}
+func (c *Client) Send(m client.RelayMessage) error { return c.core.Send(m) }
 
 // Run holds the session until ctx ends, redialing whenever it is lost
 // (RSESS-01). It returns ctx's error.
-func (c *Client) Run(ctx context.Context) error {
-	defer func() {
-		c.mu.Lock()
-		c.stopped = true
-		c.mu.Unlock()
-	}()
-	return wsconn.Redialer{
-		Once:       c.once,
-		VersionErr: ErrVersion,
-		VersionMsg: "the hub refused our session version: the hub must be upgraded; requesting no GitLab jobs",
-		Clock:      c.clk,
-		Rand:       c.cfg.Rand,
-		Log:        c.log,
-	}.Run(ctx)
+func (c *Client) Run(ctx context.Context) error { return c.core.Run(ctx) }
+
+// kind is the relay's part of the shared session client: relay frames, a
+// hello without resume, the approval gate fed by error frames and server
+// statuses, and the relay's Handler.
+//
+// Kept apart from the node's kind although they look alike: a version
+// refusal here also closes the job gate (RSESS-12), the hub may send only
+// server status and update, and the version rule (update needs 3,
+// RSESS-10) is checked on delivery, after the seq.
+type kind struct {
+	c   *Client
+	cfg Config
+	h   Handler
 }
 
-func (c *Client) once(ctx context.Context) (bool, error) {
-	conn, err := wsconn.Dial(ctx, c.cfg.URL, c.cfg.Key, c.cfg.RelayID, c.cfg.TLSConfig, &c.cfg.Conn)
-	if err != nil {
-		return false, err
-	}
-	defer conn.CloseNow()
-	b, err := client.EncodeRelayFrame(client.RelayFrame{Msg: client.RelayHello{Versions: c.cfg.Versions, Relay: c.cfg.RelayID, Release: c.cfg.Release}})
-	if err != nil {
-		return false, err
-	}
-	if err := conn.WriteFrame(ctx, b); err != nil {
-		return false, err
-	}
-	b, err = conn.ReadFrame(ctx)
-	if err != nil {
-		return false, err
-	}
+func (k kind) Hello(*sessionclient.Resume) ([]byte, error) {
+	return client.EncodeRelayFrame(client.RelayFrame{Msg: client.RelayHello{Versions: k.cfg.Versions, Relay: k.cfg.RelayID, Release: k.cfg.Release}})
+}
+
+func (kind) Encode(seq uint64, m client.RelayMessage) ([]byte, error) {
+	return client.EncodeRelayFrame(client.RelayFrame{Seq: seq, Msg: m})
+}
+
+func (kind) Decode(b []byte) (uint64, client.RelayMessage, error) {
 	f, err := client.DecodeRelayFrame(b)
-	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrProtocol, err)
-	}
-	var w client.RelayWelcome
-	switch m := f.Msg.(type) {
-	case *client.RelayWelcome:
-		w = *m
-	case *client.RelayError:
-		return false, c.hubError(m)
-	default:
-		return false, fmt.Errorf("%w: expected welcome, got %s", ErrProtocol, f.Msg.RelayFrameType())
-	}
-	if !c.cfg.Versions.Contains(w.Version) || w.HeartbeatSecs <= 0 {
-		conn.Close(wsconn.StatusProtocolError, "bad welcome")
-		return false, fmt.Errorf("%w: welcome version %d heartbeat %d s", ErrProtocol, w.Version, w.HeartbeatSecs)
-	}
-	out := wsconn.NewOutbox(c.cfg.QueueFrames)
-	c.mu.Lock()
-	c.out, c.version, c.versionNo = out, w.Version, false
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.out, c.version = nil, 0
-		c.mu.Unlock()
-		out.Close()
-	}()
-	c.log.Info("hub session up", logkey.Session, w.Handle, "version", w.Version, "heartbeat_secs", w.HeartbeatSecs)
-	report := c.h.Connected(w)
-	if err := c.Send(report); err != nil {
-		return true, err
-	}
-	err = c.pump(ctx, conn, out, w)
-	c.h.Disconnected(err)
-	return true, err
+	return f.Seq, f.Msg, err
 }
 
-// hubError maps the hub's error frame to an error and records a version
+func (kind) Type(m client.RelayMessage) string { return string(m.RelayFrameType()) }
+
+func (k kind) Welcome(m client.RelayMessage) (client.RelayWelcome, sessionclient.Welcome, bool) {
+	w, ok := m.(*client.RelayWelcome)
+	if !ok {
+		return client.RelayWelcome{}, sessionclient.Welcome{}, false
+	}
+	return *w, sessionclient.Welcome{Handle: w.Handle, Version: w.Version, HeartbeatSecs: w.HeartbeatSecs}, true
+}
+
+// Refusal maps the hub's error frame to an error and records a version
 // refusal.
-func (c *Client) hubError(m *client.RelayError) error {
-	if m.Code == client.RelayErrorVersion {
-		c.mu.Lock()
-		c.versionNo = true
-		c.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrVersion, m.Message)
+func (k kind) Refusal(m client.RelayMessage) error {
+	e, ok := m.(*client.RelayError)
+	if !ok {
+		return nil
 	}
-	return fmt.Errorf("%w: %s: %s", ErrRefused, m.Code, m.Message)
+	if e.Code == client.RelayErrorVersion {
+		k.c.mu.Lock()
+		k.c.versionNo = true
+		k.c.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrVersion, e.Message)
+	}
+	return fmt.Errorf("%w: %s: %s", ErrRefused, e.Code, e.Message)
 }
 
-func (c *Client) pump(ctx context.Context, conn *wsconn.Conn, out *wsconn.Outbox, w client.RelayWelcome) error {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		conn.CloseNow()
-		wg.Wait()
-	}()
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for {
-			b, _, err := out.Next(ctx)
-			if err != nil {
-				cancel()
-				conn.CloseNow()
-				return
-			}
-			if err := conn.WriteFrame(ctx, b); err != nil {
-				cancel()
-				conn.CloseNow()
-				return
-			}
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		// The first heartbeat comes after a random part of the period, so
-		// a fleet reconnecting together spreads its heartbeats (STYLE C6).
-		period := time.Duration(w.HeartbeatSecs) * time.Second
-		t := c.clk.NewTimer(time.Duration(float64(period) * c.cfg.Rand()))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C():
-			}
-			c.Send(c.h.Heartbeat())
-			t.Reset(period)
-		}
-	}()
-	var lastIn uint64
-	for {
-		b, err := conn.ReadFrame(ctx)
-		if err != nil {
-			return err
-		}
-		f, err := client.DecodeRelayFrame(b)
-		if err != nil {
-			conn.Close(wsconn.StatusProtocolError, "undecodable frame")
-			return fmt.Errorf("%w: %w", ErrProtocol, err)
-		}
-		switch m := f.Msg.(type) {
-		case *client.RelayKeepalive:
-			continue
-		case *client.RelayError:
-			return c.hubError(m)
-		case *client.ServerStatus, *client.Update:
-		default:
-			conn.Close(wsconn.StatusProtocolError, "unexpected frame")
-			return fmt.Errorf("%w: unexpected %s", ErrProtocol, f.Msg.RelayFrameType())
-		}
-		if f.Seq != lastIn+1 {
-			conn.Close(wsconn.StatusProtocolError, "seq gap")
-			return fmt.Errorf("%w: seq %d after %d", ErrProtocol, f.Seq, lastIn)
-		}
-		lastIn = f.Seq
-		switch m := f.Msg.(type) {
-		case *client.ServerStatus:
-			c.mu.Lock()
-			c.status = m.Status
-			if m.Status == client.ApprovalRefused {
-				c.refused = true
-			}
-			c.mu.Unlock()
-			c.log.Info("hub server status", "status", m.Status, "approval_url", m.ApprovalURL, "message", m.Message)
-			c.h.ServerStatus(m)
-		case *client.Update:
-			if w.Version < client.RelayVersionUpdates {
-				conn.Close(wsconn.StatusProtocolError, "update below version 3")
-				return fmt.Errorf("%w: update in a version-%d session", ErrProtocol, w.Version)
-			}
-			c.h.Update(m)
-		}
-	}
+func (kind) Keepalive(m client.RelayMessage) bool {
+	_, ok := m.(*client.RelayKeepalive)
+	return ok
 }
+
+func (kind) Inbound(m client.RelayMessage) bool {
+	switch m.(type) {
+	case *client.ServerStatus, *client.Update:
+		return true
+	}
+	return false
+}
+
+func (kind) Admit(client.RelayMessage, int) (string, error) { return "", nil }
+
+func (k kind) Deliver(m client.RelayMessage, version int) (string, error) {
+	switch m := m.(type) {
+	case *client.ServerStatus:
+		k.c.mu.Lock()
+		k.c.status = m.Status
+		if m.Status == client.ApprovalRefused {
+			k.c.refused = true
+		}
+		k.c.mu.Unlock()
+		k.c.log.Info("hub server status", "status", m.Status, "approval_url", m.ApprovalURL, "message", m.Message)
+		k.h.ServerStatus(m)
+	case *client.Update:
+		if version < client.RelayVersionUpdates {
+			return "update below version 3", fmt.Errorf("%w: update in a version-%d session", ErrProtocol, version)
+		}
+		k.h.Update(m)
+	}
+	return "", nil
+}
+
+func (kind) Sendable(client.RelayMessage, int) error { return nil }
+
+// Connected clears a past version refusal and sends the relay's report
+// first (RSESS-02, RSESS-03).
+func (k kind) Connected(w client.RelayWelcome, _ bool) error {
+	k.c.mu.Lock()
+	k.c.versionNo = false
+	k.c.mu.Unlock()
+	return k.c.Send(k.h.Connected(w))
+}
+
+func (k kind) Heartbeat() client.RelayMessage { return k.h.Heartbeat() }
+
+func (k kind) Disconnected(err error) { k.h.Disconnected(err) }

@@ -1,24 +1,18 @@
 package hubsession_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/vk-ci/vk/hub/pki"
 	hub "github.com/vk-ci/vk/hub/session"
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/sessionclient/sessiontest"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/relay/hubsession"
@@ -35,16 +29,13 @@ func (l lookup) LookupPrincipal(_ context.Context, kind hub.Kind, id string) (hu
 	return hub.Principal{}, hub.ErrUnknownPrincipal
 }
 
-// hub plays the hub core around the real hub/session relay server.
+// fakeHub plays the hub core around the real hub/session relay server.
 type fakeHub struct {
+	*sessiontest.Server
 	srv   *hub.RelayServer
-	url   string
-	dials atomic.Int64
 	up    chan *hub.RelaySession
 	msgs  chan client.RelayMessage
 	downs chan error
-	mu    sync.Mutex
-	conns []net.Conn
 }
 
 func (h *fakeHub) RelayUp(s *hub.RelaySession, _ *client.RelayHello)       { h.up <- s }
@@ -57,41 +48,15 @@ func relayKey() ed25519.PrivateKey {
 	return ed25519.NewKeyFromSeed(s)
 }
 
-func startHub(t *testing.T, cfg hub.Config) (*fakeHub, *pki.Bundle) {
+func startHub(t *testing.T, cfg hub.Config) *fakeHub {
 	t.Helper()
-	b, err := pki.Ensure(t.TempDir(), []string{"127.0.0.1"}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := &fakeHub{up: make(chan *hub.RelaySession, 100), msgs: make(chan client.RelayMessage, 1000), downs: make(chan error, 100)}
 	cfg.Lookup = lookup{"relay-1": relayKey().Public().(ed25519.PublicKey)}
 	cfg.Logger = testlog.New(t)
 	h.srv = hub.NewRelayServer(cfg, h)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.dials.Add(1)
-		h.srv.ServeHTTP(w, r)
-	}))
-	srv.TLS = pki.ServerConfig(b.Server)
-	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			h.mu.Lock()
-			h.conns = append(h.conns, c)
-			h.mu.Unlock()
-		}
-	}
-	srv.StartTLS()
-	t.Cleanup(func() { h.srv.Close(); srv.Close() })
-	h.url = "wss://" + strings.TrimPrefix(srv.URL, "https://") + "/v1/gitlab/session"
-	return h, b
-}
-
-func (h *fakeHub) cutAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.conns {
-		c.Close()
-	}
-	h.conns = nil
+	h.Server = sessiontest.Start(t, "/v1/gitlab/session", h.srv)
+	t.Cleanup(h.srv.Close)
+	return h
 }
 
 // relay plays vk-gitlab.
@@ -123,51 +88,26 @@ func (r *relay) Heartbeat() client.RelayHeartbeat {
 
 func recv[T any](t *testing.T, ch chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no %s in 20 s", what)
-	}
-	var zero T
-	return zero
+	return sessiontest.Recv(t, ch, what)
 }
 
-func newClient(t *testing.T, h *fakeHub, b *pki.Bundle, r *relay, fc clock.Clock, log *slog.Logger) *hubsession.Client {
+func newClient(t *testing.T, h *fakeHub, r *relay, fc clock.Clock, log *slog.Logger) *hubsession.Client {
 	t.Helper()
-	tlsCfg, err := pki.ClientConfig(b.CACertPEM, "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if log == nil {
 		log = testlog.New(t)
 	}
-	c, err := hubsession.New(hubsession.Config{URL: h.url, RelayID: "relay-1", Key: relayKey(), TLSConfig: tlsCfg,
+	c, err := hubsession.New(hubsession.Config{URL: h.URL, RelayID: "relay-1", Key: relayKey(), TLSConfig: h.ClientTLS(t),
 		Clock: fc, Rand: func() float64 { return 0.5 }, Logger: log}, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v", err)
-		}
-	})
+	sessiontest.Run(t, c.Run)
 	return c
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling across real sockets
-	}
+	sessiontest.WaitFor(t, what, cond)
 }
 
 // spec: RSESS-01, RSESS-07, RSESS-10
@@ -176,10 +116,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // before the first status, not while pending, yes while approved, never
 // after a refusal. A lost session is redialed.
 func TestRelaySessionApproval(t *testing.T) {
-	h, b := startHub(t, hub.Config{})
+	h := startHub(t, hub.Config{})
 	fc := clock.NewFake(t0)
 	r := newRelay(2)
-	c := newClient(t, h, b, r, fc, nil)
+	c := newClient(t, h, r, fc, nil)
 	w := recv(t, r.connected, "welcome")
 	if w.Version != client.RelayVersion {
 		t.Fatalf("version %d", w.Version)
@@ -222,7 +162,7 @@ func TestRelaySessionApproval(t *testing.T) {
 	}
 
 	// A cut session is redialed after the 1 s backoff: a new session.
-	h.cutAll()
+	h.CutAll()
 	recv(t, r.downs, "Disconnected")
 	recv(t, h.downs, "RelayDown")
 	waitFor(t, "backoff timer", func() bool { return fc.Pending() >= 1 })
@@ -239,9 +179,9 @@ func TestRelaySessionApproval(t *testing.T) {
 // spec: RSESS-09
 // A relay whose inventory is over the limits has its session ended.
 func TestRelayOverLimits(t *testing.T) {
-	h, b := startHub(t, hub.Config{})
+	h := startHub(t, hub.Config{})
 	r := newRelay(client.MaxRelayRunners + 1)
-	newClient(t, h, b, r, clock.NewFake(t0), nil)
+	newClient(t, h, r, clock.NewFake(t0), nil)
 	recv(t, r.connected, "welcome")
 	err := recv(t, r.downs, "Disconnected")
 	if !errors.Is(err, hubsession.ErrRefused) || !strings.Contains(err.Error(), string(client.RelayErrorLimits)) {
@@ -252,43 +192,26 @@ func TestRelayOverLimits(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // spec: RSESS-12, RSESS-10
 // A hub speaking only version 1 refuses vk-gitlab (2..3): the relay logs
 // that the hub must be upgraded, requests no GitLab jobs, and redials
 // about once a minute.
 func TestRelayVersionRefusedBackoff(t *testing.T) {
-	h, b := startHub(t, hub.Config{RelayVersions: client.VersionRange{Min: 1, Max: 1}})
+	h := startHub(t, hub.Config{RelayVersions: client.VersionRange{Min: 1, Max: 1}})
 	fc := clock.NewFake(t0)
-	var logs syncBuffer
-	c := newClient(t, h, b, newRelay(1), fc, slog.New(slog.NewTextHandler(&logs, nil)))
+	var logs sessiontest.Buffer
+	c := newClient(t, h, newRelay(1), fc, slog.New(slog.NewTextHandler(&logs, nil)))
 	for dial := int64(1); dial <= 3; dial++ {
-		waitFor(t, "redial timer", func() bool { return fc.Pending() >= 1 && h.dials.Load() == dial })
+		waitFor(t, "redial timer", func() bool { return fc.Pending() >= 1 && h.Dials() == dial })
 		if c.MayRequestJobs() {
 			t.Fatal("may request jobs after a version refusal")
 		}
 		fc.Advance(53 * time.Second) // 60 s ± 10%, pinned to 60 s by Rand
-		if fc.Pending() != 1 || h.dials.Load() != dial {
-			t.Fatalf("redialed before about a minute (dials %d)", h.dials.Load())
+		if fc.Pending() != 1 || h.Dials() != dial {
+			t.Fatalf("redialed before about a minute (dials %d)", h.Dials())
 		}
 		fc.Advance(7 * time.Second)
-		waitFor(t, "redial", func() bool { return h.dials.Load() == dial+1 })
+		waitFor(t, "redial", func() bool { return h.Dials() == dial+1 })
 	}
 	if !strings.Contains(logs.String(), "the hub must be upgraded") {
 		t.Fatalf("log does not say the hub must be upgraded:\n%s", logs.String())
