@@ -139,32 +139,58 @@ func parsePlacementKey(s string) (client.Placement, bool) {
 	return p, true
 }
 
-func outcomeToSched(o client.Outcome) sched.OutcomeKind {
-	switch o {
-	case client.OutcomeJob:
-		return sched.OutcomeJob
-	case client.OutcomeEmpty:
-		return sched.OutcomeEmpty
-	case client.OutcomeError:
-		return sched.OutcomeError
-	case client.OutcomeReleased:
-		return sched.OutcomeReleased
-	}
-	return sched.OutcomeNone
+// enumPair is one value of a wire enum W and the core's value S for it.
+type enumPair[W, S comparable] struct {
+	wire  W
+	sched S
 }
 
-func outcomeFromSched(k sched.OutcomeKind) client.Outcome {
-	switch k {
-	case sched.OutcomeJob:
-		return client.OutcomeJob
-	case sched.OutcomeEmpty:
-		return client.OutcomeEmpty
-	case sched.OutcomeError:
-		return client.OutcomeError
-	case sched.OutcomeReleased:
-		return client.OutcomeReleased
+// enumTable pairs the known values of a wire enum with the core's, one
+// row each, so the two directions of a conversion are one table and cannot
+// disagree. Each value appears in at most one row per column. What an
+// unknown value maps to is not in the table: each converter names it,
+// because it means something different per enum (see the callers).
+type enumTable[W, S comparable] []enumPair[W, S]
+
+// toSched returns w's core value, or unknown if w has no row.
+func (t enumTable[W, S]) toSched(w W, unknown S) S {
+	for _, p := range t {
+		if p.wire == w {
+			return p.sched
+		}
 	}
-	return client.OutcomeOther
+	return unknown
+}
+
+// fromSched returns s's wire value, or unknown if s has no row.
+func (t enumTable[W, S]) fromSched(s S, unknown W) W {
+	for _, p := range t {
+		if p.sched == s {
+			return p.wire
+		}
+	}
+	return unknown
+}
+
+// outcomes are the outcome kinds a relay may report (PROTO-04).
+var outcomes = enumTable[client.Outcome, sched.OutcomeKind]{
+	{client.OutcomeJob, sched.OutcomeJob},
+	{client.OutcomeEmpty, sched.OutcomeEmpty},
+	{client.OutcomeError, sched.OutcomeError},
+	{client.OutcomeReleased, sched.OutcomeReleased},
+}
+
+// outcomeToSched maps an outcome the hub does not know (a newer relay's,
+// or "other") to sched.OutcomeNone, which the core refuses as no outcome
+// (VerdictInvalid): a report the hub cannot read is not guessed at.
+func outcomeToSched(o client.Outcome) sched.OutcomeKind {
+	return outcomes.toSched(o, sched.OutcomeNone)
+}
+
+// outcomeFromSched maps sched.OutcomeNone (no outcome yet) to
+// client.OutcomeOther.
+func outcomeFromSched(k sched.OutcomeKind) client.Outcome {
+	return outcomes.fromSched(k, client.OutcomeOther)
 }
 
 // grantFromSched converts a grant; nodeName maps the core's node ID to the

@@ -11,32 +11,28 @@ import (
 // and sched's compact types. Node IDs on the wire are the nodes' principal
 // IDs; the driver's idTable maps them to sched.NodeID.
 
-func nodeStateToSched(s dispatch.NodeState) sched.NodeState {
-	switch s {
-	case dispatch.NodeReady:
-		return sched.NodeReady
-	case dispatch.NodeDraining:
-		return sched.NodeDraining
-	case dispatch.NodeDrained:
-		return sched.NodeDrained
-	case dispatch.NodeQuarantined:
-		return sched.NodeQuarantined
-	}
-	return sched.NodeMaintenance // maintenance and unknown states take no work
+// nodeStates are the node states both sides know (an [enumTable]).
+var nodeStates = enumTable[dispatch.NodeState, sched.NodeState]{
+	{dispatch.NodeReady, sched.NodeReady},
+	{dispatch.NodeDraining, sched.NodeDraining},
+	{dispatch.NodeDrained, sched.NodeDrained},
+	{dispatch.NodeQuarantined, sched.NodeQuarantined},
+	{dispatch.NodeMaintenance, sched.NodeMaintenance},
 }
 
+// nodeStateToSched maps a state the hub does not know (a newer node's, or
+// "other") to maintenance, where an unknown outcome is refused instead: a
+// node's state is not a request to judge but a fact to act on, and a node
+// in a state the hub cannot read is safest taking no work (the core
+// offers only to ready nodes), as in maintenance.
+func nodeStateToSched(s dispatch.NodeState) sched.NodeState {
+	return nodeStates.toSched(s, sched.NodeMaintenance)
+}
+
+// nodeStateFromSched maps a core state with no wire name (none today) to
+// maintenance, as nodeStateToSched does.
 func nodeStateFromSched(s sched.NodeState) dispatch.NodeState {
-	switch s {
-	case sched.NodeReady:
-		return dispatch.NodeReady
-	case sched.NodeDraining:
-		return dispatch.NodeDraining
-	case sched.NodeDrained:
-		return dispatch.NodeDrained
-	case sched.NodeQuarantined:
-		return dispatch.NodeQuarantined
-	}
-	return dispatch.NodeMaintenance
+	return nodeStates.fromSched(s, dispatch.NodeMaintenance)
 }
 
 // reportToSched converts a node's report. state is the node's last

@@ -88,6 +88,72 @@ func TestOutcomeRoundTrip(t *testing.T) {
 	}
 }
 
+func TestEnumTable(t *testing.T) {
+	tab := enumTable[string, int]{{"one", 1}, {"two", 2}}
+	for _, tc := range []struct {
+		wire  string
+		sched int
+	}{{"one", 1}, {"two", 2}} {
+		if got := tab.toSched(tc.wire, -1); got != tc.sched {
+			t.Errorf("toSched(%q) = %d, want %d", tc.wire, got, tc.sched)
+		}
+		if got := tab.fromSched(tc.sched, "?"); got != tc.wire {
+			t.Errorf("fromSched(%d) = %q, want %q", tc.sched, got, tc.wire)
+		}
+	}
+	if got := tab.toSched("three", -1); got != -1 {
+		t.Errorf("toSched(unknown) = %d, want the caller's -1", got)
+	}
+	if got := tab.fromSched(3, "?"); got != "?" {
+		t.Errorf("fromSched(unknown) = %q, want the caller's ?", got)
+	}
+}
+
+// checkBijection fails unless each wire value and each sched value stands
+// in at most one row of tab (else one direction would lose a value).
+func checkBijection[W, S comparable](t *testing.T, name string, tab enumTable[W, S]) {
+	t.Helper()
+	wires, scheds := map[W]bool{}, map[S]bool{}
+	for _, p := range tab {
+		if wires[p.wire] || scheds[p.sched] {
+			t.Errorf("%s: row %v repeats a value", name, p)
+		}
+		wires[p.wire], scheds[p.sched] = true, true
+	}
+}
+
+func TestEnumTablesComplete(t *testing.T) {
+	checkBijection(t, "outcomes", outcomes)
+	checkBijection(t, "nodeStates", nodeStates)
+	// Every outcome a core event may carry has a wire name (none is
+	// OutcomeNone, the "no outcome yet" zero value).
+	for k := sched.OutcomeJob; k <= sched.OutcomeReleased; k++ {
+		if got := outcomeFromSched(k); got == client.OutcomeOther || outcomeToSched(got) != k {
+			t.Errorf("outcome %s → %q → %s", k, got, outcomeToSched(got))
+		}
+	}
+	if got := outcomeFromSched(sched.OutcomeNone); got != client.OutcomeOther {
+		t.Errorf("outcomeFromSched(none) = %q, want other", got)
+	}
+	for _, o := range []client.Outcome{"", client.OutcomeOther, "teleported"} {
+		if got := outcomeToSched(o); got != sched.OutcomeNone {
+			t.Errorf("outcomeToSched(%q) = %s, want none", o, got)
+		}
+	}
+	// Every core node state has a wire name; unknown wire states take no
+	// work (maintenance).
+	for s := sched.NodeReady; s <= sched.NodeMaintenance; s++ {
+		if got := nodeStateToSched(nodeStateFromSched(s)); got != s {
+			t.Errorf("node state %s → %q → %s", s, nodeStateFromSched(s), got)
+		}
+	}
+	for _, s := range []dispatch.NodeState{"", dispatch.NodeOther, "melting"} {
+		if got := nodeStateToSched(s); got != sched.NodeMaintenance {
+			t.Errorf("nodeStateToSched(%q) = %s, want maintenance", s, got)
+		}
+	}
+}
+
 func TestDispatchConversions(t *testing.T) {
 	for _, s := range []dispatch.NodeState{dispatch.NodeReady, dispatch.NodeDraining, dispatch.NodeDrained, dispatch.NodeQuarantined, dispatch.NodeMaintenance} {
 		if got := nodeStateFromSched(nodeStateToSched(s)); got != s {

@@ -363,7 +363,7 @@ func (d *Driver) raiseFloor(id uint64) {
 }
 
 func (d *Driver) sendNode(id sched.NodeID, m dispatch.Message) {
-	name := d.ids.nodeNames[id]
+	name := d.ids.nodeName(id)
 	n := d.nodes[name]
 	if n == nil || n.send == nil {
 		d.log.Debug("node not connected; frame dropped", logkey.NodeID, name, "kind", string(m.FrameKind()))
@@ -383,7 +383,7 @@ func (d *Driver) onGrant(g sched.Grant) {
 	t.adm = g.Admission
 	rr := d.relays[t.owner].runners[t.runner]
 	d.adms[g.Admission] = &admRec{id: g.Admission, owner: t.owner, runner: t.runner, tenant: rr.tenant,
-		placement: rr.placement, res: g.Reservation, node: d.ids.nodeNames[g.Node], ticket: g.Ticket, lease: g.LeaseSecs}
+		placement: rr.placement, res: g.Reservation, node: d.ids.nodeName(g.Node), ticket: g.Ticket, lease: g.LeaseSecs}
 	d.resAdm[g.Reservation] = g.Admission
 	d.wakeTicket(t)
 }
@@ -453,7 +453,7 @@ func (d *Driver) onStart(s sched.Start) {
 	if j == nil {
 		return
 	}
-	node := d.ids.nodeNames[s.Node]
+	node := d.ids.nodeName(s.Node)
 	j.rec.State, j.rec.Node = store.JobStarting, node
 	d.saveJob(j, true)
 	if j.spec == nil {

@@ -241,7 +241,7 @@ func (d *Driver) pollTicket(principal string, id sched.TicketID) (*client.Reserv
 		return nil, nil, api.Errorf(client.CodeReservationGone, "ticket ended")
 	}
 	if view.Grant != nil {
-		g := grantFromSched(*view.Grant, d.ids.nodeNames[view.Grant.Node])
+		g := grantFromSched(*view.Grant, d.ids.nodeName(view.Grant.Node))
 		return &g, nil, nil
 	}
 	return nil, t.wake, nil

@@ -164,35 +164,20 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 
 // Job implements api.Backend (API-07, API-11, API-36).
 func (d *Driver) Job(ctx context.Context, p api.Principal, id string, after uint64, wait time.Duration) (client.JobView, error) {
-	if !validJobID(id) {
-		return client.JobView{}, notFound("job")
-	}
 	deadline := d.now().Add(wait)
 	for {
 		var (
-			v     client.JobView
-			ch    <-chan struct{}
-			found bool
-			err   error
+			v  client.JobView
+			ch <-chan struct{}
 		)
-		if derr := d.do(ctx, func() {
-			j := d.jobs[id]
-			if j == nil {
-				return
-			}
-			found = true
-			if j.rec.Principal != p.ID {
-				err = notFound("job")
-				return
-			}
+		held, err := d.onOwnJob(ctx, p, id, func(j *jobRec) error {
 			v, ch = j.view(), j.wake
-		}); derr != nil {
-			return client.JobView{}, derr
-		}
+			return nil
+		})
 		if err != nil {
 			return client.JobView{}, err
 		}
-		if !found {
+		if !held {
 			return d.settledView(ctx, p, id)
 		}
 		if v.Revision > after || wait <= 0 {
@@ -206,6 +191,34 @@ func (d *Driver) Job(ctx context.Context, p api.Principal, id string, after uint
 			wait = 0
 		}
 	}
+}
+
+// onOwnJob runs fn on the driver goroutine with job id, if the driver holds
+// it (queued to finished, not yet settled) and principal p owns it, and
+// returns fn's error. held is false, fn not called, when the driver does
+// not hold the job: the caller then reads the store ([Driver.settledView]).
+// A malformed ID, or a held job another principal owns, is an error that
+// reads as not found (API-50: a relay never learns another's job exists);
+// so is ctx ending before the driver took the call (ctx's error).
+func (d *Driver) onOwnJob(ctx context.Context, p api.Principal, id string, fn func(j *jobRec) error) (held bool, err error) {
+	if !validJobID(id) {
+		return false, notFound("job")
+	}
+	if derr := d.do(ctx, func() {
+		j := d.jobs[id]
+		if j == nil {
+			return
+		}
+		held = true
+		if j.rec.Principal != p.ID {
+			err = notFound("job")
+			return
+		}
+		err = fn(j)
+	}); derr != nil {
+		return false, derr
+	}
+	return held, err
 }
 
 // settledView reads a job the driver no longer holds (settled) from the
@@ -223,24 +236,8 @@ func (d *Driver) settledView(ctx context.Context, p api.Principal, id string) (c
 
 // OutputReadable implements api.Backend (API-37..39).
 func (d *Driver) OutputReadable(ctx context.Context, p api.Principal, id string) error {
-	if !validJobID(id) {
-		return notFound("job")
-	}
-	var found bool
-	var err error
-	if derr := d.do(ctx, func() {
-		j := d.jobs[id]
-		if j == nil {
-			return
-		}
-		found = true
-		if j.rec.Principal != p.ID {
-			err = notFound("job")
-		}
-	}); derr != nil {
-		return derr
-	}
-	if err != nil || found {
+	held, err := d.onOwnJob(ctx, p, id, func(*jobRec) error { return nil })
+	if err != nil || held {
 		return err
 	}
 	if _, err := d.settledView(ctx, p, id); err != nil {
@@ -253,24 +250,8 @@ func (d *Driver) OutputReadable(ctx context.Context, p api.Principal, id string)
 // earlier graceful; a finished job is unchanged. A job no node has started
 // ends canceled at once.
 func (d *Driver) Cancel(ctx context.Context, p api.Principal, id string, mode client.CancelMode) (client.JobView, error) {
-	if !validJobID(id) {
-		return client.JobView{}, notFound("job")
-	}
-	var (
-		v     client.JobView
-		found bool
-		err   error
-	)
-	if derr := d.do(ctx, func() {
-		j := d.jobs[id]
-		if j == nil {
-			return
-		}
-		found = true
-		if j.rec.Principal != p.ID {
-			err = notFound("job")
-			return
-		}
+	var v client.JobView
+	held, err := d.onOwnJob(ctx, p, id, func(j *jobRec) error {
 		switch j.rec.State {
 		case store.JobFinished:
 		case store.JobQueued:
@@ -291,13 +272,12 @@ func (d *Driver) Cancel(ctx context.Context, p api.Principal, id string, mode cl
 			}
 		}
 		v = j.view()
-	}); derr != nil {
-		return client.JobView{}, derr
-	}
+		return nil
+	})
 	if err != nil {
 		return client.JobView{}, err
 	}
-	if !found {
+	if !held {
 		return d.settledView(ctx, p, id)
 	}
 	return v, nil
@@ -306,27 +286,10 @@ func (d *Driver) Cancel(ctx context.Context, p api.Principal, id string, mode cl
 // Settle implements api.Backend (API-41): 409 until finished; then the
 // output is deleted and the record kept (Settled).
 func (d *Driver) Settle(ctx context.Context, p api.Principal, id string) error {
-	if !validJobID(id) {
-		return notFound("job")
-	}
-	var (
-		found   bool
-		err     error
-		durable <-chan error
-	)
-	if derr := d.do(ctx, func() {
-		j := d.jobs[id]
-		if j == nil {
-			return
-		}
-		found = true
-		if j.rec.Principal != p.ID {
-			err = notFound("job")
-			return
-		}
+	var durable <-chan error
+	held, err := d.onOwnJob(ctx, p, id, func(j *jobRec) error {
 		if j.rec.State != store.JobFinished {
-			err = api.Errorf(client.CodeConflict, "job not finished yet")
-			return
+			return api.Errorf(client.CodeConflict, "job not finished yet")
 		}
 		d.w.do(func(ctx context.Context) error { return d.out.Drop(ctx, id) })
 		j.rec.Settled = true
@@ -343,15 +306,14 @@ func (d *Driver) Settle(ctx context.Context, p api.Principal, id string) error {
 		}
 		d.audit(p.ID, "job.settle", id, "")
 		d.log.Info("job settled", logkey.JobID, id)
-	}); derr != nil {
-		return derr
-	}
+		return nil
+	})
 	if durable != nil {
 		if e := <-durable; e != nil {
 			return &api.Error{Code: client.CodeInternal, Msg: "recording the settle failed", Err: e}
 		}
 	}
-	if err != nil || found {
+	if err != nil || held {
 		return err
 	}
 	_, err = d.settledView(ctx, p, id)

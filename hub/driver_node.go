@@ -56,6 +56,10 @@ func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, r
 // NodeDisconnected records that node's session is gone: the core stops
 // offering to it at once (unreachable); past job_lost_after it is lost
 // and its jobs end lost (FAIL-16).
+//
+// It has [Driver.RelayDisconnected]'s shape but not its meaning, so the
+// two stay apart: a node's absence is a state with a deadline (down,
+// downAt; its jobs run on until then), a relay's ends its tickets at once.
 func (d *Driver) NodeDisconnected(ctx context.Context, node string) error {
 	return d.do(ctx, func() {
 		n := d.nodes[node]
@@ -90,50 +94,34 @@ func (d *Driver) nodeRecord(node string) *nodeRec {
 // runs on the driver's. It returns an error wrapping [ErrNodeProtocol]
 // when the session should end.
 func (d *Driver) NodeFrame(ctx context.Context, node string, m dispatch.Message) error {
-	switch m := m.(type) {
-	case *dispatch.Output:
-		return d.nodeOutput(ctx, node, *m)
-	case dispatch.Output:
-		return d.nodeOutput(ctx, node, m)
+	if o, ok := frameAs[dispatch.Output](m); ok {
+		return d.nodeOutput(ctx, node, o)
 	}
 	return d.do(ctx, func() { d.nodeMessage(node, m) })
+}
+
+// nodeFrames handles the node frames that change the driver's state, one
+// entry per frame type (see [onFrame]); [Driver.nodeMessage] tries them in
+// turn.
+var nodeFrames = []func(*Driver, *nodeRec, any) bool{
+	onFrame((*Driver).nodeReport),
+	onFrame((*Driver).nodeHeld),
+	onFrame((*Driver).nodeHeartbeat),
+	onFrame((*Driver).nodeOfferReply),
+	onFrame((*Driver).nodeLease),
+	onFrame((*Driver).nodeJob),
+	onFrame((*Driver).nodeResult),
 }
 
 func (d *Driver) nodeMessage(node string, m dispatch.Message) {
 	n := d.nodeRecord(node)
 	n.lastSeen = d.now()
-	switch m := m.(type) {
-	case *dispatch.Report:
-		d.nodeReport(n, *m)
-	case dispatch.Report:
-		d.nodeReport(n, m)
-	case *dispatch.Held:
-		d.nodeHeld(n, *m)
-	case dispatch.Held:
-		d.nodeHeld(n, m)
-	case *dispatch.Heartbeat:
-		d.nodeHeartbeat(n, *m)
-	case dispatch.Heartbeat:
-		d.nodeHeartbeat(n, m)
-	case *dispatch.OfferReply:
-		d.nodeOfferReply(n, *m)
-	case dispatch.OfferReply:
-		d.nodeOfferReply(n, m)
-	case *dispatch.Lease:
-		d.nodeLease(n, *m)
-	case dispatch.Lease:
-		d.nodeLease(n, m)
-	case *dispatch.JobUpdate:
-		d.nodeJob(n, *m)
-	case dispatch.JobUpdate:
-		d.nodeJob(n, m)
-	case *dispatch.Result:
-		d.nodeResult(n, *m)
-	case dispatch.Result:
-		d.nodeResult(n, m)
-	default:
-		d.log.Debug("node frame ignored", logkey.NodeID, node, "type", string(m.FrameType()), "kind", string(m.FrameKind()))
+	for _, handle := range nodeFrames {
+		if handle(d, n, m) {
+			return
+		}
 	}
+	d.log.Debug("node frame ignored", logkey.NodeID, node, "type", string(m.FrameType()), "kind", string(m.FrameKind()))
 }
 
 func (d *Driver) nodeReport(n *nodeRec, r dispatch.Report) {

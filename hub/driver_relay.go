@@ -65,17 +65,22 @@ func (d *Driver) relayRecord(relay string) *relayRec {
 func (d *Driver) RelayFrame(ctx context.Context, relay string, m client.RelayMessage) error {
 	return d.do(ctx, func() {
 		r := d.relayRecord(relay)
-		switch m := m.(type) {
-		case *client.RelayReport:
-			d.relayReport(r, *m)
-		case client.RelayReport:
-			d.relayReport(r, m)
-		case *client.RelayHeartbeat:
-			d.relayHeartbeat(r, *m)
-		case client.RelayHeartbeat:
-			d.relayHeartbeat(r, m)
+		for _, handle := range relayFrames {
+			if handle(d, r, m) {
+				return
+			}
 		}
+		// Other frames change nothing in the driver and, unlike a
+		// node's, are not logged.
 	})
+}
+
+// relayFrames handles the relay frames that change the driver's state,
+// one entry per frame type (see [onFrame]); [Driver.RelayFrame] tries
+// them in turn.
+var relayFrames = []func(*Driver, *relayRec, any) bool{
+	onFrame((*Driver).relayReport),
+	onFrame((*Driver).relayHeartbeat),
 }
 
 func (d *Driver) relayReport(r *relayRec, rep client.RelayReport) {

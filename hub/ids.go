@@ -9,59 +9,63 @@ type runnerKey struct{ relay, name string }
 // (relays, runners, nodes, tenants) and maps them back. IDs are per hub
 // start; nothing stores them. Owned by the driver goroutine.
 type idTable struct {
-	relays      map[string]sched.RelayID
-	relayNames  map[sched.RelayID]string
-	runners     map[runnerKey]sched.RunnerID
-	runnerKeys  map[sched.RunnerID]runnerKey
-	nodes       map[string]sched.NodeID
-	nodeNames   map[sched.NodeID]string
-	tenants     map[string]sched.TenantID
-	tenantNames map[sched.TenantID]string
+	relays  idMap[string, sched.RelayID]
+	runners idMap[runnerKey, sched.RunnerID]
+	nodes   idMap[string, sched.NodeID]
+	tenants idMap[string, sched.TenantID]
+}
+
+// idMap is one kind of ID in an [idTable]: it mints IDs 1, 2, … for keys
+// in the order it first sees them and maps both ways. Its zero value is
+// not usable; call [newIDMap].
+type idMap[K comparable, ID ~uint32] struct {
+	ids  map[K]ID // key → ID
+	keys map[ID]K // ID → key; the zero ID is never minted
+}
+
+func newIDMap[K comparable, ID ~uint32]() idMap[K, ID] {
+	return idMap[K, ID]{ids: map[K]ID{}, keys: map[ID]K{}}
+}
+
+// id returns k's ID, minting the next one if k is new (minted true).
+func (m idMap[K, ID]) id(k K) (id ID, minted bool) {
+	if id, ok := m.ids[k]; ok {
+		return id, false
+	}
+	id = ID(len(m.ids) + 1)
+	m.ids[k], m.keys[id] = id, k
+	return id, true
 }
 
 func newIDTable() *idTable {
 	return &idTable{
-		relays: map[string]sched.RelayID{}, relayNames: map[sched.RelayID]string{},
-		runners: map[runnerKey]sched.RunnerID{}, runnerKeys: map[sched.RunnerID]runnerKey{},
-		nodes: map[string]sched.NodeID{}, nodeNames: map[sched.NodeID]string{},
-		tenants: map[string]sched.TenantID{}, tenantNames: map[sched.TenantID]string{},
+		relays:  newIDMap[string, sched.RelayID](),
+		runners: newIDMap[runnerKey, sched.RunnerID](),
+		nodes:   newIDMap[string, sched.NodeID](),
+		tenants: newIDMap[string, sched.TenantID](),
 	}
 }
 
 func (t *idTable) relay(name string) sched.RelayID {
-	if id, ok := t.relays[name]; ok {
-		return id
-	}
-	id := sched.RelayID(len(t.relays) + 1)
-	t.relays[name], t.relayNames[id] = id, name
+	id, _ := t.relays.id(name)
 	return id
 }
 
 // runner returns the runner's ID and whether it was minted just now.
 func (t *idTable) runner(relay, name string) (sched.RunnerID, bool) {
-	k := runnerKey{relay, name}
-	if id, ok := t.runners[k]; ok {
-		return id, false
-	}
-	id := sched.RunnerID(len(t.runners) + 1)
-	t.runners[k], t.runnerKeys[id] = id, k
-	return id, true
+	return t.runners.id(runnerKey{relay, name})
 }
 
 func (t *idTable) node(name string) sched.NodeID {
-	if id, ok := t.nodes[name]; ok {
-		return id
-	}
-	id := sched.NodeID(len(t.nodes) + 1)
-	t.nodes[name], t.nodeNames[id] = id, name
+	id, _ := t.nodes.id(name)
 	return id
 }
 
+// nodeName is the principal ID of the node the core calls id ("" if
+// none).
+func (t *idTable) nodeName(id sched.NodeID) string { return t.nodes.keys[id] }
+
 func (t *idTable) tenant(name string) sched.TenantID {
-	if id, ok := t.tenants[name]; ok {
-		return id
-	}
-	id := sched.TenantID(len(t.tenants) + 1)
-	t.tenants[name], t.tenantNames[id] = id, name
+	id, _ := t.tenants.id(name)
 	return id
 }

@@ -211,7 +211,7 @@ func policyToSched(p *PolicyConfig, ids *idTable) sched.Policy {
 		}
 		out.Tenants[ids.tenant(name)] = tp
 	}
-	for key, id := range ids.runners {
+	for key, id := range ids.runners.ids {
 		if _, prod := policyTenantOf(p, key.relay, key.name); prod {
 			out.ProductionRunners[id] = true
 		}

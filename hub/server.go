@@ -165,6 +165,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 		return nil, fmt.Errorf("hub: listen: %w", err)
 	}
 	s := &Server{cfg: cfg, log: log, st: st, out: out, drv: drv, met: met, caPEM: caPEM, cancel: cancel, done: make(chan struct{})}
+	// abort undoes what is built from here on and returns err: each
+	// failure below has all of it to undo (the admin listener once
+	// bound). The earlier failures have less, so they undo by hand.
+	var admLn net.Listener
+	abort := func(err error) (*Server, error) {
+		cancel()
+		drv.w.close()
+		ln.Close()
+		if admLn != nil {
+			admLn.Close()
+		}
+		out.Close()
+		st.Close()
+		return nil, err
+	}
 
 	scfg := session.Config{Lookup: principalLookup{st}, Logger: log, Clock: clk, Skew: cfg.skew(),
 		HeartbeatSecs: cfg.Sessions.NodeHeartbeatSecs, MissedHeartbeats: cfg.Sessions.UnreachableAfterMissed}
@@ -179,42 +194,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	mux.Handle(client.RouteRelaySession, s.relays)
 	enr, err := enrol.New(enrol.Config{Store: st, CAPEM: caPEM, Clock: clk, Log: log})
 	if err != nil {
-		cancel()
-		drv.w.close()
-		ln.Close()
-		out.Close()
-		st.Close()
-		return nil, fmt.Errorf("hub: enrolment: %w", err)
+		return abort(fmt.Errorf("hub: enrolment: %w", err))
 	}
 	enr.Register(mux) // the join route (AUTH-08)
 	adm, err := admin.NewServer(admin.Config{Store: st, Backend: drv, Enroller: enr, CAFingerprint: pki.Fingerprint(caDER(caPEM)), Clock: clk, Log: log})
 	if err != nil {
-		cancel()
-		drv.w.close()
-		ln.Close()
-		out.Close()
-		st.Close()
-		return nil, fmt.Errorf("hub: admin socket: %w", err)
+		return abort(fmt.Errorf("hub: admin socket: %w", err))
 	}
-	admLn, err := adm.Listen(admin.SocketPath(cfg.StateDir))
+	admLn, err = adm.Listen(admin.SocketPath(cfg.StateDir))
 	if err != nil {
-		cancel()
-		drv.w.close()
-		ln.Close()
-		out.Close()
-		st.Close()
-		return nil, err
+		return abort(err) // admLn is nil: nothing of it to close
 	}
 	tcfg := pki.ServerConfig(cert)
 	uiLn, uiSrv, err := startUI(ctx, cfg, st, drv, clk, log, tcfg)
 	if err != nil {
-		cancel()
-		drv.w.close()
-		ln.Close()
-		admLn.Close()
-		out.Close()
-		st.Close()
-		return nil, err
+		return abort(err)
 	}
 	if uiLn != nil && cfg.UIURL == "" {
 		// approval_url links (API-56) point at the UI just bound.

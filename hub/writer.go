@@ -47,21 +47,21 @@ func newRecWriter(ctx context.Context, st store.Store, log *slog.Logger) *recWri
 
 // do queues fn.
 func (w *recWriter) do(fn func(ctx context.Context) error) <-chan error {
-	ch := make(chan error, 1)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		ch <- errStopped
-		return ch
-	}
-	w.queue = append(w.queue, &wop{fn: fn, waiters: []chan error{ch}})
-	w.cond.Signal()
-	return ch
+	return w.enqueue(&wop{fn: fn})
 }
 
 // saveJob queues a save of rec (coalescing with a queued save of the same
 // job).
 func (w *recWriter) saveJob(rec store.Job) <-chan error {
+	return w.enqueue(&wop{job: rec.ID, rec: rec})
+}
+
+// enqueue queues op (without waiters) and returns the channel that
+// receives its error; after close, errStopped at once. A job save
+// (op.job set) whose job has a save queued and not yet started joins that
+// save instead: the queued save takes op's record (the latest wins) and
+// keeps its place in the queue.
+func (w *recWriter) enqueue(op *wop) <-chan error {
 	ch := make(chan error, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -69,13 +69,15 @@ func (w *recWriter) saveJob(rec store.Job) <-chan error {
 		ch <- errStopped
 		return ch
 	}
-	if op := w.pending[rec.ID]; op != nil {
-		op.rec = rec
-		op.waiters = append(op.waiters, ch)
-		return ch
+	if op.job != "" {
+		if queued := w.pending[op.job]; queued != nil {
+			queued.rec = op.rec
+			queued.waiters = append(queued.waiters, ch)
+			return ch
+		}
+		w.pending[op.job] = op
 	}
-	op := &wop{job: rec.ID, rec: rec, waiters: []chan error{ch}}
-	w.pending[rec.ID] = op
+	op.waiters = []chan error{ch}
 	w.queue = append(w.queue, op)
 	w.cond.Signal()
 	return ch
