@@ -381,7 +381,7 @@ func outputSurvivesCuts(t *testing.T, seed uint64) {
 	if cuts == 0 {
 		t.Errorf("the test cut nothing")
 	}
-	h.send(&dispatch.Recorded{Job: "job-out"})
+	h.sendLive(&dispatch.Recorded{Job: "job-out"}) // the last cut may have ended the session
 	waitJobs(t, a, func() bool { return len(a.jobs) == 0 })
 }
 

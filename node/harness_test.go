@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -194,6 +195,33 @@ func (h *testHub) send(m dispatch.Message) {
 	}
 	if err := s.Send(m); err != nil {
 		h.t.Fatalf("send %T: %v", m, err)
+	}
+}
+
+// sendLive sends m on a live session: when the current one has ended (a
+// test ended it), it waits up to 30 s for the node's next session.
+func (h *testHub) sendLive(m dispatch.Message) {
+	h.t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		s, ch := h.sess, h.changed
+		h.mu.Unlock()
+		if s != nil {
+			err := s.Send(m)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, session.ErrEnded) {
+				h.t.Fatalf("send %T: %v", m, err)
+			}
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			h.t.Fatalf("send %T: no live node session in 30 s", m)
+		}
 	}
 }
 
