@@ -129,6 +129,25 @@ func placementKey(p client.Placement) string {
 	return string(b)
 }
 
+// placementText is a placement as operators read it, "linux [ssd,kvm]
+// mem=2G cpus=2 disk=10G" (the queue listings).
+func placementText(p client.Placement) string {
+	out := p.Pool
+	if len(p.Labels) > 0 {
+		out += " [" + strings.Join(p.Labels, ",") + "]"
+	}
+	return out + " " + p.Envelope.String()
+}
+
+// placementKeyText is placementText of a stored placement key; the key
+// itself when it does not parse.
+func placementKeyText(key string) string {
+	if p, ok := parsePlacementKey(key); ok {
+		return placementText(p)
+	}
+	return key
+}
+
 // parsePlacementKey reverses placementKey; ok false for a record written
 // with something else (then the placement is unknown).
 func parsePlacementKey(s string) (client.Placement, bool) {

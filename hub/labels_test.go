@@ -2,8 +2,10 @@ package hub
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
@@ -54,5 +56,31 @@ func TestLabelsFromInventoryPoolsFromOperator(t *testing.T) {
 	}
 	if got := fits(client.Placement{Pool: "gpu", Envelope: testPlacement.Envelope}); got != 4 {
 		t.Errorf("pool gpu set by the operator: fits %d, want 4", got)
+	}
+}
+
+// The queue (`vk-hub queue`, the UI's Queue page) lists a waiting ticket
+// with its tenant, runner, readable placement and wait reason.
+func TestQueueListsWaitingTicket(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	h.enrolNode("n1")
+	h.relayUp(1)
+	h.nodeUp(dispatch.Held{})
+	if err := h.srv.Driver().SetCeiling(ctx, "n1", 0); err != nil {
+		t.Fatal(err)
+	}
+	tk := h.reserve()
+	q, err := h.srv.Driver().Queue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q) != 1 {
+		t.Fatalf("queue = %+v, want the one ticket", q)
+	}
+	w := q[0]
+	if w.Kind != admin.WaitTicket || w.ID != tk || w.Runner != "r1" || w.Relay != h.relay || w.Tenant != DefaultTenant ||
+		w.Placement != "linux [ssd] mem=2G cpus=2 disk=10G" || !strings.HasPrefix(w.Reason, "waiting: ") {
+		t.Errorf("queue entry = %+v", w)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // (admin.Backend plus the queue, recent jobs and job output).
 var _ ui.Backend = (*Driver)(nil)
 
-// Queue implements ui.Backend: the waiting tickets (queued, offered or
+// Queue implements admin.Backend (`vk-hub queue`) and the UI's Queue page: the waiting tickets (queued, offered or
 // granted and unclaimed) in ticket order, then the queued jobs in
 // submission order, each with the core's wait reason. It reads the core
 // on the driver's goroutine. Class is left empty: the core does not
@@ -33,7 +33,7 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 			w := ui.Waiting{Kind: ui.WaitTicket, ID: t.wire, Relay: t.owner, Runner: t.runner, Reason: v.Wait.Text()}
 			if r := d.relays[t.owner]; r != nil {
 				if rr, ok := r.runners[t.runner]; ok {
-					w.Tenant, w.Placement = rr.tenant, placementKey(rr.placement)
+					w.Tenant, w.Placement = rr.tenant, placementText(rr.placement)
 				}
 			}
 			out = append(out, w)
@@ -44,7 +44,7 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 				continue
 			}
 			w := ui.Waiting{Kind: ui.WaitJob, ID: j.rec.ID, Tenant: j.rec.Tenant, Relay: j.rec.Principal, Runner: j.rec.Runner,
-				Instance: j.rec.Instance, Project: j.rec.Project, Placement: j.rec.Placement, Since: j.rec.Created}
+				Instance: j.rec.Instance, Project: j.rec.Project, Placement: placementKeyText(j.rec.Placement), Since: j.rec.Created}
 			if v, ok := d.core.Job(sid); ok {
 				w.Reason = v.Wait.Text()
 			}

@@ -62,6 +62,52 @@ type Backend interface {
 	// releases or fails the jobs held for it and updates relays' server
 	// status.
 	ApprovalChanged(ctx context.Context, a store.Approval) error
+	// Queue lists what waits for room: the waiting tickets (queued,
+	// offered, or granted and unclaimed) in arbitration order, then the
+	// queued jobs in submission order, each with its wait reason.
+	Queue(ctx context.Context) ([]Waiting, error)
+}
+
+// WaitingKind says what waits in the queue.
+type WaitingKind string
+
+// Waiting kinds.
+const (
+	// WaitTicket is a reservation ticket: a relay's runner waiting for
+	// room before it asks GitLab for a job.
+	WaitTicket WaitingKind = "ticket"
+	// WaitJob is a submitted job not yet started on a node.
+	WaitJob WaitingKind = "job"
+)
+
+// Waiting is one entry of the hub's queue, as `vk-hub queue` and the UI's
+// Queue page show it.
+type Waiting struct {
+	// Kind is ticket or job.
+	Kind WaitingKind `json:"kind"`
+	// ID is the ticket or job ID.
+	ID string `json:"id"`
+	// Tenant is the capacity-policy tenant charged; empty means the
+	// default tenant.
+	Tenant string `json:"tenant,omitempty"`
+	// Relay and Runner name the relay and its runner that asked.
+	Relay  string `json:"relay,omitempty"`
+	Runner string `json:"runner,omitempty"`
+	// Instance and Project name the GitLab server and project (a job's;
+	// tickets have none yet: Project 0).
+	Instance string `json:"instance,omitempty"`
+	Project  int64  `json:"project,omitempty"`
+	// Placement is the placement (pool) asked for.
+	Placement string `json:"placement,omitempty"`
+	// Class is the scheduling class ("production", "normal", "probe", …;
+	// free text shown as is).
+	Class string `json:"class,omitempty"`
+	// Since is when it started waiting; zero if unknown.
+	Since time.Time `json:"since,omitzero"`
+	// Reason is the current wait reason as operator text,
+	// sched.Reason.Text() (e.g. "waiting: tenant cap 20 reached"); empty
+	// means none known.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Node is one node as `vk-hub nodes list` shows it.

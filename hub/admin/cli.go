@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +23,30 @@ import (
 // OutOrStdout (tables, the token) and ErrOrStderr (notes).
 func Commands(socket func() string) []*cobra.Command {
 	cl := func() *Client { return Dial(socket()) }
-	return []*cobra.Command{tokenCmd(cl), relaysCmd(cl), nodesCmd(cl), policyCmd(cl), projectsCmd(cl)}
+	return []*cobra.Command{tokenCmd(cl), relaysCmd(cl), nodesCmd(cl), policyCmd(cl), projectsCmd(cl), queueCmd(cl)}
+}
+
+func queueCmd(cl func() *Client) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "queue [--json]",
+		Short: "list what waits for room (reservation tickets, then queued jobs) and why",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q, err := cl().Queue(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(q)
+			}
+			return writeQueue(cmd.OutOrStdout(), q)
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (one array) instead of a table")
+	return c
 }
 
 func tokenCmd(cl func() *Client) *cobra.Command {
@@ -258,6 +282,28 @@ func writeNodes(w io.Writer, ns []Node) error {
 			capacity, stamp(n.LastSeen))
 	}
 	return t.Flush()
+}
+
+func writeQueue(w io.Writer, q []Waiting) error {
+	t := table(w)
+	fmt.Fprintln(t, "KIND\tID\tTENANT\tRELAY/RUNNER\tPROJECT\tPLACEMENT\tSINCE\tREASON")
+	for _, e := range q {
+		proj := "-"
+		if e.Project != 0 {
+			proj = e.Instance + "/" + strconv.FormatInt(e.Project, 10)
+		}
+		who := "-"
+		if e.Relay != "" || e.Runner != "" {
+			who = orDash(e.Relay) + "/" + orDash(e.Runner)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Kind, e.ID, orDash(e.Tenant), who, proj,
+			orDash(e.Placement), stamp(e.Since), orDash(e.Reason))
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d waiting\n", len(q))
+	return err
 }
 
 func writeProjects(w io.Writer, as []store.Approval) error {

@@ -123,6 +123,13 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 	return out, err
 }
 
+// Queue lists what waits for room, in queue order, with the wait reasons.
+func (c *Client) Queue(ctx context.Context) ([]Waiting, error) {
+	var out []Waiting
+	_, err := c.do(ctx, http.MethodGet, "/admin/queue", nil, http.StatusOK, &out)
+	return out, err
+}
+
 // SetPools sets a node's pools.
 func (c *Client) SetPools(ctx context.Context, id string, pools []string) error {
 	_, err := c.do(ctx, http.MethodPut, "/admin/nodes/"+url.PathEscape(id)+"/pools", PoolsRequest{Pools: pools}, http.StatusNoContent, nil)

@@ -16,6 +16,13 @@ type fakeBackend struct {
 	policy    Policy
 	removed   []string
 	approvals []store.Approval
+	queue     []Waiting
+}
+
+func (b *fakeBackend) Queue(context.Context) ([]Waiting, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.queue), nil
 }
 
 func (b *fakeBackend) Nodes(context.Context) ([]Node, error) {

@@ -47,6 +47,7 @@ const (
 	routePolicyPut   = "PUT /admin/policy"
 	routeProjects    = "GET /admin/projects"
 	routeApproval    = "POST /admin/projects"
+	routeQueue       = "GET /admin/queue"
 )
 
 // TokenRequest asks for an enrolment token.
@@ -146,6 +147,7 @@ func NewServer(cfg Config) (*Server, error) {
 		{routeNodes, s.listNodes}, {routePools, s.setPools}, {routeCeiling, s.setCeiling}, {routeDrain, s.drain},
 		{routePolicyGet, s.getPolicy}, {routePolicyPut, s.setPolicy},
 		{routeProjects, s.listProjects}, {routeApproval, s.setApproval},
+		{routeQueue, s.listQueue},
 	} {
 		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}
@@ -399,6 +401,20 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request, _ []byte) err
 		ns = []Node{}
 	}
 	writeJSON(w, http.StatusOK, ns)
+	return nil
+}
+
+// listQueue serves GET /admin/queue: what waits for room, in queue order,
+// with the wait reasons.
+func (s *Server) listQueue(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	q, err := s.cfg.Backend.Queue(r.Context())
+	if err != nil {
+		return err
+	}
+	if q == nil {
+		q = []Waiting{}
+	}
+	writeJSON(w, http.StatusOK, q)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package admin
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"net"
@@ -270,6 +271,36 @@ func TestNodes(t *testing.T) {
 	}
 	if _, _, err := e.run(t, "nodes", "pools", "node-q", "linux"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("pools of an unknown node = %v, want not found", err)
+	}
+}
+
+// `vk-hub queue` lists what waits, in the backend's order, with its wait
+// reason (golden table); --json gives the entries as JSON; an empty queue
+// says so.
+func TestQueue(t *testing.T) {
+	e := newEnv(t)
+	out, _ := e.mustRun(t, "queue")
+	if out != "KIND  ID  TENANT  RELAY/RUNNER  PROJECT  PLACEMENT  SINCE  REASON\n0 waiting\n" {
+		t.Errorf("empty queue:\n%s", out)
+	}
+	e.be.queue = []Waiting{
+		{Kind: WaitTicket, ID: "t-7", Tenant: "web", Relay: "relay-a", Runner: "linux", Placement: "linux mem=2G cpus=2 disk=10G",
+			Reason: "waiting: tenant cap 20 reached"},
+		{Kind: WaitTicket, ID: "t-9", Relay: "relay-b", Runner: "gpu", Placement: "gpu [cuda12] mem=64G cpus=16 disk=200G",
+			Reason: "waiting: no ready node of the placement has room"},
+		{Kind: WaitJob, ID: "job-3", Tenant: "data", Relay: "relay-b", Runner: "gpu", Instance: "gitlab.example.com", Project: 42,
+			Placement: "gpu [cuda12] mem=64G cpus=16 disk=200G", Since: start.Add(-90 * time.Second),
+			Reason: "waiting: project placement rules allow no node with room"},
+	}
+	out, _ = e.mustRun(t, "queue")
+	golden(t, "queue", out)
+	out, _ = e.mustRun(t, "queue", "--json")
+	var got []Waiting
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("queue --json: %v\n%s", err, out)
+	}
+	if d := cmp.Diff(e.be.queue, got); d != "" {
+		t.Errorf("queue --json (-backend +got):\n%s", d)
 	}
 }
 

@@ -49,46 +49,18 @@ const (
 	maxForm = 16 << 10
 )
 
-// WaitingKind says what waits in the queue.
-type WaitingKind string
+// WaitingKind says what waits in the queue ([admin.WaitingKind]).
+type WaitingKind = admin.WaitingKind
 
 // Waiting kinds.
 const (
-	// WaitTicket is a reservation ticket: a relay's runner waiting for
-	// room before it asks GitLab for a job.
-	WaitTicket WaitingKind = "ticket"
-	// WaitJob is a submitted job not yet started on a node.
-	WaitJob WaitingKind = "job"
+	WaitTicket = admin.WaitTicket
+	WaitJob    = admin.WaitJob
 )
 
-// Waiting is one entry of the hub's queue, as the Queue page shows it.
-type Waiting struct {
-	// Kind is ticket or job.
-	Kind WaitingKind
-	// ID is the ticket or job ID.
-	ID string
-	// Tenant is the capacity-policy tenant charged; empty means the
-	// default tenant.
-	Tenant string
-	// Relay and Runner name the relay and its runner that asked.
-	Relay  string
-	Runner string
-	// Instance and Project name the GitLab server and project (a job's;
-	// tickets have none yet: Project 0).
-	Instance string
-	Project  int64
-	// Placement is the placement (pool) asked for.
-	Placement string
-	// Class is the scheduling class ("production", "normal", "probe", …;
-	// free text shown as is).
-	Class string
-	// Since is when it started waiting; zero if unknown.
-	Since time.Time
-	// Reason is the current wait reason as operator text,
-	// sched.Reason.Text() (e.g. "waiting: tenant cap 20 reached"); empty
-	// means none known.
-	Reason string
-}
+// Waiting is one entry of the hub's queue, as the Queue page shows it
+// ([admin.Waiting], also what `vk-hub queue` lists).
+type Waiting = admin.Waiting
 
 // JobRow is one job as the Jobs page lists it. [RowFromJob] makes one
 // from a store record.
@@ -123,14 +95,10 @@ type JobRow struct {
 
 // Backend is what the UI needs of the hub's live state: the admin
 // socket's [admin.Backend] (nodes, pools, ceiling, drain, policy,
-// approval changes) and three read-only views. Methods are called
-// concurrently from HTTP handler goroutines.
+// approval changes, the queue) and two read-only views. Methods are
+// called concurrently from HTTP handler goroutines.
 type Backend interface {
 	admin.Backend
-	// Queue lists what waits for capacity or a node, in queue order
-	// (tickets and jobs mixed, or tickets first; the page keeps the
-	// order).
-	Queue(ctx context.Context) ([]Waiting, error)
 	// Jobs lists up to limit recent jobs, newest first (limit > 0).
 	Jobs(ctx context.Context, limit int) ([]JobRow, error)
 	// JobOutputTail returns the last max bytes (or fewer) of a job's

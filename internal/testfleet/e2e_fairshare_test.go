@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/hub/admin"
-	"github.com/vk-ci/vk/hub/ui"
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/proto/client"
@@ -176,13 +175,13 @@ func TestFairShare(t *testing.T) {
 	}
 }
 
-// waitLevelStart waits until each tenant of f has perLoop tickets waiting
-// at the hub, none of them held back by its runner's backoff or the probe
-// rules (the hub's queue, as the UI's Queue page shows it).
+// waitLevelStart waits until each tenant of f has perTenant tickets
+// waiting at the hub, none of them held back by its runner's backoff or
+// the probe rules (the hub's queue, as `vk-hub queue` shows it).
 func waitLevelStart(ctx context.Context, f *testfleet.Fleet, perTenant int) error {
-	var last []ui.Waiting
+	var last []admin.Waiting
 	for {
-		q, err := f.Hub().Server().Driver().Queue(ctx)
+		q, err := f.Hub().Admin().Queue(ctx)
 		if err != nil {
 			return err
 		}
@@ -190,7 +189,7 @@ func waitLevelStart(ctx context.Context, f *testfleet.Fleet, perTenant int) erro
 		count := map[string]int{}
 		held := false
 		for _, w := range q {
-			if w.Kind != ui.WaitTicket {
+			if w.Kind != admin.WaitTicket {
 				continue
 			}
 			if strings.Contains(w.Reason, "backed off") || strings.Contains(w.Reason, "probe") {
