@@ -22,6 +22,16 @@
 //	meta         key → raw bytes
 //
 // A file with another schema number is refused ([ErrSchema]).
+//
+// Every method has the same plumbing: refuse a done context or a closed
+// store, run one bbolt transaction, get, decode, encode and put JSON
+// records, and name a missing or taken record in its error. That plumbing
+// lives once, in [viewTx], [updateTx], [getRec] (and [findRec],
+// [viewRec]), [putRec], [putNew] and [listRecs] (over [eachRec]); the
+// methods keep only what is their own (validation, normalisation, keys,
+// the record's rules). testdata/layout.golden pins the keys and JSON the
+// methods write, byte for byte, so a hub upgraded in place reads its old
+// file.
 package boltstore
 
 import (
@@ -145,20 +155,6 @@ func (s *Store) check(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	return s.mapErr(s.db.View(fn))
-}
-
-func (s *Store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	return s.mapErr(s.db.Update(fn))
-}
-
 func (s *Store) mapErr(err error) error {
 	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
 		return fmt.Errorf("boltstore: %w", store.ErrClosed)
@@ -166,23 +162,151 @@ func (s *Store) mapErr(err error) error {
 	return err
 }
 
-func get(b *bolt.Bucket, key []byte, v any) (bool, error) {
-	raw := b.Get(key)
-	if raw == nil {
-		return false, nil
+// inTx runs fn in one transaction, read-write (committed and fsynced
+// before inTx returns) when writable, and returns what fn returns. If ctx
+// is done or the store closed it returns that error without calling fn;
+// on any error the value is T's zero value. An error of fn aborts (rolls
+// back) the transaction and is returned as is.
+func inTx[T any](ctx context.Context, s *Store, writable bool, fn func(*bolt.Tx) (T, error)) (T, error) {
+	var out, zero T
+	if err := s.check(ctx); err != nil {
+		return zero, err
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return true, fmt.Errorf("boltstore: decode %T at %q: %w", v, key, err)
+	run := func(tx *bolt.Tx) error {
+		var err error
+		out, err = fn(tx)
+		return err
 	}
-	return true, nil
+	var err error
+	if writable {
+		err = s.db.Update(run)
+	} else {
+		err = s.db.View(run)
+	}
+	if err != nil {
+		return zero, s.mapErr(err)
+	}
+	return out, nil
 }
 
-func put(b *bolt.Bucket, key []byte, v any) error {
+// viewTx is [inTx] in a read-only transaction.
+func viewTx[T any](ctx context.Context, s *Store, fn func(*bolt.Tx) (T, error)) (T, error) {
+	return inTx(ctx, s, false, fn)
+}
+
+// updateTx is [inTx] in a read-write transaction.
+func updateTx[T any](ctx context.Context, s *Store, fn func(*bolt.Tx) (T, error)) (T, error) {
+	return inTx(ctx, s, true, fn)
+}
+
+// update is [updateTx] for methods that return only an error.
+func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	_, err := updateTx(ctx, s, func(tx *bolt.Tx) (struct{}, error) { return struct{}{}, fn(tx) })
+	return err
+}
+
+// decode unmarshals one stored record (raw, stored at key). A record that
+// does not decode is T's zero value and an error "boltstore: decode
+// <what(key)>: " wrapping the JSON error; what is called only then.
+func decode[T any](raw, key []byte, what func(key []byte) string) (T, error) {
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
+		var zero T
+		return zero, fmt.Errorf("boltstore: decode %s: %w", what(key), err)
+	}
+	return v, nil
+}
+
+// keyed names a record in decode errors by kind and key: job "j1".
+func keyed(kind string) func([]byte) string {
+	return func(k []byte) string { return fmt.Sprintf("%s %q", kind, k) }
+}
+
+// fixed names a record in decode errors by kind alone, for binary keys
+// (token hashes, audit sequence numbers) that say nothing to a reader.
+func fixed(kind string) func([]byte) string { return func([]byte) string { return kind } }
+
+// typeAt names a record in decode errors by Go type and key, as a
+// single-record read does: *store.Job at "j1".
+func typeAt[T any](k []byte) string { return fmt.Sprintf("%T at %q", (*T)(nil), k) }
+
+// findRec returns the record stored at key in b, ok false (and T's zero
+// value) when there is none. A record that does not decode is an error
+// "boltstore: decode *T at <key>: …".
+func findRec[T any](b *bolt.Bucket, key []byte) (v T, ok bool, err error) {
+	raw := b.Get(key)
+	if raw == nil {
+		return v, false, nil
+	}
+	v, err = decode[T](raw, key, typeAt[T])
+	return v, err == nil, err
+}
+
+// getRec is [findRec] for a record that must exist: a missing key is T's
+// zero value and an error "boltstore: <what()>: " wrapping
+// [store.ErrNotFound]; what names the record and is called only on a
+// miss.
+func getRec[T any](b *bolt.Bucket, key []byte, what func() string) (T, error) {
+	v, ok, err := findRec[T](b, key)
+	if err == nil && !ok {
+		err = fmt.Errorf("boltstore: %s: %w", what(), store.ErrNotFound)
+	}
+	return v, err
+}
+
+// viewRec is [getRec] in a read-only transaction of its own, on bucket
+// bkt: a whole Get method.
+func viewRec[T any](ctx context.Context, s *Store, bkt, key []byte, what func() string) (T, error) {
+	return viewTx(ctx, s, func(tx *bolt.Tx) (T, error) { return getRec[T](tx.Bucket(bkt), key, what) })
+}
+
+// putRec stores v, JSON-encoded, at key in b (replacing what is there).
+func putRec(b *bolt.Bucket, key []byte, v any) error {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("boltstore: encode: %w", err)
 	}
 	return b.Put(key, raw)
+}
+
+// putNew is [putRec] unless key is taken, when it stores nothing and
+// returns an error "boltstore: <what()> exists: " wrapping
+// [store.ErrConflict] (what is called only then).
+func putNew(b *bolt.Bucket, key []byte, v any, what func() string) error {
+	if b.Get(key) != nil {
+		return fmt.Errorf("boltstore: %s exists: %w", what(), store.ErrConflict)
+	}
+	return putRec(b, key, v)
+}
+
+// eachRec decodes every record of b in key order and calls fn with its
+// key (valid only during the transaction) and value. An error of fn, or
+// a record that does not decode ("boltstore: decode <what(key)>: …"),
+// stops the walk and is returned.
+func eachRec[T any](b *bolt.Bucket, what func(key []byte) string, fn func(k []byte, v T) error) error {
+	return b.ForEach(func(k, raw []byte) error {
+		v, err := decode[T](raw, k, what)
+		if err != nil {
+			return err
+		}
+		return fn(k, v)
+	})
+}
+
+// listRecs returns, in one read-only transaction, the records of bucket
+// bkt that keep accepts (nil: all), in key order; nil when there are
+// none, and nil with the error when one does not decode (see [eachRec]).
+func listRecs[T any](ctx context.Context, s *Store, bkt []byte, keep func(T) bool, what func(key []byte) string) ([]T, error) {
+	return viewTx(ctx, s, func(tx *bolt.Tx) ([]T, error) {
+		var out []T
+		err := eachRec(tx.Bucket(bkt), what, func(_ []byte, v T) error {
+			if keep == nil || keep(v) {
+				out = append(out, v)
+			}
+			return nil
+		})
+		return out, err
+	})
 }
 
 func utc(t time.Time) time.Time {
@@ -210,51 +334,31 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 	}
 	j.Created, j.Updated = utc(j.Created), utc(j.Updated)
 	return s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bktJobs)
-		if b.Get([]byte(j.ID)) != nil {
-			return fmt.Errorf("boltstore: job %s exists: %w", j.ID, store.ErrConflict)
-		}
-		return put(b, []byte(j.ID), j)
+		return putNew(tx.Bucket(bktJobs), []byte(j.ID), j, func() string { return "job " + j.ID })
 	})
 }
 
 // GetJob implements [store.Store.GetJob].
 func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
-	var j store.Job
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		ok, err := get(tx.Bucket(bktJobs), []byte(id), &j)
-		if err == nil && !ok {
-			err = fmt.Errorf("boltstore: job %s: %w", id, store.ErrNotFound)
-		}
-		return err
-	})
-	if err != nil {
-		return store.Job{}, err
-	}
-	return j, nil
+	return viewRec[store.Job](ctx, s, bktJobs, []byte(id), func() string { return "job " + id })
 }
 
 // UpdateJob implements [store.Store.UpdateJob].
 func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error) {
-	var j store.Job
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		j = store.Job{}
+	j, err := updateTx(ctx, s, func(tx *bolt.Tx) (store.Job, error) {
 		b := tx.Bucket(bktJobs)
-		ok, err := get(b, []byte(id), &j)
+		j, err := getRec[store.Job](b, []byte(id), func() string { return "job " + id })
 		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("boltstore: job %s: %w", id, store.ErrNotFound)
+			return store.Job{}, err
 		}
 		if err := fn(&j); err != nil {
-			return err
+			return store.Job{}, err
 		}
 		if j.ID != id {
-			return fmt.Errorf("boltstore: update changed job ID %s to %s: %w", id, j.ID, store.ErrInvalid)
+			return store.Job{}, fmt.Errorf("boltstore: update changed job ID %s to %s: %w", id, j.ID, store.ErrInvalid)
 		}
 		j.Created, j.Updated = utc(j.Created), utc(j.Updated)
-		return put(b, []byte(id), j)
+		return j, putRec(b, []byte(id), j)
 	})
 	if err != nil {
 		return store.Job{}, err
@@ -264,20 +368,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 
 // ListJobs implements [store.Store.ListJobs].
 func (s *Store) ListJobs(ctx context.Context, unsettledOnly bool) ([]store.Job, error) {
-	var out []store.Job
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bktJobs).ForEach(func(k, v []byte) error {
-			var j store.Job
-			if err := json.Unmarshal(v, &j); err != nil {
-				return fmt.Errorf("boltstore: decode job %q: %w", k, err)
-			}
-			if !unsettledOnly || !j.Settled {
-				out = append(out, j)
-			}
-			return nil
-		})
-	})
-	return out, err
+	return listRecs(ctx, s, bktJobs, func(j store.Job) bool { return !unsettledOnly || !j.Settled }, keyed("job"))
 }
 
 // DeleteJob implements [store.Store.DeleteJob].
@@ -299,14 +390,13 @@ func (s *Store) DeleteJob(ctx context.Context, id string) error {
 		}
 		for _, k := range stale {
 			ak := k[len(prefix):]
-			var a store.Answer
-			ok, err := get(answers, ak, &a)
+			a, ok, err := findRec[store.Answer](answers, ak)
 			if err != nil {
 				return err
 			}
 			if ok && a.Job == id {
 				a.Dropped = true
-				if err := put(answers, ak, a); err != nil {
+				if err := putRec(answers, ak, a); err != nil {
 					return err
 				}
 			}
@@ -325,40 +415,18 @@ func (s *Store) PutAdmission(ctx context.Context, a store.Admission) error {
 	}
 	a.ClaimedAt = utc(a.ClaimedAt)
 	return s.update(ctx, func(tx *bolt.Tx) error {
-		return put(tx.Bucket(bktAdmissions), []byte(a.ID), a)
+		return putRec(tx.Bucket(bktAdmissions), []byte(a.ID), a)
 	})
 }
 
 // GetAdmission implements [store.Store.GetAdmission].
 func (s *Store) GetAdmission(ctx context.Context, id string) (store.Admission, error) {
-	var a store.Admission
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		ok, err := get(tx.Bucket(bktAdmissions), []byte(id), &a)
-		if err == nil && !ok {
-			err = fmt.Errorf("boltstore: admission %s: %w", id, store.ErrNotFound)
-		}
-		return err
-	})
-	if err != nil {
-		return store.Admission{}, err
-	}
-	return a, nil
+	return viewRec[store.Admission](ctx, s, bktAdmissions, []byte(id), func() string { return "admission " + id })
 }
 
 // ListAdmissions implements [store.Store.ListAdmissions].
 func (s *Store) ListAdmissions(ctx context.Context) ([]store.Admission, error) {
-	var out []store.Admission
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bktAdmissions).ForEach(func(k, v []byte) error {
-			var a store.Admission
-			if err := json.Unmarshal(v, &a); err != nil {
-				return fmt.Errorf("boltstore: decode admission %q: %w", k, err)
-			}
-			out = append(out, a)
-			return nil
-		})
-	})
-	return out, err
+	return listRecs[store.Admission](ctx, s, bktAdmissions, nil, keyed("admission"))
 }
 
 // DeleteAdmission implements [store.Store.DeleteAdmission].
@@ -377,8 +445,7 @@ func (s *Store) PutAnswer(ctx context.Context, a store.Answer) error {
 	k := key(a.Principal, a.RequestID)
 	return s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bktAnswers)
-		var old store.Answer
-		ok, err := get(b, k, &old)
+		old, ok, err := findRec[store.Answer](b, k)
 		if err != nil {
 			return err
 		}
@@ -395,25 +462,19 @@ func (s *Store) PutAnswer(ctx context.Context, a store.Answer) error {
 				return err
 			}
 		}
-		return put(b, k, a)
+		return putRec(b, k, a)
 	})
 }
 
 // GetAnswer implements [store.Store.GetAnswer].
 func (s *Store) GetAnswer(ctx context.Context, principal, requestID string, now time.Time) (store.Answer, error) {
-	var a store.Answer
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		ok, err := get(tx.Bucket(bktAnswers), key(principal, requestID), &a)
-		if err == nil && !ok {
-			err = fmt.Errorf("boltstore: answer %s/%s: %w", principal, requestID, store.ErrNotFound)
-		}
-		return err
-	})
+	what := func() string { return principal + "/" + requestID }
+	a, err := viewRec[store.Answer](ctx, s, bktAnswers, key(principal, requestID), func() string { return "answer " + what() })
 	if err != nil {
 		return store.Answer{}, err
 	}
 	if a.Expired(now) {
-		return a, fmt.Errorf("boltstore: answer %s/%s: %w", principal, requestID, store.ErrExpired)
+		return a, fmt.Errorf("boltstore: answer %s: %w", what(), store.ErrExpired)
 	}
 	return a, nil
 }
@@ -421,17 +482,11 @@ func (s *Store) GetAnswer(ctx context.Context, principal, requestID string, now 
 // PruneAnswers implements [store.Store.PruneAnswers]. It scans the
 // answers, which hold about a day or two of creates.
 func (s *Store) PruneAnswers(ctx context.Context, before time.Time) (int, error) {
-	n := 0
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		n = 0
+	return updateTx(ctx, s, func(tx *bolt.Tx) (int, error) {
 		b, idx := tx.Bucket(bktAnswers), tx.Bucket(bktAnswerJobs)
 		var stale [][]byte
 		var jobs []string
-		err := b.ForEach(func(k, v []byte) error {
-			var a store.Answer
-			if err := json.Unmarshal(v, &a); err != nil {
-				return fmt.Errorf("boltstore: decode answer %q: %w", k, err)
-			}
+		err := eachRec(b, keyed("answer"), func(k []byte, a store.Answer) error {
 			if a.Created.Before(before) {
 				stale = append(stale, slices.Clone(k))
 				jobs = append(jobs, a.Job)
@@ -439,22 +494,20 @@ func (s *Store) PruneAnswers(ctx context.Context, before time.Time) (int, error)
 			return nil
 		})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for i, k := range stale {
 			if err := b.Delete(k); err != nil {
-				return err
+				return 0, err
 			}
 			if jobs[i] != "" {
 				if err := idx.Delete(append(append([]byte(jobs[i]), 0), k...)); err != nil {
-					return err
+					return 0, err
 				}
 			}
 		}
-		n = len(stale)
-		return nil
+		return len(stale), nil
 	})
-	return n, err
 }
 
 func approvalKey(instance string, project int64) []byte {
@@ -469,63 +522,45 @@ func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
 	}
 	a.Updated = utc(a.Updated)
 	return s.update(ctx, func(tx *bolt.Tx) error {
-		return put(tx.Bucket(bktApprovals), approvalKey(a.Instance, a.Project), a)
+		return putRec(tx.Bucket(bktApprovals), approvalKey(a.Instance, a.Project), a)
 	})
 }
 
+// approvalCreate is CreateApproval's result under one type for [updateTx].
+type approvalCreate struct {
+	cur     store.Approval
+	created bool
+}
+
 // CreateApproval implements [store.Store.CreateApproval]: the read and
-// the write are one transaction.
+// the write are one transaction. The approval already there is returned
+// as stored, never merged with a.
 func (s *Store) CreateApproval(ctx context.Context, a store.Approval) (store.Approval, bool, error) {
 	if a.Instance == "" || hasNUL(a.Instance) {
 		return store.Approval{}, false, fmt.Errorf("boltstore: approval without instance: %w", store.ErrInvalid)
 	}
 	a.Updated = utc(a.Updated)
-	cur, created := a, false
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bktApprovals)
-		ok, err := get(b, approvalKey(a.Instance, a.Project), &cur)
+	r, err := updateTx(ctx, s, func(tx *bolt.Tx) (approvalCreate, error) {
+		b, k := tx.Bucket(bktApprovals), approvalKey(a.Instance, a.Project)
+		cur, ok, err := findRec[store.Approval](b, k)
 		if err != nil || ok {
-			return err
+			return approvalCreate{cur, false}, err
 		}
-		created = true
-		return put(b, approvalKey(a.Instance, a.Project), a)
+		return approvalCreate{a, true}, putRec(b, k, a)
 	})
-	if err != nil {
-		return store.Approval{}, false, err
-	}
-	return cur, created, nil
+	return r.cur, r.created, err
 }
 
 // GetApproval implements [store.Store.GetApproval].
 func (s *Store) GetApproval(ctx context.Context, instance string, project int64) (store.Approval, error) {
-	var a store.Approval
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		ok, err := get(tx.Bucket(bktApprovals), approvalKey(instance, project), &a)
-		if err == nil && !ok {
-			err = fmt.Errorf("boltstore: approval %s/%d: %w", instance, project, store.ErrNotFound)
-		}
-		return err
+	return viewRec[store.Approval](ctx, s, bktApprovals, approvalKey(instance, project), func() string {
+		return fmt.Sprintf("approval %s/%d", instance, project)
 	})
-	if err != nil {
-		return store.Approval{}, err
-	}
-	return a, nil
 }
 
 // ListApprovals implements [store.Store.ListApprovals].
 func (s *Store) ListApprovals(ctx context.Context) ([]store.Approval, error) {
-	var out []store.Approval
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bktApprovals).ForEach(func(k, v []byte) error {
-			var a store.Approval
-			if err := json.Unmarshal(v, &a); err != nil {
-				return fmt.Errorf("boltstore: decode approval %q: %w", k, err)
-			}
-			out = append(out, a)
-			return nil
-		})
-	})
-	return out, err
+	return listRecs[store.Approval](ctx, s, bktApprovals, nil, keyed("approval"))
 }
 
 // CreatePrincipal implements [store.Store.CreatePrincipal].
@@ -535,63 +570,30 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	}
 	p.Created, p.RemovedAt = utc(p.Created), utc(p.RemovedAt)
 	return s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bktPrincipals)
-		if b.Get([]byte(p.ID)) != nil {
-			return fmt.Errorf("boltstore: principal %s exists: %w", p.ID, store.ErrConflict)
-		}
-		return put(b, []byte(p.ID), p)
+		return putNew(tx.Bucket(bktPrincipals), []byte(p.ID), p, func() string { return "principal " + p.ID })
 	})
 }
 
 // GetPrincipal implements [store.Store.GetPrincipal].
 func (s *Store) GetPrincipal(ctx context.Context, id string) (store.Principal, error) {
-	var p store.Principal
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		ok, err := get(tx.Bucket(bktPrincipals), []byte(id), &p)
-		if err == nil && !ok {
-			err = fmt.Errorf("boltstore: principal %s: %w", id, store.ErrNotFound)
-		}
-		return err
-	})
-	if err != nil {
-		return store.Principal{}, err
-	}
-	return p, nil
+	return viewRec[store.Principal](ctx, s, bktPrincipals, []byte(id), func() string { return "principal " + id })
 }
 
 // ListPrincipals implements [store.Store.ListPrincipals].
 func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
-	var out []store.Principal
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bktPrincipals).ForEach(func(k, v []byte) error {
-			var p store.Principal
-			if err := json.Unmarshal(v, &p); err != nil {
-				return fmt.Errorf("boltstore: decode principal %q: %w", k, err)
-			}
-			out = append(out, p)
-			return nil
-		})
-	})
-	return out, err
+	return listRecs[store.Principal](ctx, s, bktPrincipals, nil, keyed("principal"))
 }
 
 // RemovePrincipal implements [store.Store.RemovePrincipal].
 func (s *Store) RemovePrincipal(ctx context.Context, id string, at time.Time) error {
 	return s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bktPrincipals)
-		var p store.Principal
-		ok, err := get(b, []byte(id), &p)
-		if err != nil {
+		p, err := getRec[store.Principal](b, []byte(id), func() string { return "principal " + id })
+		if err != nil || p.Removed {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("boltstore: principal %s: %w", id, store.ErrNotFound)
-		}
-		if p.Removed {
-			return nil
-		}
 		p.Removed, p.RemovedAt = true, utc(at)
-		return put(b, []byte(id), p)
+		return putRec(b, []byte(id), p)
 	})
 }
 
@@ -602,53 +604,34 @@ func (s *Store) CreateToken(ctx context.Context, tok store.Token) error {
 	}
 	tok.Created, tok.Expires, tok.UsedAt = utc(tok.Created), utc(tok.Expires), utc(tok.UsedAt)
 	return s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bktTokens)
-		if b.Get(tok.Hash[:]) != nil {
-			return fmt.Errorf("boltstore: token exists: %w", store.ErrConflict)
-		}
-		return put(b, tok.Hash[:], tok)
+		return putNew(tx.Bucket(bktTokens), tok.Hash[:], tok, func() string { return "token" })
 	})
 }
 
 // UseToken implements [store.Store.UseToken].
 func (s *Store) UseToken(ctx context.Context, h store.Hash, kind store.PrincipalKind, usedBy string, now time.Time) (store.Token, error) {
-	var tok store.Token
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		tok = store.Token{}
+	return updateTx(ctx, s, func(tx *bolt.Tx) (store.Token, error) {
 		b := tx.Bucket(bktTokens)
-		ok, err := get(b, h[:], &tok)
+		tok, ok, err := findRec[store.Token](b, h[:])
 		switch {
 		case err != nil:
-			return err
+			return store.Token{}, err
 		case !ok || tok.Kind != kind:
-			return fmt.Errorf("boltstore: token: %w", store.ErrNotFound)
+			return store.Token{}, fmt.Errorf("boltstore: token: %w", store.ErrNotFound)
 		case tok.Used:
-			return fmt.Errorf("boltstore: token already used: %w", store.ErrConflict)
+			return store.Token{}, fmt.Errorf("boltstore: token already used: %w", store.ErrConflict)
 		case !now.Before(tok.Expires):
-			return fmt.Errorf("boltstore: token expired at %s: %w", tok.Expires, store.ErrExpired)
+			return store.Token{}, fmt.Errorf("boltstore: token expired at %s: %w", tok.Expires, store.ErrExpired)
 		}
 		tok.Used, tok.UsedBy, tok.UsedAt = true, usedBy, utc(now)
-		return put(b, h[:], tok)
+		return tok, putRec(b, h[:], tok)
 	})
-	if err != nil {
-		return store.Token{}, err
-	}
-	return tok, nil
 }
 
-// ListTokens implements [store.Store.ListTokens].
+// ListTokens implements [store.Store.ListTokens]: keys are hashes, so
+// the records are sorted by creation time after the read.
 func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
-	var out []store.Token
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bktTokens).ForEach(func(k, v []byte) error {
-			var t store.Token
-			if err := json.Unmarshal(v, &t); err != nil {
-				return fmt.Errorf("boltstore: decode token: %w", err)
-			}
-			out = append(out, t)
-			return nil
-		})
-	})
+	out, err := listRecs[store.Token](ctx, s, bktTokens, nil, fixed("token"))
 	slices.SortStableFunc(out, func(a, b store.Token) int { return a.Created.Compare(b.Created) })
 	return out, err
 }
@@ -656,50 +639,43 @@ func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 // AppendAudit implements [store.Store.AppendAudit].
 func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error) {
 	e.Time = utc(e.Time)
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	return updateTx(ctx, s, func(tx *bolt.Tx) (store.AuditEntry, error) {
 		b := tx.Bucket(bktAudit)
 		seq, err := b.NextSequence()
 		if err != nil {
-			return err
+			return store.AuditEntry{}, err
 		}
 		e.Seq = seq
-		return put(b, binary.BigEndian.AppendUint64(nil, seq), e)
+		return e, putRec(b, binary.BigEndian.AppendUint64(nil, seq), e)
 	})
-	if err != nil {
-		return store.AuditEntry{}, err
-	}
-	return e, nil
 }
 
-// ListAudit implements [store.Store.ListAudit].
+// ListAudit implements [store.Store.ListAudit]: it walks the sequence
+// keys backwards, newest first, which [eachRec] does not.
 func (s *Store) ListAudit(ctx context.Context, limit int) ([]store.AuditEntry, error) {
-	var out []store.AuditEntry
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	return viewTx(ctx, s, func(tx *bolt.Tx) ([]store.AuditEntry, error) {
+		var out []store.AuditEntry
 		c := tx.Bucket(bktAudit).Cursor()
 		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
-			var e store.AuditEntry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("boltstore: decode audit entry: %w", err)
+			e, err := decode[store.AuditEntry](v, k, fixed("audit entry"))
+			if err != nil {
+				return nil, err
 			}
 			out = append(out, e)
 		}
-		return nil
+		return out, nil
 	})
-	return out, err
 }
 
 // GetMeta implements [store.Store.GetMeta].
 func (s *Store) GetMeta(ctx context.Context, k string) ([]byte, error) {
-	var out []byte
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	return viewTx(ctx, s, func(tx *bolt.Tx) ([]byte, error) {
 		v := tx.Bucket(bktMeta).Get([]byte(k))
 		if v == nil {
-			return fmt.Errorf("boltstore: meta %q: %w", k, store.ErrNotFound)
+			return nil, fmt.Errorf("boltstore: meta %q: %w", k, store.ErrNotFound)
 		}
-		out = append([]byte{}, v...)
-		return nil
+		return append([]byte{}, v...), nil
 	})
-	return out, err
 }
 
 // PutMeta implements [store.Store.PutMeta].
@@ -717,15 +693,11 @@ func (s *Store) InitMeta(ctx context.Context, k string, value []byte) ([]byte, e
 	if k == "" {
 		return nil, fmt.Errorf("boltstore: empty meta key: %w", store.ErrInvalid)
 	}
-	var out []byte
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	return updateTx(ctx, s, func(tx *bolt.Tx) ([]byte, error) {
 		b := tx.Bucket(bktMeta)
 		if v := b.Get([]byte(k)); v != nil {
-			out = append([]byte{}, v...)
-			return nil
+			return append([]byte{}, v...), nil
 		}
-		out = append([]byte{}, value...)
-		return b.Put([]byte(k), append([]byte{}, value...))
+		return append([]byte{}, value...), b.Put([]byte(k), append([]byte{}, value...))
 	})
-	return out, err
 }
