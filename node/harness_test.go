@@ -6,16 +6,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vk-ci/vk/hub/pki"
 	"github.com/vk-ci/vk/hub/session"
+	"github.com/vk-ci/vk/internal/sessionclient/sessiontest"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
@@ -35,7 +33,8 @@ var testKey = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
 type testHub struct {
 	t      testing.TB
 	srv    *session.NodeServer
-	url    string
+	hs     *sessiontest.Server // loopback TLS 1.3, the hub's CA; tracks connections for cutAll
+	url    string              // https://127.0.0.1:port, the node's HubURL
 	cliTLS *tls.Config
 	caPEM  []byte
 
@@ -51,7 +50,6 @@ type testHub struct {
 	acked     map[string]int64   // last ack sent per job
 	onOutput  func(n int)        // called (unlocked) after each output frame, with the frame count
 	outFrames int
-	conns     []net.Conn
 	ups       int
 }
 
@@ -71,33 +69,13 @@ func startHub(t testing.TB) *testHub {
 // the hub's default range).
 func startHubVersions(t testing.TB, r dispatch.Range) *testHub {
 	t.Helper()
-	b, err := pki.Ensure(t.TempDir(), []string{"127.0.0.1"}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := pki.ClientConfig(b.CACertPEM, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &testHub{t: t, cliTLS: cc, caPEM: b.CACertPEM, changed: make(chan struct{}), out: map[string][]byte{}, results: map[string]int{}, acked: map[string]int64{}}
+	h := &testHub{t: t, changed: make(chan struct{}), out: map[string][]byte{}, results: map[string]int{}, acked: map[string]int64{}}
 	h.srv = session.NewNodeServer(session.Config{Lookup: h, Logger: testlog.New(t).With("side", "hub"), HeartbeatSecs: 1, NodeVersions: r}, h)
 	mux := http.NewServeMux()
 	mux.Handle(dispatch.RouteNodeSession, h.srv)
-	srv := httptest.NewUnstartedServer(mux)
-	srv.TLS = pki.ServerConfig(b.Server)
-	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			h.mu.Lock()
-			h.conns = append(h.conns, c)
-			h.mu.Unlock()
-		}
-	}
-	srv.StartTLS()
-	t.Cleanup(func() {
-		h.srv.Close()
-		srv.Close()
-	})
-	h.url = srv.URL
+	h.hs = sessiontest.Start(t, "", mux)
+	h.url, h.cliTLS, h.caPEM = h.hs.Origin, h.hs.ClientTLS(t), h.hs.Bundle.CACertPEM
+	t.Cleanup(func() { h.srv.Close() }) // before the server closes
 	return h
 }
 
@@ -292,14 +270,7 @@ func (h *testHub) dump() string {
 }
 
 // cutAll closes every TCP connection under the node's feet.
-func (h *testHub) cutAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.conns {
-		c.Close()
-	}
-	h.conns = nil
-}
+func (h *testHub) cutAll() { h.hs.CutAll() }
 
 func (h *testHub) output(job string) []byte {
 	h.mu.Lock()

@@ -5,15 +5,12 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/internal/sessionclient/sessiontest"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/internal/wsconn"
 	"github.com/vk-ci/vk/proto/client"
@@ -114,30 +111,20 @@ func (r *recorder) next(t testing.TB, kind string) event {
 }
 
 // hub is a NodeServer and a RelayServer on loopback TLS 1.3 with the
-// hub's own CA (hub/pki).
+// hub's own CA (hub/pki), served by sessiontest (which tracks the
+// accepted connections for cutting).
 type hub struct {
 	nodes  *NodeServer
 	relays *RelayServer
 	rec    *recorder
 	look   *lookup
-	url    string // https://127.0.0.1:port
+	srv    *sessiontest.Server
 	cliTLS *tls.Config
-
-	mu    sync.Mutex
-	conns []net.Conn // accepted connections, for cutting
 }
 
 func startHub(t testing.TB, cfg Config) *hub {
 	t.Helper()
-	b, err := pki.Ensure(t.TempDir(), []string{"127.0.0.1"}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := pki.ClientConfig(b.CACertPEM, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &hub{rec: newRecorder(), look: &lookup{}, cliTLS: cc}
+	h := &hub{rec: newRecorder(), look: &lookup{}}
 	cfg.Lookup = h.look
 	if cfg.Logger == nil {
 		cfg.Logger = testlog.New(t)
@@ -147,41 +134,20 @@ func startHub(t testing.TB, cfg Config) *hub {
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/node/session", h.nodes)
 	mux.Handle("GET /v1/gitlab/session", h.relays)
-	srv := httptest.NewUnstartedServer(mux)
-	srv.TLS = pki.ServerConfig(b.Server)
-	srv.Config.ConnState = func(c net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			h.mu.Lock()
-			h.conns = append(h.conns, c)
-			h.mu.Unlock()
-		}
-	}
-	srv.StartTLS()
-	t.Cleanup(func() {
+	h.srv = sessiontest.Start(t, "", mux)
+	h.cliTLS = h.srv.ClientTLS(t)
+	t.Cleanup(func() { // before the server closes
 		h.nodes.Close()
 		h.relays.Close()
-		srv.Close()
 	})
-	h.url = srv.URL
 	return h
 }
 
 // cutAll closes every accepted TCP connection under the hub's feet.
-func (h *hub) cutAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.conns {
-		c.Close()
-	}
-	h.conns = nil
-}
+func (h *hub) cutAll() { h.srv.CutAll() }
 
-func (h *hub) nodeURL() string {
-	return "wss://" + strings.TrimPrefix(h.url, "https://") + "/v1/node/session"
-}
-func (h *hub) relayURL() string {
-	return "wss://" + strings.TrimPrefix(h.url, "https://") + "/v1/gitlab/session"
-}
+func (h *hub) nodeURL() string  { return h.srv.URL + "/v1/node/session" }
+func (h *hub) relayURL() string { return h.srv.URL + "/v1/gitlab/session" }
 
 func testKey(seed byte) ed25519.PrivateKey {
 	s := make([]byte, ed25519.SeedSize)

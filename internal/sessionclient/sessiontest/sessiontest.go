@@ -31,6 +31,10 @@ const Wait = 20 * time.Second
 type Server struct {
 	// URL is the session URL, wss://127.0.0.1:port followed by the path.
 	URL string
+	// Origin is https://127.0.0.1:port, without the path: the hub URL a
+	// node's or relay's configuration names, which derives the session
+	// route itself.
+	Origin string
 	// Bundle is the server's PKI (its CA pins the client's TLS config).
 	Bundle *pki.Bundle
 
@@ -40,9 +44,12 @@ type Server struct {
 	conns []net.Conn // TCP connections accepted since the last CutAll; guarded by mu
 }
 
-// Start serves h at wss://127.0.0.1:port+path until the test ends. Each
-// request (a dial) is counted. Register h's own Close after Start so that
-// it runs first.
+// Start serves h at wss://127.0.0.1:port+path until the test ends, over
+// TLS 1.3 with a server certificate from a fresh hub CA (hub/pki). h sees
+// every request, whatever its path: a mux serving several routes is
+// started with path "" and its routes appended to URL. Each request (a
+// dial) is counted. Register h's own Close after Start so that it runs
+// first.
 func Start(t testing.TB, path string, h http.Handler) *Server {
 	t.Helper()
 	b, err := pki.Ensure(t.TempDir(), []string{"127.0.0.1"}, time.Now())
@@ -64,6 +71,7 @@ func Start(t testing.TB, path string, h http.Handler) *Server {
 	}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
+	s.Origin = srv.URL
 	s.URL = "wss://" + strings.TrimPrefix(srv.URL, "https://") + path
 	return s
 }
