@@ -141,14 +141,18 @@ func TestClaimRenewalsDefaultOne(t *testing.T) {
 	h.nodeUp(dispatch.Held{})
 	g := h.claimed()
 	path := "/v1/reservations/" + g.Admission
-	got := make(chan int, 1)
-	go func() {
-		c, _, _ := h.call("POST", path+"/renew", client.RenewRequest{})
-		got <- c
-	}()
-	expectFrame[dispatch.Renew](h)
-	h.nodeSay(&dispatch.Lease{Reservation: g.Reservation, State: dispatch.LeaseHeld, RemainingSecs: 80})
-	if c := <-got; c != http.StatusOK {
+	// renewAnswered renews while the node answers the hub's renew frame.
+	renewAnswered := func() int {
+		got := make(chan int, 1)
+		go func() {
+			c, _, _ := h.call("POST", path+"/renew", client.RenewRequest{})
+			got <- c
+		}()
+		expectFrame[dispatch.Renew](h)
+		h.nodeSay(&dispatch.Lease{Reservation: g.Reservation, State: dispatch.LeaseHeld, RemainingSecs: 80})
+		return <-got
+	}
+	if c := renewAnswered(); c != http.StatusOK {
 		t.Fatalf("first renew = %d, want 200", c)
 	}
 	h.wantErr(http.StatusConflict, client.CodeConflict, "POST", path+"/renew", client.RenewRequest{})
@@ -170,13 +174,7 @@ func TestClaimRenewalsDefaultOne(t *testing.T) {
 		t.Errorf("Policy() = %+v, %v; want %+v", got, err, want)
 	}
 	// Now unbounded: a third renew is answered by the node again.
-	go func() {
-		c, _, _ := h.call("POST", path+"/renew", client.RenewRequest{})
-		got <- c
-	}()
-	expectFrame[dispatch.Renew](h)
-	h.nodeSay(&dispatch.Lease{Reservation: g.Reservation, State: dispatch.LeaseHeld, RemainingSecs: 80})
-	if c := <-got; c != http.StatusOK {
+	if c := renewAnswered(); c != http.StatusOK {
 		t.Errorf("renew under claim_renewals = -1: %d, want 200", c)
 	}
 	bad := admin.Policy{ClaimRenewals: -2, PackAboveUtilization: 1.5, WideFraction: -0.1, DrainsPerPool: -1}
