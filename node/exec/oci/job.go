@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
@@ -163,7 +165,12 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	if err := os.Chown(hostScript, int(j.user.UID), int(j.user.GID)); err != nil {
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 	}
-	args := []string{"exec", "--cwd", j.BuildsDir(), "--user", fmt.Sprintf("%d:%d", j.user.UID, j.user.GID)}
+	// runc writes the script's host PID here: the node watches that
+	// process, not runc exec, to learn when the script ended (see
+	// killWhenScriptExits). Outside the container's view.
+	pidFile := filepath.Join(j.dir, name+".pid")
+	_ = os.Remove(pidFile)
+	args := []string{"exec", "--pid-file", pidFile, "--cwd", j.BuildsDir(), "--user", fmt.Sprintf("%d:%d", j.user.UID, j.user.GID)}
 	for _, g := range j.user.Groups {
 		args = append(args, "--additional-gids", strconv.FormatUint(uint64(g), 10))
 	}
@@ -179,8 +186,16 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	if err != nil {
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 	}
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		j.killWhenScriptExits(pidFile, stop)
+	}()
 	// The exit status is read from ProcessState below.
 	_ = exec.WaitOrCancel(ctx, cmd, func() { j.Cancel(exec.Immediate) })
+	close(stop)
+	<-watched
+	os.Remove(pidFile)
 	wall := j.e.clk.Now().Sub(started)
 	// Whatever the script left running in the job container goes, so a
 	// stray background process cannot hold its output open.
@@ -205,6 +220,63 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 		}
 	}
 	return res, nil
+}
+
+// scriptPoll is how often killWhenScriptExits looks for the pid file and,
+// without pidfds, for the script's exit: polling an external process.
+const scriptPoll = 20 * time.Millisecond
+
+// killWhenScriptExits waits for the script whose host PID runc writes to
+// pidFile to exit, then SIGKILLs whatever it left running in the job
+// container. `runc exec` returns only once nothing holds the script's
+// output open, so a background process (`my-server &`) would otherwise
+// keep the step running until it ended by itself; gitlab-runner's step
+// ends with its script. It returns early when stop closes (runc exec
+// ended first).
+func (j *Job) killWhenScriptExits(pidFile string, stop <-chan struct{}) {
+	var pid int
+	for pid == 0 {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && p > 0 {
+				pid = p
+				break
+			}
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(scriptPoll):
+		}
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err == nil {
+		defer unix.Close(fd)
+	}
+	for {
+		if err == nil {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if n, perr := unix.Poll(fds, int(scriptPoll/time.Millisecond)); n > 0 || perr != nil && perr != unix.EINTR {
+				break // the pidfd is readable: the script exited
+			}
+		} else if syscall.Kill(pid, 0) != nil {
+			break // no pidfd (old kernel) and the process is gone
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if err != nil {
+			select {
+			case <-stop:
+				return
+			case <-time.After(scriptPoll):
+			}
+		}
+	}
+	if n := j.signalScript(syscall.SIGKILL); n > 0 {
+		j.log.Info("script ended; killed what it left running in the job container", slog.String("script", filepath.Base(pidFile)), slog.Int("processes", n))
+	}
 }
 
 // signalScript sends sig to every process in the job container except its

@@ -345,6 +345,42 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// A step ends with its script, as gitlab-runner's does: what the script
+// left running in the background (a server started with &) holds the
+// step's output open, and `runc exec` would wait for it; the node kills
+// it once the script exited. The step's output up to then is kept.
+//
+// spec: STAGE-01
+func TestBackgroundProcessDoesNotHoldStep(t *testing.T) {
+	e := newEnv(t, nil)
+	j := e.prepare(t, vkexec.Size{}, base)
+	var out bytes.Buffer
+	done := make(chan vkexec.RunResult, 1)
+	go func() {
+		res, err := j.Run(context.Background(), vkexec.Script{Name: "bg", Body: `sleep 300 & echo "started $!"`}, &out, &bytes.Buffer{})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	var res vkexec.RunResult
+	select {
+	case res = <-done:
+	case <-time.After(60 * time.Second): // a failsafe far below the 300 s the bug would take
+		t.Fatal("the step still runs a minute after its script ended: the background sleep holds it")
+	}
+	if res.ExitCode != 0 || !strings.Contains(out.String(), "started ") {
+		t.Fatalf("result %+v output %q", res, out.String())
+	}
+	// Nothing of the script is left in the container: the next step runs
+	// alone, and a `pgrep sleep` finds none.
+	var ps bytes.Buffer
+	res, err := j.Run(context.Background(), vkexec.Script{Name: "check", Body: `for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\0' ' '; echo; done | grep -c '^sleep 300' || true`}, &ps, &bytes.Buffer{})
+	if err != nil || res.ExitCode != 0 || strings.TrimSpace(ps.String()) != "0" {
+		t.Errorf("after the step: %+v, %v; sleep processes left: %q", res, err, ps.String())
+	}
+}
+
 // A service runs beside the job in its network namespace, with its own
 // variables and command, reached at 127.0.0.1 and by its alias; only the
 // first alias is used and the others are named in a warning.

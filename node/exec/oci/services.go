@@ -7,13 +7,10 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/proto/job"
@@ -202,37 +199,42 @@ func (j *Job) waitService(ctx context.Context, sv *service) error {
 	}
 }
 
-// probeInNetns reports whether 127.0.0.1:port accepts a TCP connection in
-// the network namespace of pid. It dials from a thread moved into that
-// namespace; the thread is thrown away afterwards.
+// probeInNetns reports whether a TCP socket listens on port in the network
+// namespace of pid: /proc/<pid>/net/tcp and tcp6 list that namespace's
+// sockets, so no thread of the node has to enter the namespace. (An
+// earlier version dialled from a locked thread moved into the namespace
+// and let the runtime end the thread: every process that thread had
+// forked with Pdeathsig, a host job's bash among them, was SIGKILLed.)
 func probeInNetns(pid, port int) bool {
-	ok := make(chan bool, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the thread's namespace changed, so the runtime
-		// must end the thread with this goroutine.
-		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
-		if err != nil {
-			ok <- false
-			return
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err == nil && listening(b, port) {
+			return true
 		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ok <- false
-			return
+	}
+	return false
+}
+
+// tcpListen is the LISTEN state in /proc/net/tcp's st column.
+const tcpListen = "0A"
+
+// listening reports whether the /proc/net/tcp{,6} table b has a socket in
+// LISTEN on port, on any local address.
+func listening(b []byte, port int) bool {
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != tcpListen {
+			continue
 		}
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			ok <- false
-			return
+		_, hexPort, ok := strings.Cut(f[1], ":")
+		if !ok {
+			continue
 		}
-		defer unix.Close(fd)
-		tv := unix.Timeval{Sec: 1}
-		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
-		err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
-		ok <- err == nil
-	}()
-	return <-ok
+		if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil && int(p) == port {
+			return true
+		}
+	}
+	return false
 }
 
 // serviceWarning is the trace text for a service that did not start
