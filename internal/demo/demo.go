@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/node"
 )
 
 // Options configure [Run]. The zero value is the documented demo.
@@ -36,6 +37,16 @@ type Options struct {
 	Log *slog.Logger
 	// Timeout bounds the pipelines; 0 means 3 minutes.
 	Timeout time.Duration
+	// Containers (--containers) runs the nodes with executor "auto",
+	// builds the demo image (busybox + bash) at start, pushes it to the
+	// fleet's registry and adds [ImageJob], which runs in that image with
+	// a service. Run fails at once, before starting anything, when the
+	// host cannot run containers ([ContainersAvailable]).
+	Containers bool
+
+	// containersCheck replaces [ContainersAvailable] (tests); nil means
+	// it.
+	containersCheck func() error
 }
 
 // ErrJobs is returned when a sample job did not end in its expected state.
@@ -46,8 +57,20 @@ var ErrJobs = errors.New("demo: jobs did not end as expected")
 // loads the sample (two projects, 20 jobs), shows live progress, then a
 // summary and where the traces are. It returns nil when every job ended
 // as the sample expects (one failing on purpose).
+//
+// With [Options.Containers] it first checks the host ([ErrNoContainers]),
+// then also builds and pushes the demo image and runs [ImageJob] in it.
 func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	start := time.Now()
+	if o.Containers {
+		check := o.containersCheck
+		if check == nil {
+			check = ContainersAvailable
+		}
+		if err := check(); err != nil {
+			return err
+		}
+	}
 	if o.Interval == 0 {
 		o.Interval = 250 * time.Millisecond
 	}
@@ -77,6 +100,13 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		caches = false
 	}
 	fo := FleetOptions(samples, caches)
+	if o.Containers {
+		// Jobs naming an image run in a container, the others on the
+		// host as without --containers.
+		for i := range fo.Nodes {
+			fo.Nodes[i].Executor = node.BackendAuto
+		}
+	}
 	fo.Dir, fo.HubAddr, fo.Log = filepath.Join(dir, "fleet"), o.HubAddr, log
 	p("vk demo: a hub, %d nodes, and per tenant a GitLab (built-in fake) and a relay, in %s", len(fo.Nodes), dir)
 	if !caches {
@@ -100,10 +130,23 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	p("  hub     https://%s  state %s", h.Addr(), h.StateDir())
 	for _, n := range f.Nodes() {
 		c := n.Config()
-		p("  node    %-8s %s  %d cpus, %s, at most %d jobs", n.Name, n.ID, c.Resources.CPUs, c.Resources.Mem, c.Executor.Schedule.MaxConcurrency)
+		exe := ""
+		if o.Containers {
+			exe = ", executor " + c.Executor.Backend + " (jobs with an image in a container)"
+		}
+		p("  node    %-8s %s  %d cpus, %s, at most %d jobs%s", n.Name, n.ID, c.Resources.CPUs, c.Resources.Mem, c.Executor.Schedule.MaxConcurrency, exe)
 	}
 	for _, t := range f.Tenants() {
 		p("  tenant  %-8s weight %d  GitLab %s  relay %s", t.Spec.Name, t.Spec.Weight, t.GitLab.URL(), t.Relay.ID)
+	}
+	if o.Containers {
+		p("  building the demo image (busybox + bash) and pushing it to the fleet's registry…")
+		ref, size, err := buildImage(ctx, f.RegistryHost())
+		if err != nil {
+			return err
+		}
+		p("  image   %s  %.1f MiB, pulled by the nodes over plain HTTP", ref, float64(size)/(1<<20))
+		AddImageJobs(samples, ref)
 	}
 	loaded, err := Load(f, samples)
 	if err != nil {
@@ -200,8 +243,8 @@ func stripTime(s string) string {
 	return s
 }
 
-// pickTraces chooses the traces printed in full: the failing job and the
-// shortest successful deploy job.
+// pickTraces chooses the traces printed in full: the failing job, the
+// shortest successful deploy job and, with --containers, [ImageJob].
 func pickTraces(s Snapshot) []JobRow {
 	var out []JobRow
 	var short *JobRow
@@ -209,7 +252,7 @@ func pickTraces(s Snapshot) []JobRow {
 		if j.TracePath == "" {
 			continue
 		}
-		if j.Name == FailingJob {
+		if j.Name == FailingJob || j.Name == ImageJob {
 			out = append(out, j)
 		}
 		if j.Stage == "deploy" && j.State == "success" && (short == nil || j.RunTime() < short.RunTime()) {
@@ -232,7 +275,13 @@ func Command() *cobra.Command {
 GitLab and a relay, all in this process over TLS on loopback, in a temporary
 directory. It loads a sample project with a three-stage pipeline (20 jobs,
 artifacts, a cache, one job failing on purpose, one waiting for room), shows
-live progress, then a summary and where each job's trace was written.`,
+live progress, then a summary and where each job's trace was written.
+
+--containers also runs a job in a container: the nodes use executor "auto",
+the demo builds a small image (busybox + bash) and pushes it to the fleet's
+docker-registry, and the job runs in it with an httpd service it reaches by
+its alias. It needs root, cgroup v1, runc, busybox-static and
+docker-registry, and says at once what is missing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -248,6 +297,7 @@ live progress, then a summary and where each job's trace was written.`,
 	}
 	c.Flags().BoolVar(&o.Keep, "keep", false, "keep the fleet running after the pipelines end (Ctrl-C stops it)")
 	c.Flags().StringVar(&o.HubAddr, "hub-addr", "", "the hub's listen address, e.g. 127.0.0.1:8443 (default: a free loopback port)")
+	c.Flags().BoolVar(&o.Containers, "containers", false, "also run a job in a container image with a service (needs root, cgroup v1, runc, busybox-static, docker-registry)")
 	c.Flags().StringVar(&o.Dir, "dir", "", "directory for state, logs and traces (default: a new temporary directory)")
 	return c
 }

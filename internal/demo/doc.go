@@ -15,7 +15,17 @@
 // waits), then a summary table (per job: tenant, stage, node, wait, run
 // time, result), writes every job's trace to <dir>/traces and prints two
 // short ones in full. It returns nil when every job ended as the sample
-// expects. [Command] is the cobra command (`--keep`, `--hub-addr`, `--dir`).
+// expects. [Command] is the cobra command (`--keep`, `--hub-addr`, `--dir`,
+// `--containers`).
+//
+// With [Options.Containers] (`--containers`) the nodes run executor
+// "auto"; the demo first checks the host ([ContainersAvailable]: root,
+// cgroup v1, runc, busybox-static, docker-registry, bash) and fails at
+// once with [ErrNoContainers] when a part is missing, then, once the fleet
+// is up, builds a busybox + bash image with internal/ocitest, pushes it to
+// the fleet's registry, and adds [ImageJob] to the web pipeline: it runs
+// in that image with the image's httpd as a service (alias
+// [ImageService]) and prints what only the image and the service have.
 //
 // The rendering ([StatusLine], [Events], [Summary]) is pure over a
 // [Snapshot] and golden-tested; the collector builds snapshots from
@@ -33,5 +43,8 @@
 //   - The fleet's state is removed at the end; the traces and the
 //     components' log (fleet.log) stay in the directory, whose path is
 //     printed. --keep keeps the fleet running until Ctrl-C.
+//   - The demo image exposes the service's port (8080), so the node
+//     waits for the service to listen before the job's script runs, as
+//     gitlab-runner's health check does.
 //   - docs/demo.md is the user-facing description.
 package demo

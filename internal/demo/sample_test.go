@@ -190,3 +190,49 @@ func run(t *testing.T, dir, script string) {
 		t.Fatalf("%s: %v\n%s", script, err, out)
 	}
 }
+
+// AddImageJobs adds ImageJob to the web tenant only, in the test stage,
+// in the image with its service, expected to succeed; the plain sample
+// has no such job.
+func TestAddImageJobs(t *testing.T) {
+	for _, tn := range Sample() {
+		for _, j := range tn.Pipeline.Jobs {
+			if j.Image.Name != "" || len(j.Services) != 0 {
+				t.Errorf("plain sample job %s/%s names an image or service", tn.Name, j.Name)
+			}
+		}
+	}
+	ts := Sample()
+	before := JobCount(ts)
+	const img = "127.0.0.1:5000/" + ImageRepoTag
+	AddImageJobs(ts, img)
+	if got := JobCount(ts); got != before+1 {
+		t.Fatalf("JobCount %d after AddImageJobs, want %d", got, before+1)
+	}
+	for _, tn := range ts {
+		var found *gitlabfake.JobSpec
+		for i, j := range tn.Pipeline.Jobs {
+			if j.Name == ImageJob {
+				found = &tn.Pipeline.Jobs[i]
+			}
+		}
+		if tn.Name != "web" {
+			if found != nil {
+				t.Errorf("%s got %s", tn.Name, ImageJob)
+			}
+			continue
+		}
+		if found == nil {
+			t.Fatalf("web has no %s", ImageJob)
+		}
+		if found.Stage != "test" || found.Image.Name != img || found.Timeout == 0 {
+			t.Errorf("%s = stage %q image %q timeout %v", ImageJob, found.Stage, found.Image.Name, found.Timeout)
+		}
+		if len(found.Services) != 1 || found.Services[0].Name != img || found.Services[0].Alias != ImageService {
+			t.Errorf("%s services = %+v, want the image as %s", ImageJob, found.Services, ImageService)
+		}
+		if tn.Want[ImageJob] != gitlabfake.StateSuccess {
+			t.Errorf("%s expected %s, want success", ImageJob, tn.Want[ImageJob])
+		}
+	}
+}
