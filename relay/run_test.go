@@ -22,32 +22,6 @@ import (
 // the wide skew realhub configures.
 var t0 = time.Now().UTC().Truncate(time.Second)
 
-// autoClock is a fake clock advanced by 250 ms whenever a timer is armed:
-// minutes of intervals pass in milliseconds. Tests never wait on it; they
-// wait on GitLab's, the hub's or the state files' state.
-func autoClock(t *testing.T) *clock.Fake {
-	clk := clock.NewFake(t0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if clk.Pending() > 0 {
-					clk.Advance(250 * time.Millisecond)
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return clk
-}
-
 // runEnv is one relay (relay.Run) enrolled with the REAL hub, which has a
 // real node (relay/internal/realhub), and one runner of gitlabfake. The
 // relay's hub calls go through a realhub.Tap (Options.Hub) so tests can
@@ -67,7 +41,7 @@ type runEnv struct {
 // newRunEnv enrols a relay with the real hub and configures one runner of
 // gitlabfake.
 func newRunEnv(t *testing.T, shutdownSecs int) *runEnv {
-	return newRunEnvWith(t, shutdownSecs, autoClock(t), gitlabfake.Options{}, realhub.Options{})
+	return newRunEnvWith(t, shutdownSecs, realhub.AutoClock(t), gitlabfake.Options{}, realhub.Options{})
 }
 
 func newRunEnvWith(t *testing.T, shutdownSecs int, clk *clock.Fake, o gitlabfake.Options, ho realhub.Options) *runEnv {
@@ -153,7 +127,7 @@ func (e *runEnv) release(t *testing.T, name string) {
 //
 // spec: GL-02, RELAY-17, RELAY-18, RELAY-12, AUTH-16
 func TestRunTakesJobAndStops(t *testing.T) {
-	e := newRunEnvWith(t, 3600, autoClock(t), gitlabfake.Options{}, realhub.Options{NodeCPUs: 1})
+	e := newRunEnvWith(t, 3600, realhub.AutoClock(t), gitlabfake.Options{}, realhub.Options{NodeCPUs: 1})
 	glID := e.pipeline(t, "echo started", e.waitLine("end"), "echo built")
 	stop, done := e.start(t)
 	e.hub.OnlyJob(t)

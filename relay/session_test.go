@@ -21,7 +21,7 @@ import (
 //
 // spec: RSESS-01, RSESS-03, RSESS-07, RSESS-08
 func TestRunSession(t *testing.T) {
-	e := newRunEnvWith(t, 3600, autoClock(t), gitlabfake.Options{}, realhub.Options{Approvals: true})
+	e := newRunEnvWith(t, 3600, realhub.AutoClock(t), gitlabfake.Options{}, realhub.Options{Approvals: true})
 	ctx := t.Context()
 	inst := strings.TrimPrefix(e.gl.URL(), "http://")
 	// The project is approved up front; the server waits for the operator.

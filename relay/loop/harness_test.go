@@ -20,35 +20,6 @@ import (
 	"github.com/vk-ci/vk/relay/translate"
 )
 
-// nowClock is a fake clock that a driver goroutine advances by 250 ms
-// whenever a timer is armed, so intervals and back-offs of minutes pass in
-// milliseconds; tests never wait on it, they wait on the parts' state. It
-// starts at the real time: the real hub checks
-// request signatures against its real clock (within the wide skew
-// realhub configures), so the relay's clock starts there and runs ahead.
-func nowClock(t testing.TB) *clock.Fake {
-	clk := clock.NewFake(time.Now().UTC().Truncate(time.Second))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if clk.Pending() > 0 {
-					clk.Advance(250 * time.Millisecond)
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return clk
-}
-
 // env is one relay runner against gitlabfake and the REAL hub with a real
 // node (relay/internal/realhub). The loops run without relay.Run, so env
 // holds the relay's hub session itself (the hub takes reservations only
@@ -86,7 +57,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	clk := clock.NewFake(time.Now().UTC().Truncate(time.Second))
 	if !o.manual {
-		clk = nowClock(t)
+		clk = realhub.AutoClock(t)
 	}
 	if o.gitlab.LongPoll == 0 {
 		o.gitlab.LongPoll = 500 * time.Millisecond

@@ -33,9 +33,39 @@ import (
 	"github.com/vk-ci/vk/hub"
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hubclient"
+	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/node"
 )
+
+// AutoClock is the relay's clock in these tests: a fake clock starting at
+// the real time (the real hub checks request signatures against its real
+// clock, within the wide skew above) that a driver goroutine advances by
+// 250 ms whenever a timer is armed, so minutes of intervals and back-off
+// pass in milliseconds. Tests never wait on it; they wait on GitLab's, the
+// hub's or the state files' state. The driver stops at t's cleanup.
+func AutoClock(t testing.TB) *clock.Fake {
+	clk := clock.NewFake(time.Now().UTC().Truncate(time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if clk.Pending() > 0 {
+					clk.Advance(250 * time.Millisecond)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return clk
+}
 
 // Pool is the node pool the started node serves; relay runners in these
 // tests place their jobs in it.
