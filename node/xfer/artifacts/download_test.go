@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vk-ci/vk/node/xfer/fileset"
+	"github.com/vk-ci/vk/node/xfer/internal/treetest"
 )
 
 type zipEntry struct {
@@ -59,7 +60,7 @@ func TestDownloadDependencies(t *testing.T) {
 		t.Fatalf("Download: %v\n%s", err, trace.String())
 	}
 	want := map[string]string{"dist/app": "bin", "report.txt": "ok"}
-	if d := cmp.Diff(want, readTree(t, dir)); d != "" {
+	if d := cmp.Diff(want, treetest.Read(t, dir)); d != "" {
 		t.Errorf("build dir (-want +got):\n%s", d)
 	}
 	if fi, _ := os.Stat(filepath.Join(dir, "dist/app")); fi.Mode().Perm() != 0o755 {

@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,54 +138,6 @@ func (g *fakeGitLab) serveUpload(w http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 	w.WriteHeader(http.StatusCreated)
 	io.WriteString(w, `{"id":42}`)
-}
-
-// writeTree creates files (path → content; content "->target" makes a
-// symlink) below dir.
-func writeTree(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for p, c := range files {
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(c, "->") {
-			if err := os.Symlink(strings.TrimPrefix(c, "->"), full); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// readTree returns path → content ("->target" for symlinks) of all
-// non-directories below dir.
-func readTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
-		switch {
-		case info.Mode()&os.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			out[rel] = "->" + l
-		case info.Mode().IsRegular():
-			b, _ := os.ReadFile(p)
-			out[rel] = string(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // zipContents lists name → content of a zip (dirs as "name/" → "").

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vk-ci/vk/node/xfer/fileset"
+	"github.com/vk-ci/vk/node/xfer/internal/treetest"
 )
 
 // spec: XFER-01, XFER-02, XFER-05, XFER-26
@@ -72,7 +73,7 @@ func TestUploadFormatsRoundTrip(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeTree(t, dir, files)
+			treetest.Write(t, dir, files)
 			g := &fakeGitLab{}
 			c, _ := newGitLab(t, g)
 			var trace bytes.Buffer
@@ -109,7 +110,7 @@ func TestUploadFormatsRoundTrip(t *testing.T) {
 // spec: XFER-02
 func TestUploadExcludeAndUntracked(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{
+	treetest.Write(t, dir, map[string]string{
 		"tracked.go":           "package x",
 		"bin/app":              "ELF",
 		"bin/app.debug":        "DWARF",
@@ -146,7 +147,7 @@ func TestUploadExcludeAndUntracked(t *testing.T) {
 // spec: XFER-05
 func TestUploadWhen(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"f": "x"})
+	treetest.Write(t, dir, map[string]string{"f": "x"})
 	specs := []Spec{
 		{Name: "s", Paths: []string{"f"}},
 		{Name: "f", Paths: []string{"f"}, When: "on_failure"},
@@ -199,7 +200,7 @@ func TestUploadStatusOutcomes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeTree(t, dir, map[string]string{"f": tc.content})
+			treetest.Write(t, dir, map[string]string{"f": tc.content})
 			g := &fakeGitLab{}
 			c, _ := newGitLab(t, g)
 			var trace bytes.Buffer
@@ -240,7 +241,7 @@ func (h handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestUpload503RetriedAfterRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		writeTree(t, dir, map[string]string{"f": "content"})
+		treetest.Write(t, dir, map[string]string{"f": "content"})
 		g := &fakeGitLab{status: []int{503, 503}, retryAfter: "7"}
 		c := &Client{BaseURL: "https://gitlab.example", Transport: handlerTransport{g}}
 		start := time.Now()
@@ -258,7 +259,7 @@ func TestUpload503RetriedAfterRetryAfter(t *testing.T) {
 func TestUpload503Bounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		writeTree(t, dir, map[string]string{"f": "content"})
+		treetest.Write(t, dir, map[string]string{"f": "content"})
 		g := &fakeGitLab{status: []int{503, 503, 503, 503, 503, 503, 503, 503}, retryAfter: "3600"}
 		c := &Client{BaseURL: "https://gitlab.example", Transport: handlerTransport{g}}
 		start := time.Now()
@@ -275,7 +276,7 @@ func TestUpload503Bounded(t *testing.T) {
 // spec: XFER-03
 func TestUploadRedirects(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"f": "content"})
+	treetest.Write(t, dir, map[string]string{"f": "content"})
 
 	t.Run("same origin keeps token", func(t *testing.T) {
 		g := &fakeGitLab{}
@@ -345,7 +346,7 @@ func TestUploadRedirects(t *testing.T) {
 // spec: XFER-25
 func TestUploadRefusesUnsupportedFormat(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"f": "x", "g": "y"})
+	treetest.Write(t, dir, map[string]string{"f": "x", "g": "y"})
 	g := &fakeGitLab{}
 	c, _ := newGitLab(t, g)
 	res := c.Upload(context.Background(), UploadRequest{JobID: 1, Token: jobToken, Dir: dir, Artifacts: []Spec{
@@ -363,7 +364,7 @@ func TestUploadRefusesUnsupportedFormat(t *testing.T) {
 // spec: XFER-25
 func TestArchiveCap(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"big": strings.Repeat("incompressible? no, but over the cap ", 100)})
+	treetest.Write(t, dir, map[string]string{"big": strings.Repeat("incompressible? no, but over the cap ", 100)})
 	g := &fakeGitLab{}
 	c, _ := newGitLab(t, g)
 	c.maxArchive = 512

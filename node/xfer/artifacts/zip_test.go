@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vk-ci/vk/node/xfer/fileset"
+	"github.com/vk-ci/vk/node/xfer/internal/treetest"
 )
 
 func archiveTree(t *testing.T, dir string, paths ...string) []byte {
@@ -53,14 +54,14 @@ func TestZipRoundTrip(t *testing.T) {
 		"dangling":        "->does/not/exist",
 		"dir/empty/.keep": "",
 	}
-	writeTree(t, src, files)
+	treetest.Write(t, src, files)
 	os.Chmod(filepath.Join(src, "a.txt"), 0o755)
 	b := archiveTree(t, src, ".")
 	dst := t.TempDir()
 	if err := extractBytes(t, b, dst); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(files, readTree(t, dst)); d != "" {
+	if d := cmp.Diff(files, treetest.Read(t, dst)); d != "" {
 		t.Errorf("round trip (-want +got):\n%s", d)
 	}
 	if fi, _ := os.Stat(filepath.Join(dst, "a.txt")); fi.Mode().Perm() != 0o755 {
@@ -71,12 +72,12 @@ func TestZipRoundTrip(t *testing.T) {
 // spec: TRACE-09
 func TestZipExtractOverwrites(t *testing.T) {
 	dst := t.TempDir()
-	writeTree(t, dst, map[string]string{"f": "old", "l": "->f"})
+	treetest.Write(t, dst, map[string]string{"f": "old", "l": "->f"})
 	b := makeZip(t, zipEntry{"f", 0o644, "new"}, zipEntry{"l", fs.ModeSymlink | 0o777, "g"})
 	if err := extractBytes(t, b, dst); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(map[string]string{"f": "new", "l": "->g"}, readTree(t, dst)); d != "" {
+	if d := cmp.Diff(map[string]string{"f": "new", "l": "->g"}, treetest.Read(t, dst)); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/node/xfer/internal/treetest"
 	"oras.land/oras-go/v2/registry/remote"
 )
 
@@ -94,45 +95,6 @@ func newEnv(t *testing.T) *env {
 
 var scope = Scope{GitLabURL: "https://GitLab.example.com:8443/sub/path", ProjectID: 42, Protected: true}
 
-func writeTree(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for p, c := range files {
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		if strings.HasPrefix(c, "->") {
-			if err := os.Symlink(strings.TrimPrefix(c, "->"), full); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func readTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
-		switch {
-		case info.Mode()&os.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			out[rel] = "->" + l
-		case info.Mode().IsRegular():
-			b, _ := os.ReadFile(p)
-			out[rel] = string(b)
-		}
-		return nil
-	})
-	return out
-}
-
 func outcomes(rs []Result) []Outcome {
 	var o []Outcome
 	for _, r := range rs {
@@ -155,7 +117,7 @@ var vendorSpec = Spec{Key: "deps-protected", Paths: []string{"vendor", "node_mod
 func TestSaveRestoreUnchanged(t *testing.T) {
 	e := newEnv(t)
 	src := t.TempDir()
-	writeTree(t, src, vendor)
+	treetest.Write(t, src, vendor)
 	old := testStart.Add(-time.Hour)
 	os.Chtimes(filepath.Join(src, "vendor/a.txt"), old, old)
 	var trace bytes.Buffer
@@ -186,7 +148,7 @@ func TestSaveRestoreUnchanged(t *testing.T) {
 			want[k] = v
 		}
 	}
-	if d := cmp.Diff(want, readTree(t, dst)); d != "" {
+	if d := cmp.Diff(want, treetest.Read(t, dst)); d != "" {
 		t.Errorf("restored tree (-want +got):\n%s", d)
 	}
 	if fi, _ := os.Stat(filepath.Join(dst, "vendor/a.txt")); !fi.ModTime().Equal(old) {
@@ -220,7 +182,7 @@ func TestLastWriteWins(t *testing.T) {
 	e := newEnv(t)
 	for _, v := range []string{"one", "two"} {
 		src := t.TempDir()
-		writeTree(t, src, map[string]string{"vendor/v": v})
+		treetest.Write(t, src, map[string]string{"vendor/v": v})
 		if res := e.store.Archive(t.Context(), Request{Scope: scope, Caches: []Spec{vendorSpec}, Dir: src}); res[0].Outcome != Saved {
 			t.Fatalf("Archive %s = %+v", v, res)
 		}
@@ -236,7 +198,7 @@ func TestLastWriteWins(t *testing.T) {
 func TestFallbackAndProtection(t *testing.T) {
 	e := newEnv(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"vendor/v": "main"})
+	treetest.Write(t, src, map[string]string{"vendor/v": "main"})
 	e.store.Archive(t.Context(), Request{Scope: scope, Caches: []Spec{{Key: "main-protected", Paths: []string{"vendor"}}}, Dir: src})
 
 	tests := []struct {
@@ -268,7 +230,7 @@ func TestFallbackAndProtection(t *testing.T) {
 func TestPolicyAndWhen(t *testing.T) {
 	e := newEnv(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"vendor/v": "x"})
+	treetest.Write(t, src, map[string]string{"vendor/v": "x"})
 	specs := []Spec{
 		{Key: "pull", Paths: []string{"vendor"}, Policy: "pull"},
 		{Key: "push", Paths: []string{"vendor"}, Policy: "push"},
@@ -290,7 +252,7 @@ func TestPolicyAndWhen(t *testing.T) {
 func TestRegistryDownThenUp(t *testing.T) {
 	e := newEnv(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"vendor/v": "x"})
+	treetest.Write(t, src, map[string]string{"vendor/v": "x"})
 	e.store.Registry = e.reg.Addr // real refused connections, no proxy
 	e.reg.Stop()
 	retries := 0
@@ -317,7 +279,7 @@ func TestRegistryDownThenUp(t *testing.T) {
 func TestRegistryDownTooLong(t *testing.T) {
 	e := newEnv(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"vendor/v": "x"})
+	treetest.Write(t, src, map[string]string{"vendor/v": "x"})
 	e.store.Registry = e.reg.Addr // real refused connections, no proxy
 	e.reg.Stop()
 	e.store.OnRetry = func(_ int, wait time.Duration, _ error) { e.clk.Advance(wait) }
@@ -351,7 +313,7 @@ func TestBusyRegistryRetried(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			src := t.TempDir()
-			writeTree(t, src, map[string]string{"vendor/v": "x"})
+			treetest.Write(t, src, map[string]string{"vendor/v": "x"})
 			var calls atomic.Int64
 			e.proxy.inject = func(w http.ResponseWriter, r *http.Request) bool {
 				n := calls.Add(1)
@@ -419,7 +381,7 @@ func TestRequestTimeoutNotRetried(t *testing.T) {
 func TestJobRegistryRepository(t *testing.T) {
 	e := newEnv(t)
 	src := t.TempDir()
-	writeTree(t, src, map[string]string{"vendor/v": "x"})
+	treetest.Write(t, src, map[string]string{"vendor/v": "x"})
 	sc := scope
 	sc.Job = &JobRegistry{Repository: "/tenants/acme/ci-cache/protected/42", Token: "registry-token", Expires: testStart.Add(time.Hour)}
 	if res := e.store.Archive(t.Context(), Request{Scope: sc, Caches: []Spec{vendorSpec}, Dir: src}); res[0].Outcome != Saved {

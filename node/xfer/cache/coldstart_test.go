@@ -16,6 +16,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote"
+
+	"github.com/vk-ci/vk/node/xfer/internal/treetest"
 )
 
 // gitlabRunnerZip is a cache.zip as gitlab-runner writes it, holding a file
@@ -84,7 +86,7 @@ func TestColdStartNeverSharesCacheZip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeTree(t, build, map[string]string{"src/main.go": "package main"})
+	treetest.Write(t, build, map[string]string{"src/main.go": "package main"})
 
 	var trace bytes.Buffer
 	res := e.store.Restore(t.Context(), Request{Scope: scope, Caches: []Spec{vendorSpec}, Dir: build, Trace: &trace})
@@ -102,7 +104,7 @@ func TestColdStartNeverSharesCacheZip(t *testing.T) {
 	restoreReqs := e.proxy.reset()
 
 	// The job runs and saves its cache: an OCI artifact, not a zip.
-	writeTree(t, build, map[string]string{"vendor/v": "built by the fleet"})
+	treetest.Write(t, build, map[string]string{"vendor/v": "built by the fleet"})
 	if res := e.store.Archive(t.Context(), Request{Scope: scope, Caches: []Spec{vendorSpec}, Dir: build, Trace: &trace}); res[0].Outcome != Saved {
 		t.Fatalf("Archive = %+v\n%s", res[0], trace.String())
 	}
