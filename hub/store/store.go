@@ -100,10 +100,11 @@ type Store interface {
 	// GitLab server's) approval state.
 	PutApproval(ctx context.Context, a Approval) error
 	// CreateApproval stores a only if (a.Instance, a.Project) has no
-	// approval yet, in one step; otherwise it stores nothing and returns
-	// the approval already there with created false. The hub records a
-	// first sighting with it, so an operator's decision written meanwhile
-	// is never overwritten.
+	// approval yet, in one step; otherwise it returns the approval already
+	// there with created false, changing nothing but an empty Path, which
+	// it takes from a (an operator may decide before the hub has seen the
+	// project or server). The hub records a first sighting with it, so an
+	// operator's decision written meanwhile is never overwritten.
 	CreateApproval(ctx context.Context, a Approval) (current Approval, created bool, err error)
 	// GetApproval returns an approval, or ErrNotFound if never seen.
 	GetApproval(ctx context.Context, instance string, project int64) (Approval, error)

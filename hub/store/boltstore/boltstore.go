@@ -543,8 +543,15 @@ func (s *Store) CreateApproval(ctx context.Context, a store.Approval) (store.App
 	r, err := updateTx(ctx, s, func(tx *bolt.Tx) (approvalCreate, error) {
 		b, k := tx.Bucket(bktApprovals), approvalKey(a.Instance, a.Project)
 		cur, ok, err := findRec[store.Approval](b, k)
-		if err != nil || ok {
+		if err != nil {
 			return approvalCreate{cur, false}, err
+		}
+		if ok {
+			if cur.Path != "" || a.Path == "" {
+				return approvalCreate{cur, false}, nil
+			}
+			cur.Path = a.Path // decided ahead of the first sighting: learn the path
+			return approvalCreate{cur, false}, putRec(b, k, cur)
 		}
 		return approvalCreate{a, true}, putRec(b, k, a)
 	})

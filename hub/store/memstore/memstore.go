@@ -318,6 +318,10 @@ func (s *Store) CreateApproval(ctx context.Context, a store.Approval) (store.App
 	r, err := locked(ctx, s, func() (approvalCreate, error) {
 		k := approvalKey{a.Instance, a.Project}
 		if cur, ok := s.approvals[k]; ok {
+			if cur.Path == "" && a.Path != "" {
+				cur.Path = a.Path // decided ahead of the first sighting: learn the path
+				s.approvals[k] = cur
+			}
 			return approvalCreate{cur, false}, nil
 		}
 		s.approvals[k] = a

@@ -385,11 +385,23 @@ func testApprovals(t *testing.T, su suite) {
 	diff(t, "CreateApproval new", fresh, cur)
 	_, _, err = s.CreateApproval(ctx, store.Approval{Project: 1})
 	wantErr(t, "CreateApproval without instance", err, store.ErrInvalid)
+	// Decided ahead (no path yet): the sighting fills in the path only.
+	ahead := store.Approval{Instance: "ahead", Project: 7, State: store.ApprovalApproved, By: "ops", Updated: T0}
+	wantErr(t, "PutApproval ahead", s.PutApproval(ctx, ahead), nil)
+	cur, created, err = s.CreateApproval(ctx, store.Approval{Instance: "ahead", Project: 7, Path: "acme/later", State: store.ApprovalPending, Updated: T0.Add(time.Hour)})
+	wantErr(t, "CreateApproval over a decision without path", err, nil)
+	ahead.Path = "acme/later"
+	if created {
+		t.Error("CreateApproval over a decision reported created")
+	}
+	diff(t, "CreateApproval over a decision without path", ahead, cur)
 	s = su.restart(t, s)
 	got, _ = s.GetApproval(ctx, "main", 12)
 	diff(t, "approval after CreateApproval over it", in[0], got)
 	got, _ = s.GetApproval(ctx, "new", 0)
 	diff(t, "created approval", fresh, got)
+	got, _ = s.GetApproval(ctx, "ahead", 7)
+	diff(t, "decision with its path learnt", ahead, got)
 }
 
 // spec: AUTH-13
