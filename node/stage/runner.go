@@ -79,6 +79,9 @@ type Runner struct {
 	cfg Config
 	clk clock.Clock
 	log *slog.Logger
+	// afterFunc is context.AfterFunc (tests replace it to hold back the
+	// node-stop callback and prove the result does not depend on it).
+	afterFunc func(ctx context.Context, f func()) (stop func() bool)
 }
 
 // New returns a runner.
@@ -99,7 +102,7 @@ func New(cfg Config) (*Runner, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{cfg: cfg, clk: clock.Or(cfg.Clock), log: log}, nil
+	return &Runner{cfg: cfg, clk: clock.Or(cfg.Clock), log: log, afterFunc: context.AfterFunc}, nil
 }
 
 // Handle is a running job.
@@ -214,13 +217,14 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Handle, error) {
 	x := &run{
 		r:     r,
 		h:     h,
+		node:  ctx,
 		spec:  s,
 		job:   j,
 		tr:    tr,
 		start: r.clk.Now(),
 		log:   r.log.With(logkey.JobID, s.ID, logkey.GitLabJobID, j.Job.ID),
 	}
-	stop := context.AfterFunc(ctx, h.Interrupt) // the node is stopping (FAIL-08)
+	stop := r.afterFunc(ctx, h.Interrupt) // the node is stopping (FAIL-08)
 	go func() {
 		defer close(h.done)
 		defer abort(nil)
@@ -247,6 +251,7 @@ func maskPhrases(j *job.CiJob) []string {
 type run struct {
 	r     *Runner
 	h     *Handle
+	node  context.Context // Start's ctx: its end is the node stopping (FAIL-08)
 	spec  Spec
 	job   *job.CiJob
 	tr    *trace.Trace
@@ -291,6 +296,13 @@ func (x *run) failed() bool { return x.failure != FailureNone }
 
 // aborted returns the hard-stop failure, if any.
 func (x *run) aborted() Failure {
+	if x.node.Err() != nil {
+		// The node is stopping. Its AfterFunc marks the job interrupted,
+		// but it runs on its own goroutine and may come after the step
+		// the stop killed has returned: mark it here too, so the killed
+		// step reads as interrupted, not as a script failure (exit 137).
+		x.h.Interrupt()
+	}
 	x.h.mu.Lock()
 	defer x.h.mu.Unlock()
 	return x.h.aborted

@@ -352,6 +352,31 @@ func TestInterruptAndContextEnd(t *testing.T) {
 	}
 }
 
+// The node stopping (Start's ctx ends) kills the running step through its
+// context at once; the callback that marks the job interrupted runs on a
+// goroutine of its own and may come later. Held back here: the killed step
+// must still end the job interrupted, not as a script failure with exit
+// code 137 (seen once in the e2e soak, under load).
+//
+// spec: FAIL-08
+func TestContextEndInterruptsWithoutCallback(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.runner.afterFunc = func(context.Context, func()) func() bool { return func() bool { return true } }
+	j := fixtureJob(t, "job_response_long_running.json")
+	out := newWatchBuf("$ sleep 3600")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hd, err := h.runner.Start(ctx, Spec{ID: "int-late", Job: j, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-out.seen
+	cancel()
+	if res := hd.Result(); res.Failure != FailureInterrupted {
+		t.Errorf("result %+v, want interrupted; trace:\n%s", res, out.String())
+	}
+}
+
 // spec: NODE-09, NODE-14, NODE-17
 func TestSizingAndUsage(t *testing.T) {
 	h := newHarness(t, Config{Ceiling: vkexec.Size{CPUs: 2, MemMiB: 1024}})
