@@ -114,9 +114,16 @@ func TestSoak(t *testing.T) {
 			}
 			t.Logf("%s/%s #%d: %s (%s), hub: failure %q %q; trace ends %q", j.tn.Spec.Name, j.name, j.id, ji.State,
 				ji.FailureReason, res.Failure, res.Message, lastLines(ji.Trace, 2))
-			if res.Failure == client.FailureLost || (res.Failure == "" && ji.FailureReason == "runner_system_failure") {
+			switch {
+			case res.Failure == client.FailureLost || (res.Failure == "" && ji.FailureReason == "runner_system_failure"):
 				lost++
 				t.Errorf("%s/%s #%d lost", j.tn.Spec.Name, j.name, j.id)
+			case res.Failure != client.FailureInterrupted:
+				// The soak's scripts cannot fail by themselves: any other
+				// failure (a script failure with exit 137 from a kill the
+				// node did not mean, a timeout) is a fault's wrong report.
+				bad++
+				t.Errorf("%s/%s #%d failed %q (%q); only a killed node's interrupted is a fault's due", j.tn.Spec.Name, j.name, j.id, res.Failure, ji.FailureReason)
 			}
 		}
 		finals := 0
