@@ -19,6 +19,7 @@ import (
 
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hubclient"
+	"github.com/vk-ci/vk/internal/cgrouptest"
 	"github.com/vk-ci/vk/node"
 )
 
@@ -240,7 +241,7 @@ func (n *Node) stopGraceful(ctx context.Context) error {
 		n.f.log.Warn("node left containers, mounts or cgroups behind", "node", n.Name, "leftovers", left)
 		err = errors.Join(err, fmt.Errorf("%w: node %s: %s", ErrLeftovers, n.Name, strings.Join(left, "; ")))
 	}
-	removeCgroupParents(n.cfg.Executor.CgroupParent)
+	cgrouptest.RemoveParents(n.cfg.Executor.CgroupParent)
 	return err
 }
 
@@ -444,21 +445,3 @@ func removeCgroup(dir string) {
 // cgroupRoot is where the v1 controllers (and the unified hierarchy) are
 // mounted.
 const cgroupRoot = "/sys/fs/cgroup"
-
-// removeCgroupParents removes the node's (now empty) cgroup parents in
-// every hierarchy, for the process and the oci backends: stopped agents
-// remove their jobs' cgroups, not the parent.
-func removeCgroupParents(parent string) {
-	if parent == "" {
-		return
-	}
-	ctrls, err := os.ReadDir(cgroupRoot)
-	if err != nil {
-		return
-	}
-	for _, c := range ctrls {
-		for _, p := range []string{parent, parent + "-oci"} {
-			os.Remove(filepath.Join(cgroupRoot, c.Name(), p)) // only succeeds when empty
-		}
-	}
-}

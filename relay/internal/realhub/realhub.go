@@ -25,7 +25,6 @@ package realhub
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"github.com/vk-ci/vk/hub"
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hubclient"
+	"github.com/vk-ci/vk/internal/cgrouptest"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/node"
@@ -172,8 +172,8 @@ func (h *Hub) StartNode() {
 		defer cancel()
 		a.Shutdown(ctx)
 		// A stopped agent removes its jobs' cgroups, not its (now
-		// empty) parent.
-		os.Remove(filepath.Join("/sys/fs/cgroup", cfg.Executor.CgroupParent))
+		// empty) parents, one in every cgroup v1 hierarchy.
+		cgrouptest.RemoveParents(cfg.Executor.CgroupParent)
 	})
 	h.WaitFor("node "+res.ID+" connected", func() bool {
 		ns, err := h.Admin().Nodes(ctx)
