@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/vk-ci/vk/hubclient"
+	"github.com/vk-ci/vk/internal/cmdlog"
 	"github.com/vk-ci/vk/internal/conffile"
 	"github.com/vk-ci/vk/internal/version"
 	"github.com/vk-ci/vk/relay"
@@ -40,14 +40,6 @@ func main() {
 	}
 }
 
-func logger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
-}
-
 func runCmd() *cobra.Command {
 	var cfgPath, level string
 	c := &cobra.Command{
@@ -55,7 +47,7 @@ func runCmd() *cobra.Command {
 		Short: "run the relay daemon",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logger(level)
+			log, err := cmdlog.New(os.Stderr, "text", level)
 			if err != nil {
 				return err
 			}

@@ -7,9 +7,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vk-ci/vk/hub"
 	"github.com/vk-ci/vk/hub/admin"
+	"github.com/vk-ci/vk/internal/cmdlog"
 	"github.com/vk-ci/vk/internal/version"
 )
 
@@ -66,7 +65,7 @@ func serveCmd(stateDir *string) *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			log, err := newLogger(logFormat, logLevel)
+			log, err := cmdlog.New(os.Stderr, logFormat, logLevel)
 			if err != nil {
 				return err
 			}
@@ -81,19 +80,4 @@ func serveCmd(stateDir *string) *cobra.Command {
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
-}
-
-func newLogger(format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return nil, errors.New("--log-format: want text or json")
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vk-ci/vk/internal/cmdlog"
 	"github.com/vk-ci/vk/node"
 	"github.com/vk-ci/vk/node/ledger"
 )
@@ -85,7 +86,7 @@ SIGUSR1 drains the node without stopping it; SIGUSR2 makes it ready again.
 The same and quarantine over <state_dir>/node.sock: vk node drain|ready|quarantine|status.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(logFormat, logLevel)
+			log, err := cmdlog.New(os.Stderr, logFormat, logLevel)
 			if err != nil {
 				return err
 			}
@@ -219,19 +220,4 @@ func readToken(flag string, in io.Reader) (string, error) {
 		return "", errors.New("no token on stdin")
 	}
 	return tok, nil
-}
-
-func newLogger(format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return nil, errors.New("--log-format: want text or json")
 }
