@@ -71,6 +71,34 @@ type ControlStatus struct {
 	Error string `json:"error,omitempty"`
 }
 
+// listenPrivate listens on a unix socket at path that only its owner may
+// connect to. The socket is bound in a private 0700 directory made under
+// dir, set to 0600, then renamed to path: there is no moment in which
+// others may connect. A failed chmod or rename closes the listener and is
+// returned.
+func listenPrivate(dir, path string) (*net.UnixListener, error) {
+	tmp, err := os.MkdirTemp(dir, ".ctl-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	bound := filepath.Join(tmp, filepath.Base(path))
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: bound, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ul.SetUnlinkOnClose(false)
+	err = os.Chmod(bound, 0o600)
+	if err == nil {
+		err = os.Rename(bound, path)
+	}
+	if err != nil {
+		ul.Close()
+		return nil, err
+	}
+	return ul, nil
+}
+
 // serveControl listens on <state_dir>/node.sock until the agent stops. A
 // socket file left by a previous agent is replaced; one another running
 // agent answers on is an error (two agents on one state dir).
@@ -83,23 +111,8 @@ func (a *Agent) serveControl() error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("node: control socket: %w", err)
 	}
-	// Bound in a private 0700 directory, made 0600, then moved into
-	// place: no moment in which others may connect.
-	tmp, err := os.MkdirTemp(a.cfg.Node.StateDir, ".ctl-")
+	ul, err := listenPrivate(a.cfg.Node.StateDir, path)
 	if err != nil {
-		return fmt.Errorf("node: control socket: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(tmp, ControlSocket), Net: "unix"})
-	if err != nil {
-		return fmt.Errorf("node: control socket: %w", err)
-	}
-	ul.SetUnlinkOnClose(false)
-	if err := os.Chmod(filepath.Join(tmp, ControlSocket), 0o600); err == nil {
-		err = os.Rename(filepath.Join(tmp, ControlSocket), path)
-	}
-	if err != nil {
-		ul.Close()
 		return fmt.Errorf("node: control socket: %w", err)
 	}
 	ln := net.Listener(ul)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,5 +79,37 @@ func TestControlDrainKeepsReservation(t *testing.T) {
 	st, err := Control(t.Context(), a.cfg.Node.StateDir, CmdDrain)
 	if err != nil || st.State != "draining" || st.Reservations != 1 {
 		t.Fatalf("drain = %+v, %v; want draining with the reservation held", st, err)
+	}
+}
+
+// The control socket is bound privately and moved into place; when the
+// move fails the agent must hear of it rather than serve on a socket
+// nobody can reach, and no temporary directory is left behind.
+func TestListenPrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, ControlSocket)
+	ul, err := listenPrivate(dir, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("stat %s = %v, %v; want a 0600 socket", path, fi, err)
+	}
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("dial the moved socket: %v", err)
+	}
+	c.Close()
+
+	bad := t.TempDir()
+	ul2, err := listenPrivate(bad, filepath.Join(bad, "missing", ControlSocket))
+	if err == nil {
+		ul2.Close()
+		t.Fatal("listenPrivate into a missing directory succeeded; want the rename's error")
+	}
+	if ents, _ := os.ReadDir(bad); len(ents) != 0 {
+		t.Errorf("left behind after a failed listen: %v", ents)
 	}
 }
