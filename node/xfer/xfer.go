@@ -139,7 +139,7 @@ func (t *Transfers) GetSources(ctx context.Context, j *job.CiJob, dir string, ho
 }
 
 func (t *Transfers) gitlab(j *job.CiJob) (*artifacts.Client, error) {
-	c := &artifacts.Client{BaseURL: j.ServerURL, Clock: t.cfg.Clock, Log: t.cfg.Log}
+	c := &artifacts.Client{BaseURL: j.ServerURL, Clock: t.cfg.Clock}
 	if j.ServerCAPEM != "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM([]byte(j.ServerCAPEM)) {
@@ -205,7 +205,7 @@ func (t *Transfers) cacheRequest(j *job.CiJob, dir string, failed bool, trace io
 
 func (t *Transfers) store() *cache.Store {
 	return &cache.Store{Registry: t.cfg.Registry, PlainHTTP: t.cfg.RegistryPlainHTTP, Credential: t.cfg.RegistryCredential,
-		Prefix: t.cfg.RegistryPrefix, Transport: t.cfg.RegistryTransport, TempDir: t.cfg.TempDir, Clock: t.cfg.Clock, Log: t.cfg.Log}
+		Prefix: t.cfg.RegistryPrefix, Transport: t.cfg.RegistryTransport, TempDir: t.cfg.TempDir, Clock: t.cfg.Clock}
 }
 
 func (t *Transfers) noRegistry(j *job.CiJob, trace io.Writer) []cache.Result {

@@ -36,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -84,8 +83,6 @@ type Store struct {
 	ConnRetryWindow, BusyRetryWindow time.Duration
 	// OnRetry, when set, is called before each retry wait (tests, metrics).
 	OnRetry func(attempt int, wait time.Duration, err error)
-	// Log receives debug lines; nil discards.
-	Log *slog.Logger
 
 	// requestTimeout overrides the per-request bound in tests.
 	requestTimeout time.Duration
@@ -166,13 +163,6 @@ type Request struct {
 	JobFailed bool
 	// Trace receives gitlab-runner-like lines; nil discards.
 	Trace io.Writer
-}
-
-func (s *Store) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return s.Log
 }
 
 func warn(w io.Writer, format string, args ...any) {

@@ -21,7 +21,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/registrytest"
-	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/node/xfer/internal/treetest"
 	"oras.land/oras-go/v2/registry/remote"
 )
@@ -89,7 +88,7 @@ func newEnv(t *testing.T) *env {
 	reg := registrytest.New(t)
 	p := newProxy(t, reg)
 	clk := clock.NewFake(testStart)
-	st := &Store{Registry: p.host(), PlainHTTP: true, Clock: clk, TempDir: t.TempDir(), Log: testlog.New(t)}
+	st := &Store{Registry: p.host(), PlainHTTP: true, Clock: clk, TempDir: t.TempDir()}
 	return &env{reg: reg, proxy: p, store: st, clk: clk}
 }
 
