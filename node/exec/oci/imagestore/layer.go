@@ -191,7 +191,7 @@ func ApplyLayer(root string, f io.ReadSeeker) error {
 				return err
 			}
 			dirs = append(dirs, dirTime{p, h.ModTime})
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // archive/tar reports legacy TypeRegA entries as TypeReg
 			out, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
 			if err != nil {
 				return err
