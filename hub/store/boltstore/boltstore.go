@@ -50,6 +50,7 @@ import (
 
 	"github.com/vk-ci/vk/hub/store"
 	bolt "go.etcd.io/bbolt"
+	bolterr "go.etcd.io/bbolt/errors"
 )
 
 func init() {
@@ -104,7 +105,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterr.ErrTimeout) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 		}
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
@@ -156,7 +157,7 @@ func (s *Store) check(ctx context.Context) error {
 }
 
 func (s *Store) mapErr(err error) error {
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+	if errors.Is(err, bolterr.ErrDatabaseNotOpen) {
 		return fmt.Errorf("boltstore: %w", store.ErrClosed)
 	}
 	return err

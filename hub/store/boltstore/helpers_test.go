@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vk-ci/vk/hub/store"
 	bolt "go.etcd.io/bbolt"
+	bolterr "go.etcd.io/bbolt/errors"
 )
 
 // The helpers below carry every method's plumbing; the conformance suite
@@ -127,7 +128,7 @@ func TestInTx(t *testing.T) {
 	}
 	// bbolt's own "database not open" (a Close racing the closed flag)
 	// reads as ErrClosed too.
-	if err := s.mapErr(bolt.ErrDatabaseNotOpen); !errors.Is(err, store.ErrClosed) {
+	if err := s.mapErr(bolterr.ErrDatabaseNotOpen); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("mapErr(ErrDatabaseNotOpen) = %v, want ErrClosed", err)
 	}
 }
