@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -122,11 +121,6 @@ func validatePolicy(p *PolicyConfig) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func splitRunner(s string) (relay, runner string, ok bool) {
-	relay, runner, ok = strings.Cut(s, "/")
-	return relay, runner, ok && relay != "" && runner != ""
 }
 
 // policyDefaultTenant returns the name of the tenant of unlisted runners.

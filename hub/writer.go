@@ -129,8 +129,3 @@ func (w *recWriter) close() {
 	w.mu.Unlock()
 	<-w.done
 }
-
-// flush returns once everything queued so far is applied.
-func (w *recWriter) flush() error {
-	return <-w.do(func(context.Context) error { return nil })
-}
