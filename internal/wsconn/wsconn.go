@@ -74,8 +74,6 @@ const (
 	DefaultPingInterval = 15 * time.Second
 	// DefaultPingTimeout is how long a Conn waits for the pong.
 	DefaultPingTimeout = 10 * time.Second
-	// closeTimeout bounds the close handshake's write.
-	closeTimeout = 5 * time.Second
 )
 
 // StatusCode is a WebSocket close code (RFC 6455 section 7.4).

@@ -19,8 +19,6 @@ import (
 	"github.com/vk-ci/vk/reqsign"
 )
 
-var testStart = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-
 // tlsPair returns a TLS 1.3 server config from a fresh hub CA and a
 // client config pinning that CA.
 func tlsPair(t testing.TB) (server, client *tls.Config) {
@@ -50,13 +48,7 @@ type testServer struct {
 	headers  chan http.Header
 }
 
-// startServer serves Accept on loopback TLS, verifying against keys.
-func startServer(t testing.TB, keys map[string]ed25519.PublicKey, opts *Options) *testServer {
-	t.Helper()
-	srvTLS, _ := tlsPair(t)
-	return startServerTLS(t, srvTLS, keys, opts)
-}
-
+// startServerTLS serves Accept on loopback with srvTLS, verifying against keys.
 func startServerTLS(t testing.TB, srvTLS *tls.Config, keys map[string]ed25519.PublicKey, opts *Options) *testServer {
 	ts := &testServer{upgrades: make(chan *Conn, 16), refusals: make(chan error, 16), headers: make(chan http.Header, 16)}
 	lookup := func(_ context.Context, id string) (ed25519.PublicKey, error) {
