@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -209,5 +208,3 @@ func statusOf(err error) (int, client.Code) {
 	}
 	return 0, ""
 }
-
-func fmtErr(err error) string { return fmt.Sprintf("%v", err) }

@@ -21,7 +21,7 @@ func answerErr(status int, code client.Code, retryAfter int) error {
 	return fmt.Errorf("hubclient: x: %w", &client.StatusError{Status: status, Body: client.Error{Error: "x", Code: code, RetryAfterSecs: retryAfter}})
 }
 
-var transportErr = fmt.Errorf("hubclient: POST /v1/x: %w", syscall.ECONNREFUSED)
+var errTransport = fmt.Errorf("hubclient: POST /v1/x: %w", syscall.ECONNREFUSED)
 
 // Which failures each retry rule repeats.
 //
@@ -33,7 +33,7 @@ func TestRetryClassification(t *testing.T) {
 		relay13       bool // Retrier.Do repeats it
 		untilAccepted bool // Retrier.DoUntilAccepted repeats it
 	}{
-		{"transport", transportErr, true, true},
+		{"transport", errTransport, true, true},
 		{"eof", fmt.Errorf("x: %w", io.ErrUnexpectedEOF), true, true},
 		{"500 internal", answerErr(500, client.CodeInternal, 0), true, true},
 		{"503 unavailable", answerErr(503, client.CodeUnavailable, 2), true, true},
@@ -86,8 +86,8 @@ func TestDoBackoff(t *testing.T) {
 		r := &Retrier{Rand: rand.New(rand.NewPCG(1, 2))}
 		start := time.Now()
 		var at []time.Duration
-		errs := []error{transportErr, transportErr, answerErr(500, client.CodeInternal, 0), transportErr, transportErr,
-			transportErr, transportErr, answerErr(503, client.CodeUnavailable, 45), transportErr}
+		errs := []error{errTransport, errTransport, answerErr(500, client.CodeInternal, 0), errTransport, errTransport,
+			errTransport, errTransport, answerErr(503, client.CodeUnavailable, 45), errTransport}
 		if err := r.Do(t.Context(), "test", script(errs, &at, start)); err != nil {
 			t.Fatalf("Do = %v, want success after %d failures", err, len(errs))
 		}
@@ -117,7 +117,7 @@ func TestDoStops(t *testing.T) {
 		wantCode client.Code
 	}{
 		{"400 at once", []error{answerErr(400, client.CodeInvalid, 0)}, 1, client.CodeInvalid},
-		{"409 not retried", []error{transportErr, answerErr(409, client.CodeConflict, 0)}, 2, client.CodeConflict},
+		{"409 not retried", []error{errTransport, answerErr(409, client.CodeConflict, 0)}, 2, client.CodeConflict},
 		{"approval pending never retried", []error{answerErr(403, client.CodeApprovalPending, 0)}, 1, client.CodeApprovalPending},
 		{"410 not_found not retried", []error{answerErr(503, client.CodeUnavailable, 1), answerErr(410, client.CodeNotFound, 0)}, 2, client.CodeNotFound},
 	}
@@ -142,7 +142,7 @@ func TestDoContextAndAttempts(t *testing.T) {
 		var at []time.Duration
 		errs := make([]error, 1000)
 		for i := range errs {
-			errs[i] = transportErr
+			errs[i] = errTransport
 		}
 		err := (&Retrier{}).Do(ctx, "test", script(errs, &at, time.Now()))
 		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
@@ -172,9 +172,9 @@ func TestDoUntilAccepted(t *testing.T) {
 	}{
 		{"settle 409 until the job ends", []error{answerErr(409, client.CodeConflict, 0), answerErr(409, client.CodeConflict, 0),
 			answerErr(409, client.CodeConflict, 0)}, 4, false},
-		{"refused relay, hub down, then accepted", []error{answerErr(401, client.CodeUnauthorized, 0), transportErr,
+		{"refused relay, hub down, then accepted", []error{answerErr(401, client.CodeUnauthorized, 0), errTransport,
 			answerErr(403, client.CodeForbidden, 0), answerErr(503, client.CodeUnavailable, 5)}, 5, false},
-		{"404 ends it", []error{transportErr, answerErr(404, client.CodeNotFound, 0)}, 2, true},
+		{"404 ends it", []error{errTransport, answerErr(404, client.CodeNotFound, 0)}, 2, true},
 		{"400 ends it", []error{answerErr(400, client.CodeInvalid, 0)}, 1, true},
 	}
 	for _, tt := range tests {
