@@ -5,10 +5,10 @@ package doccheck
 
 import (
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
-	"os"
-	"strings"
+	"path/filepath"
 	"testing"
 )
 
@@ -17,44 +17,46 @@ import (
 func Check(t *testing.T, dir string) {
 	t.Helper()
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, parser.ParseComments)
+	// go/build picks the files the build would use (build tags applied,
+	// tests excluded), which parser.ParseDir did not.
+	bp, err := build.ImportDir(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	missing := func(pos token.Pos, what string) {
 		t.Errorf("%s: %s has no doc comment", fset.Position(pos), what)
 	}
-	for _, pkg := range pkgs {
-		for _, f := range pkg.Files {
-			for _, d := range f.Decls {
-				switch d := d.(type) {
-				case *ast.FuncDecl:
-					if d.Name.IsExported() && d.Doc == nil && (d.Recv == nil || exportedRecv(d.Recv)) {
-						missing(d.Pos(), "func "+d.Name.Name)
-					}
-				case *ast.GenDecl:
-					for _, s := range d.Specs {
-						switch s := s.(type) {
-						case *ast.TypeSpec:
-							if s.Name.IsExported() && s.Doc == nil && d.Doc == nil {
-								missing(s.Pos(), "type "+s.Name.Name)
-							}
-							if st, ok := s.Type.(*ast.StructType); ok && s.Name.IsExported() {
-								for _, fl := range st.Fields.List {
-									for _, n := range fl.Names {
-										if n.IsExported() && fl.Doc == nil && fl.Comment == nil {
-											missing(n.Pos(), "field "+s.Name.Name+"."+n.Name)
-										}
+	for _, name := range bp.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Name.IsExported() && d.Doc == nil && (d.Recv == nil || exportedRecv(d.Recv)) {
+					missing(d.Pos(), "func "+d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() && s.Doc == nil && d.Doc == nil {
+							missing(s.Pos(), "type "+s.Name.Name)
+						}
+						if st, ok := s.Type.(*ast.StructType); ok && s.Name.IsExported() {
+							for _, fl := range st.Fields.List {
+								for _, n := range fl.Names {
+									if n.IsExported() && fl.Doc == nil && fl.Comment == nil {
+										missing(n.Pos(), "field "+s.Name.Name+"."+n.Name)
 									}
 								}
 							}
-						case *ast.ValueSpec:
-							for _, n := range s.Names {
-								if n.IsExported() && s.Doc == nil && s.Comment == nil && d.Doc == nil {
-									missing(n.Pos(), n.Name)
-								}
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() && s.Doc == nil && s.Comment == nil && d.Doc == nil {
+								missing(n.Pos(), n.Name)
 							}
 						}
 					}
