@@ -11,7 +11,6 @@ import (
 const (
 	ansiReset     = "\x1b[0;m"
 	ansiBoldGreen = "\x1b[32;1m"
-	ansiYellow    = "\x1b[0;33m"
 )
 
 // shellEscape quotes s for bash exactly as gitlab-runner's
@@ -91,11 +90,6 @@ func (w *scriptWriter) line(s string) { w.b.WriteString(s + "\n") }
 // notice echoes text in bold green (gitlab-runner's Noticef).
 func (w *scriptWriter) notice(text string) {
 	w.line("echo " + shellEscape(ansiBoldGreen+text+ansiReset))
-}
-
-// warning echoes text in yellow (gitlab-runner's Warningf).
-func (w *scriptWriter) warning(text string) {
-	w.line("echo " + shellEscape(ansiYellow+text+ansiReset))
 }
 
 // exports writes the variables: plain ones as `export K=v`, file ones
