@@ -18,42 +18,19 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/reqsign"
 )
 
-// RouteJoin is the hub's enrolment endpoint, served by hub/enrol. It is
-// not signed: the one-time token authenticates it.
-const RouteJoin = "POST /v1/join"
+// RouteJoin is the hub's enrolment endpoint, served by hub/enrol (the
+// route and its bodies are in proto/client).
+const RouteJoin = client.RouteJoin
 
 // Principal kinds a token enrols (the values of hub/store.PrincipalKind).
 const (
-	KindGitLab = "gitlab" // a relay, vk-gitlab
-	KindNode   = "node"   // a node, vk node
+	KindGitLab = client.KindGitLab // a relay, vk-gitlab
+	KindNode   = client.KindNode   // a node, vk node
 )
-
-// JoinRequest is the body of POST /v1/join (AUTH-08). The hub decodes it
-// strictly. (It belongs in proto/client with the other wire types; it is
-// here until that package grows it.)
-type JoinRequest struct {
-	// Token is the one-time enrolment token from `vk-hub token create`.
-	// Required.
-	Token string `json:"token"`
-	// PublicKey is the principal's raw 32-byte ed25519 public key, standard
-	// base64 with padding. Required; the hub pins it (AUTH-08).
-	PublicKey string `json:"public_key"`
-	// Name is a display name (host name), at most 253 bytes. Required.
-	Name string `json:"name"`
-	// Kind is KindGitLab or KindNode and must be the token's. Required.
-	Kind string `json:"kind"`
-}
-
-// JoinResponse is the answer 201 to POST /v1/join.
-type JoinResponse struct {
-	// ID is the principal ID the hub assigned; sent as vk-relay from now on.
-	ID string `json:"id"`
-	// CAPEM is the hub's CA certificate, PEM.
-	CAPEM string `json:"ca_pem"`
-}
 
 // JoinResult is what a successful [Join] learnt.
 type JoinResult struct {
@@ -124,7 +101,7 @@ func Join(ctx context.Context, hubURL, token string, caPEM []byte, name, kind st
 			},
 		}
 	}
-	body, _ := json.Marshal(JoinRequest{Token: token, PublicKey: base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey)),
+	body, _ := json.Marshal(client.JoinRequest{Token: token, PublicKey: base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey)),
 		Name: name, Kind: kind})
 	ju := *u
 	ju.Path, ju.RawPath = u.Path+"/v1/join", ""
@@ -154,7 +131,7 @@ func Join(ctx context.Context, hubURL, token string, caPEM []byte, name, kind st
 	if err := a.expect("join", http.StatusCreated); err != nil {
 		return JoinResult{}, nil, err
 	}
-	var jr JoinResponse
+	var jr client.JoinResponse
 	if err := a.decode("join", &jr); err != nil {
 		return JoinResult{}, nil, err
 	}

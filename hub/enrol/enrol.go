@@ -15,13 +15,13 @@
 //
 // # Join
 //
-// POST /v1/join takes a [hubclient.JoinRequest] {token, public_key, name,
+// POST /v1/join takes a [client.JoinRequest] {token, public_key, name,
 // kind}, decoded strictly (unknown fields, trailing data, bodies over
 // 16 KiB are refused). It mints the principal ID ("relay-" or "node-"
 // and 12 random base32 characters), spends the token for that kind
 // ([store.Store.UseToken]), stores the principal with its key pinned
 // ([store.Store.CreatePrincipal]), appends an audit entry, and answers 201
-// [hubclient.JoinResponse] {id, ca_pem}. The request is not signed — the
+// [client.JoinResponse] {id, ca_pem}. The request is not signed — the
 // token authenticates it — and runs over the hub's TLS listener, where the
 // joiner either pins the CA file it was given (`--ca FILE`) or trusts on
 // first use and prints the CA's fingerprint for the operator to compare
@@ -55,7 +55,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/vk-ci/vk/hub/store"
-	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
@@ -197,7 +196,7 @@ func shortHash(h store.Hash) string {
 // Register mounts POST /v1/join on mux. The hub mounts it on its TLS
 // listener next to (not inside) the signed client API.
 func (e *Enroller) Register(mux *http.ServeMux) {
-	mux.Handle(hubclient.RouteJoin, e)
+	mux.Handle(client.RouteJoin, e)
 }
 
 // httpError is a join refusal: status, code and message for the client,
@@ -229,18 +228,18 @@ func (e *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, client.Error{Error: he.msg, Code: he.code})
 }
 
-func (e *Enroller) serve(w http.ResponseWriter, r *http.Request) (hubclient.JoinResponse, error) {
+func (e *Enroller) serve(w http.ResponseWriter, r *http.Request) (client.JoinResponse, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJoinBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return hubclient.JoinResponse{}, &httpError{code: client.CodeTooLarge, msg: fmt.Sprintf("join body over %d bytes", MaxJoinBody)}
+			return client.JoinResponse{}, &httpError{code: client.CodeTooLarge, msg: fmt.Sprintf("join body over %d bytes", MaxJoinBody)}
 		}
-		return hubclient.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: "reading the body failed", err: err}
+		return client.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: "reading the body failed", err: err}
 	}
 	req, err := DecodeJoin(body)
 	if err != nil {
-		return hubclient.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: err.Error()}
+		return client.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: err.Error()}
 	}
 	return e.Join(r.Context(), req)
 }
@@ -249,8 +248,8 @@ func (e *Enroller) serve(w http.ResponseWriter, r *http.Request) (hubclient.Join
 // and malformed JSON are errors) and checks its fields: kind known, key
 // 32 bytes of standard base64, name 1..253 bytes of printable UTF-8,
 // token present. Errors wrap [ErrInvalid] or [ErrKind].
-func DecodeJoin(body []byte) (hubclient.JoinRequest, error) {
-	var req hubclient.JoinRequest
+func DecodeJoin(body []byte) (client.JoinRequest, error) {
+	var req client.JoinRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -287,22 +286,22 @@ func publicKey(s string) (ed25519.PublicKey, error) {
 // Join spends req's token and enrols the principal (see the package doc).
 // req must have passed [DecodeJoin]. Refusals are errors the handler maps
 // (token ones wrap [ErrToken]).
-func (e *Enroller) Join(ctx context.Context, req hubclient.JoinRequest) (hubclient.JoinResponse, error) {
+func (e *Enroller) Join(ctx context.Context, req client.JoinRequest) (client.JoinResponse, error) {
 	kind, err := ParseKind(req.Kind)
 	if err != nil {
-		return hubclient.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: err.Error()}
+		return client.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: err.Error()}
 	}
 	pub, err := publicKey(req.PublicKey)
 	if err != nil {
-		return hubclient.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: err.Error()}
+		return client.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: err.Error()}
 	}
 	if want := TokenPrefix + string(kind) + "_"; !strings.HasPrefix(req.Token, want) {
-		return hubclient.JoinResponse{}, &httpError{code: client.CodeUnauthorized,
+		return client.JoinResponse{}, &httpError{code: client.CodeUnauthorized,
 			msg: fmt.Sprintf("token refused: not a %s token (it must start with %s)", kind, want), err: ErrToken}
 	}
 	id, err := e.newID(kind)
 	if err != nil {
-		return hubclient.JoinResponse{}, err
+		return client.JoinResponse{}, err
 	}
 	now := e.clk.Now().UTC()
 	h := store.Sum([]byte(req.Token))
@@ -316,13 +315,13 @@ func (e *Enroller) Join(ctx context.Context, req hubclient.JoinRequest) (hubclie
 		case errors.Is(err, store.ErrConflict):
 			msg = "token refused: already used; each token enrols once"
 		default:
-			return hubclient.JoinResponse{}, fmt.Errorf("enrol: use token: %w", err)
+			return client.JoinResponse{}, fmt.Errorf("enrol: use token: %w", err)
 		}
-		return hubclient.JoinResponse{}, &httpError{code: client.CodeUnauthorized, msg: msg, err: fmt.Errorf("%w: %w", ErrToken, err)}
+		return client.JoinResponse{}, &httpError{code: client.CodeUnauthorized, msg: msg, err: fmt.Errorf("%w: %w", ErrToken, err)}
 	}
 	p := store.Principal{ID: id, Kind: kind, PublicKey: pub, Name: req.Name, Created: now}
 	if err := e.st.CreatePrincipal(ctx, p); err != nil {
-		return hubclient.JoinResponse{}, fmt.Errorf("enrol: create principal %s: %w", id, err)
+		return client.JoinResponse{}, fmt.Errorf("enrol: create principal %s: %w", id, err)
 	}
 	action := "relay.join"
 	if kind == store.KindNode {
@@ -330,10 +329,10 @@ func (e *Enroller) Join(ctx context.Context, req hubclient.JoinRequest) (hubclie
 	}
 	if _, err := e.st.AppendAudit(ctx, store.AuditEntry{Time: now, Actor: id, Action: action, Subject: id,
 		Detail: fmt.Sprintf("name=%s key=%s token=%s", strconv.Quote(req.Name), base64.StdEncoding.EncodeToString(pub), shortHash(h))}); err != nil {
-		return hubclient.JoinResponse{}, fmt.Errorf("enrol: audit: %w", err)
+		return client.JoinResponse{}, fmt.Errorf("enrol: audit: %w", err)
 	}
 	e.log.InfoContext(ctx, "principal enrolled", "principal", id, "kind", string(kind), "name", req.Name)
-	return hubclient.JoinResponse{ID: id, CAPEM: string(e.caPEM)}, nil
+	return client.JoinResponse{ID: id, CAPEM: string(e.caPEM)}, nil
 }
 
 // newID mints "relay-…" or "node-…" with 12 random base32 characters.

@@ -91,6 +91,14 @@ func TestGoldenBodies(t *testing.T) {
 	check(t, "version_range", VersionRange{Min: 2, Max: 3})
 }
 
+// TestGoldenJoin pins the enrolment bodies.
+//
+// spec: PROTO-01, AUTH-08
+func TestGoldenJoin(t *testing.T) {
+	check(t, "join_request", JoinRequest{Token: "vkj_node_3q2-7wEAAQ", PublicKey: "O2onvM62pC1io6jQKm8Nc2UyFXcd4kOmOsBIoYtZ2ik=", Name: "ci-1.example", Kind: KindNode})
+	check(t, "join_response", JoinResponse{ID: "node-7f3a", CAPEM: "-----BEGIN CERTIFICATE-----\nMIIB...\n-----END CERTIFICATE-----\n"})
+}
+
 // TestGoldenRelaySession pins every relay session frame.
 //
 // spec: PROTO-01, RSESS-02, RSESS-03, RSESS-04, RSESS-05, RSESS-07, RSESS-10
