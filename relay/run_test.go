@@ -11,9 +11,9 @@ import (
 	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/realhub"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
-	"github.com/vk-ci/vk/relay/internal/realhub"
 	"github.com/vk-ci/vk/relay/state"
 )
 
@@ -23,7 +23,7 @@ import (
 var t0 = time.Now().UTC().Truncate(time.Second)
 
 // runEnv is one relay (relay.Run) enrolled with the REAL hub, which has a
-// real node (relay/internal/realhub), and one runner of gitlabfake. The
+// real node (internal/realhub), and one runner of gitlabfake. The
 // relay's hub calls go through a realhub.Tap (Options.Hub) so tests can
 // see them.
 type runEnv struct {

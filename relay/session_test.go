@@ -7,9 +7,9 @@ import (
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/realhub"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
-	"github.com/vk-ci/vk/relay/internal/realhub"
 )
 
 // Run holds the hub session with the real hub (approvals.required): its

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/realhub"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
-	"github.com/vk-ci/vk/relay/internal/realhub"
 	"github.com/vk-ci/vk/relay/state"
 )
 

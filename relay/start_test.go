@@ -15,7 +15,7 @@ import (
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/gitlabfake"
-	"github.com/vk-ci/vk/relay/internal/realhub"
+	"github.com/vk-ci/vk/internal/realhub"
 	"github.com/vk-ci/vk/relay/state"
 )
 

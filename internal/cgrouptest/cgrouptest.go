@@ -1,5 +1,5 @@
 // Package cgrouptest cleans up after the test harnesses that run real
-// node agents (internal/testfleet, relay/internal/realhub): each gives its
+// node agents (internal/testfleet, internal/realhub): each gives its
 // node a cgroup parent of its own, which the stopped agent leaves behind.
 package cgrouptest
 
@@ -18,7 +18,7 @@ const Root = "/sys/fs/cgroup"
 // RemoveParents removes a stopped node's (now empty) cgroup parents,
 // parent and parent-oci, in every hierarchy, for the process and the oci
 // backends: stopped agents remove their jobs' cgroups, not the parents.
-// For test harnesses that start nodes of their own (relay/internal/realhub).
+// For test harnesses that start nodes of their own (internal/realhub).
 func RemoveParents(parent string) {
 	if parent == "" {
 		return

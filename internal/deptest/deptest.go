@@ -23,6 +23,20 @@ func Deps(t testing.TB, pkg string) []string {
 	return strings.Fields(string(out))
 }
 
+// Packages returns the packages a `go list` pattern matches (such as
+// "example.com/m/relay/..."), test-only packages included.
+func Packages(t testing.TB, pattern string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", pattern).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list %s: %v\n%s", pattern, err, ee.Stderr)
+		}
+		t.Fatalf("go list %s: %v", pattern, err)
+	}
+	return strings.Fields(string(out))
+}
+
 // IsStdlib reports whether an import path belongs to the standard library
 // (no dot in its first element).
 func IsStdlib(path string) bool {

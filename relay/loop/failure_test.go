@@ -13,9 +13,9 @@ import (
 	"github.com/vk-ci/vk/hub"
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/realhub"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/relay/gitlab"
-	"github.com/vk-ci/vk/relay/internal/realhub"
 )
 
 // A 204 from GitLab: the outcome is empty, the reservation and the slot are

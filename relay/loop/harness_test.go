@@ -12,16 +12,16 @@ import (
 	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/realhub"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/relay/gitlab"
-	"github.com/vk-ci/vk/relay/internal/realhub"
 	"github.com/vk-ci/vk/relay/state"
 	"github.com/vk-ci/vk/relay/translate"
 )
 
 // env is one relay runner against gitlabfake and the REAL hub with a real
-// node (relay/internal/realhub). The loops run without relay.Run, so env
+// node (internal/realhub). The loops run without relay.Run, so env
 // holds the relay's hub session itself (the hub takes reservations only
 // from a relay whose session reported the runner); the approval gate stays
 // the test's to open. Every hub call goes through a realhub.Tap that

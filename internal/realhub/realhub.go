@@ -8,9 +8,12 @@
 // join over TLS 1.3 pinning the hub's CA (node.Join, hubclient.JoinAndSave);
 // the node is put in [Pool] over the admin socket (`vk-hub nodes pools`).
 //
-// This package imports the hub and the node, so only tests may import it:
-// relay/deps_test.go forbids hub and node imports in the relay's non-test
-// code, and nothing outside _test.go files imports realhub.
+// It is the relay's slice of the fleet harness: internal/testfleet starts
+// a whole fleet, relays included, so it imports the relay and the relay's
+// own tests cannot import it (an import cycle); realhub starts the hub and
+// a node only. It imports the hub and the node, so it lives outside relay/
+// (relay/deps_test.go forbids both in every package there), and only tests
+// may import it (deps_test.go here).
 //
 // Choices for tests (not operator defaults):
 //   - auth.skew_secs is 10 days: the relay's tests run on a fake clock that
