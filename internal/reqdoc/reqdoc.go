@@ -1,0 +1,381 @@
+// Command reqdoc writes docs/requirements.md: every requirement ID with
+// its one-line statement and the tests that cite it (`// spec: ID`), so a
+// reader finds what an ID means and what proves it without the spec
+// beside them.
+//
+//	go run ./internal/reqdoc                 # refresh the tests column
+//	go run ./internal/reqdoc -spec ../shared/spec/REQUIREMENTS.md
+//
+// Without -spec the statements are those already in docs/requirements.md
+// and only the tests are rescanned, so the file can be refreshed in any
+// checkout; with -spec the statements (and any new IDs) are read from the
+// numbered list of the spec. Run it from the module root. The package's
+// test fails when the committed file differs from what this command
+// would write, or when anything in the tree names an ID the file lacks.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// DocPath is the generated file, relative to the module root.
+const DocPath = "docs/requirements.md"
+
+// Area is one group of requirements, as the spec heads them.
+type Area struct {
+	Code  string // "ARB"
+	Title string // "Capacity arbitration"
+	Reqs  []Req
+}
+
+// Req is one requirement.
+type Req struct {
+	ID   string // "ARB-07"
+	Text string // its statement, one line
+}
+
+// Test is a test function that cites requirements.
+type Test struct {
+	Dir     string // package directory relative to the root, "." for the root package
+	Name    string // TestX, FuzzX, BenchmarkX, ExampleX or a helper's name
+	Skipped bool   // its body opens with t.Skip: it names the ID but proves nothing yet
+}
+
+func (t Test) String() string {
+	d := t.Dir
+	if d == "." {
+		d = "vk"
+	}
+	s := d + "." + t.Name
+	if t.Skipped {
+		s += " (skipped)"
+	}
+	return s
+}
+
+var (
+	specHeading = regexp.MustCompile(`^## ([A-Z0-9]+) — (.+)$`)
+	specItem    = regexp.MustCompile(`^- ([A-Z0-9]+-[0-9]+) (.+)$`)
+	citation    = regexp.MustCompile(`spec:\s*([A-Z0-9]+-[0-9]+(?:\s*,\s*[A-Z0-9]+-[0-9]+)*)`)
+	idPattern   = regexp.MustCompile(`[A-Z0-9]+-[0-9]+`)
+)
+
+// ParseSpec reads the areas and numbered items of REQUIREMENTS.md. Items
+// are the lines "- AREA-NN text" under a "## AREA — Title" heading; other
+// headings (the preface, the open questions) end an area.
+func ParseSpec(r io.Reader) ([]Area, error) {
+	var areas []Area
+	var cur *Area
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "## ") {
+			cur = nil
+			if m := specHeading.FindStringSubmatch(line); m != nil {
+				areas = append(areas, Area{Code: m[1], Title: m[2]})
+				cur = &areas[len(areas)-1]
+			}
+			continue
+		}
+		if m := specItem.FindStringSubmatch(line); m != nil && cur != nil {
+			if !strings.HasPrefix(m[1], cur.Code+"-") {
+				return nil, fmt.Errorf("reqdoc: %s listed under area %s", m[1], cur.Code)
+			}
+			cur.Reqs = append(cur.Reqs, Req{ID: m[1], Text: strings.TrimSpace(m[2])})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(areas) == 0 {
+		return nil, errors.New("reqdoc: no \"## AREA — Title\" headings in the spec")
+	}
+	return areas, nil
+}
+
+// ParseDoc reads the areas and statements back from a generated file (the
+// tests column is ignored: it is rescanned).
+func ParseDoc(b []byte) ([]Area, error) {
+	var areas []Area
+	var cur *Area
+	for i, line := range strings.Split(string(b), "\n") {
+		if m := specHeading.FindStringSubmatch(line); m != nil {
+			areas = append(areas, Area{Code: m[1], Title: m[2]})
+			cur = &areas[len(areas)-1]
+			continue
+		}
+		if cur == nil || !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| ID ") {
+			continue
+		}
+		cells := splitRow(line)
+		if len(cells) != 3 || !idPattern.MatchString(cells[0]) {
+			return nil, fmt.Errorf("reqdoc: %s:%d: not a row of ID, requirement, tests", DocPath, i+1)
+		}
+		cur.Reqs = append(cur.Reqs, Req{ID: cells[0], Text: cells[1]})
+	}
+	if len(areas) == 0 {
+		return nil, fmt.Errorf("reqdoc: %s holds no areas", DocPath)
+	}
+	return areas, nil
+}
+
+// splitRow splits a markdown table row on the pipes that are not escaped.
+func splitRow(line string) []string {
+	line = strings.TrimSpace(line)
+	line = strings.TrimPrefix(line, "|")
+	line = strings.TrimSuffix(line, "|")
+	var cells []string
+	var cur strings.Builder
+	for i := 0; i < len(line); i++ {
+		switch {
+		case line[i] == '\\' && i+1 < len(line) && line[i+1] == '|':
+			cur.WriteByte('|')
+			i++
+		case line[i] == '|':
+			cells = append(cells, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		default:
+			cur.WriteByte(line[i])
+		}
+	}
+	return append(cells, strings.TrimSpace(cur.String()))
+}
+
+// Tree is what a scan of the source tree found.
+type Tree struct {
+	// Cites are the tests citing each ID.
+	Cites map[string][]Test
+	// Mentions are the places (file:line) that name an ID of a known area
+	// anywhere in a Go or Markdown file, citations included.
+	Mentions map[string][]string
+}
+
+// Scan walks the module at root: the `spec:` citations in the comments of
+// every _test.go file, each given to the function it sits in or, for a
+// comment outside any function, to the function that follows it; and every
+// mention of an ID of one of areas in .go and .md files (the generated
+// file itself excepted).
+func Scan(root string, areas []string) (*Tree, error) {
+	tr := &Tree{Cites: map[string][]Test{}, Mentions: map[string][]string{}}
+	mention := regexp.MustCompile(`\b(?:` + strings.Join(areas, "|") + `)-[0-9]+\b`)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			base := d.Name()
+			if rel != "." && (strings.HasPrefix(base, ".") || base == "testdata" || base == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if rel == filepath.FromSlash(DocPath) || !(strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".md")) {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, id := range mention.FindAllString(line, -1) {
+				tr.Mentions[id] = append(tr.Mentions[id], fmt.Sprintf("%s:%d", filepath.ToSlash(rel), i+1))
+			}
+		}
+		if strings.HasSuffix(p, "_test.go") {
+			return scanTestFile(tr, filepath.ToSlash(filepath.Dir(rel)), p, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for id, ts := range tr.Cites {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].String() < ts[j].String() })
+		tr.Cites[id] = slices.Compact(ts)
+	}
+	return tr, nil
+}
+
+func scanTestFile(tr *Tree, dir, path string, src []byte) error {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, parser.ParseComments)
+	if err != nil {
+		return err
+	}
+	var funcs []*ast.FuncDecl
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+			funcs = append(funcs, fd)
+		}
+	}
+	for _, cg := range f.Comments {
+		var ids []string
+		for _, c := range cg.List {
+			for _, m := range citation.FindAllStringSubmatch(c.Text, -1) {
+				ids = append(ids, idPattern.FindAllString(m[1], -1)...)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		var owner *ast.FuncDecl
+		for _, fd := range funcs {
+			if fd.Pos() <= cg.Pos() && cg.End() <= fd.End() || fd.Doc == cg {
+				owner = fd
+				break
+			}
+			if fd.Pos() > cg.End() {
+				owner = fd
+				break
+			}
+		}
+		if owner == nil {
+			return fmt.Errorf("%s: spec: %s cites from after the last function", fset.Position(cg.Pos()), strings.Join(ids, ", "))
+		}
+		t := Test{Dir: dir, Name: funcName(owner), Skipped: opensWithSkip(owner)}
+		for _, id := range ids {
+			tr.Cites[id] = append(tr.Cites[id], t)
+		}
+	}
+	return nil
+}
+
+func funcName(fd *ast.FuncDecl) string {
+	if fd.Recv == nil || len(fd.Recv.List) == 0 {
+		return fd.Name.Name
+	}
+	t := fd.Recv.List[0].Type
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	if id, ok := t.(*ast.Ident); ok {
+		return id.Name + "." + fd.Name.Name
+	}
+	return fd.Name.Name
+}
+
+// opensWithSkip reports whether fd's first statement is an unconditional
+// t.Skip, t.Skipf or t.SkipNow.
+func opensWithSkip(fd *ast.FuncDecl) bool {
+	if len(fd.Body.List) == 0 {
+		return false
+	}
+	es, ok := fd.Body.List[0].(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	return ok && strings.HasPrefix(sel.Sel.Name, "Skip")
+}
+
+// Render writes the file: per area a table of ID, statement and tests.
+// An ID no test cites says "not yet proved"; one cited only by skipped
+// tests says so and names them.
+func Render(areas []Area, tr *Tree) []byte {
+	var b bytes.Buffer
+	b.WriteString(`# Requirements and the tests that prove them
+
+Each requirement of the specification with its statement and the tests
+that cite it (` + "`// spec: ID`" + ` above or inside the test). A test marked
+"(skipped)" opens with ` + "`t.Skip`" + `: it names the requirement but proves
+nothing yet. Code comments may follow a sentence with an ID as a short
+suffix, "(ARB-13)"; this file is where that ID is explained.
+
+Generated by ` + "`go run ./internal/reqdoc`" + ` (statements from
+` + "`-spec ../shared/spec/REQUIREMENTS.md`" + ` when given, else from this file);
+do not edit by hand. ` + "`go test ./internal/reqdoc`" + ` fails when this file is
+stale or when the tree names an ID missing here.
+`)
+	for _, a := range areas {
+		fmt.Fprintf(&b, "\n## %s — %s\n\n| ID | Requirement | Tests |\n|---|---|---|\n", a.Code, a.Title)
+		for _, r := range a.Reqs {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", r.ID, escapeCell(r.Text), testsCell(tr.Cites[r.ID]))
+		}
+	}
+	return b.Bytes()
+}
+
+func testsCell(ts []Test) string {
+	if len(ts) == 0 {
+		return "not yet proved"
+	}
+	names := make([]string, len(ts))
+	proved := false
+	for i, t := range ts {
+		names[i] = t.String()
+		proved = proved || !t.Skipped
+	}
+	s := strings.Join(names, ", ")
+	if !proved {
+		s = "not yet proved; " + s
+	}
+	return s
+}
+
+func escapeCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// Codes returns the area codes.
+func Codes(areas []Area) []string {
+	var cs []string
+	for _, a := range areas {
+		cs = append(cs, a.Code)
+	}
+	return cs
+}
+
+func main() {
+	spec := flag.String("spec", "", "read the statements from this REQUIREMENTS.md instead of "+DocPath)
+	flag.Parse()
+	if err := run(*spec); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(spec string) error {
+	var areas []Area
+	if spec != "" {
+		f, err := os.Open(spec)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if areas, err = ParseSpec(f); err != nil {
+			return err
+		}
+	} else {
+		b, err := os.ReadFile(DocPath)
+		if err != nil {
+			return fmt.Errorf("reqdoc: %w (run from the module root, or give -spec)", err)
+		}
+		if areas, err = ParseDoc(b); err != nil {
+			return err
+		}
+	}
+	tr, err := Scan(".", Codes(areas))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(DocPath, Render(areas, tr), 0o644)
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const root = "../.."
+
+// The committed docs/requirements.md is what `go run ./internal/reqdoc`
+// writes for this tree: every row names the tests that cite its ID now
+// (tests that exist, since they were just found), or says "not yet
+// proved"; and every ID the tree names, in a citation or in prose, has a
+// row. The spec itself is not read, so the check holds in a checkout
+// without ../shared.
+func TestRequirementsDocCurrent(t *testing.T) {
+	committed, err := os.ReadFile(filepath.Join(root, DocPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	areas, err := ParseDoc(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, a := range areas {
+		for _, r := range a.Reqs {
+			if known[r.ID] {
+				t.Errorf("%s: %s has two rows", DocPath, r.ID)
+			}
+			known[r.ID] = true
+		}
+	}
+	tr, err := Scan(root, Codes(areas))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unknown []string
+	for id, ts := range tr.Cites {
+		if !known[id] {
+			unknown = append(unknown, id+" cited by "+ts[0].String())
+		}
+	}
+	for id, at := range tr.Mentions {
+		if !known[id] {
+			unknown = append(unknown, id+" named at "+at[0])
+		}
+	}
+	sort.Strings(unknown)
+	for _, u := range unknown {
+		t.Errorf("no requirement %s in %s", u, DocPath)
+	}
+	if want := Render(areas, tr); !bytes.Equal(committed, want) {
+		t.Errorf("%s is stale: run `go run ./internal/reqdoc` from the module root and commit it\n%s", DocPath, firstDiff(committed, want))
+	}
+}
+
+func firstDiff(got, want []byte) string {
+	g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return "line " + strconv.Itoa(i+1) + ":\n  committed: " + gl + "\n  current:   " + wl
+		}
+	}
+	return ""
+}
+
+// Citations go to the function they sit in or, outside any function, to
+// the next one; a test whose body opens with t.Skip is marked skipped;
+// prose mentions of known areas are found and others are not; the
+// rendered file reads back to the same areas.
+func TestScanAndRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a/a_test.go", `package a
+
+import "testing"
+
+// Proves one.
+//
+// spec: AA-01, AA-02
+func TestOne(t *testing.T) {
+	t.Run("sub", func(t *testing.T) {
+		// spec: AA-03
+	})
+}
+
+var cases = []int{1} // spec: AA-04
+
+// spec: AA-02
+func TestLater(t *testing.T) {
+	t.Skip("needs a VM")
+}
+`)
+	write("a/a.go", "package a\n\n// Retries (AA-05); SHA-256 and BB-01 are not ours.\nfunc f() {}\n")
+	write("README.md", "See AA-06.\n")
+	tr, err := Scan(dir, []string{"AA"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for id, ts := range tr.Cites {
+		var s []string
+		for _, x := range ts {
+			s = append(s, x.String())
+		}
+		got[id] = strings.Join(s, ", ")
+	}
+	want := map[string]string{
+		"AA-01": "a.TestOne",
+		"AA-02": "a.TestLater (skipped), a.TestOne",
+		"AA-03": "a.TestOne",
+		"AA-04": "a.TestLater (skipped)",
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("cites of %s = %q, want %q", id, got[id], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("cites = %v, want only %v", got, want)
+	}
+	for _, id := range []string{"AA-01", "AA-05", "AA-06"} {
+		if len(tr.Mentions[id]) == 0 {
+			t.Errorf("mention of %s not found", id)
+		}
+	}
+	if _, ok := tr.Mentions["BB-01"]; ok {
+		t.Error("BB-01 of an unknown area counted as a mention")
+	}
+
+	areas := []Area{{Code: "AA", Title: "Example area", Reqs: []Req{
+		{ID: "AA-01", Text: "One thing | with a pipe."}, {ID: "AA-04", Text: "Skipped only."}, {ID: "AA-07", Text: "Nobody."}}}}
+	out := Render(areas, tr)
+	for _, line := range []string{
+		`| AA-01 | One thing \| with a pipe. | a.TestOne |`,
+		`| AA-04 | Skipped only. | not yet proved; a.TestLater (skipped) |`,
+		`| AA-07 | Nobody. | not yet proved |`,
+	} {
+		if !bytes.Contains(out, []byte(line+"\n")) {
+			t.Errorf("rendered file lacks the row\n%s\n---\n%s", line, out)
+		}
+	}
+	back, err := ParseDoc(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 1 || back[0].Code != "AA" || back[0].Title != "Example area" || len(back[0].Reqs) != 3 || back[0].Reqs[0] != areas[0].Reqs[0] {
+		t.Errorf("read back %+v, want %+v", back, areas)
+	}
+}
+
+// The spec's numbered items are read under their area headings; the
+// preface and the open questions are not areas.
+func TestParseSpec(t *testing.T) {
+	src := `# Requirements
+
+## Preface
+
+- IDs are AREA-NN.
+
+## AA — Example area
+
+Intro text.
+
+- AA-01 First.
+- AA-02 [later] Second.
+
+## Open questions carried from the seed (not requirements)
+
+- AA-99 is not a requirement.
+`
+	areas, err := ParseSpec(strings.NewReader(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(areas) != 1 || areas[0].Code != "AA" || len(areas[0].Reqs) != 2 || areas[0].Reqs[1] != (Req{ID: "AA-02", Text: "[later] Second."}) {
+		t.Errorf("ParseSpec = %+v", areas)
+	}
+	if _, err := ParseSpec(strings.NewReader("## AA — A\n\n- BB-01 misfiled\n")); err == nil {
+		t.Error("an item under another area's heading was accepted")
+	}
+}
