@@ -136,7 +136,6 @@ type Agent struct {
 	hasPools    bool               // guarded by mu
 	capTotal    ledger.Envelope    // guarded by mu (immutable after Start)
 	runnerOn    bool               // a local runner is present; guarded by mu
-	crashed     bool               // test crash: no more persistence; guarded by mu
 	changed     chan struct{}      // closed and replaced when a job changes; guarded by mu
 }
 
@@ -536,16 +535,6 @@ func (a *Agent) stop() {
 		a.log.Info("node agent stopped")
 		close(a.stopped)
 	})
-}
-
-// crash stops the agent the way a killed node stops: no result is written,
-// spools and journal are left as they are (tests of FAIL-08 recovery).
-// The job processes are killed, as they die with a node.
-func (a *Agent) crash() {
-	a.mu.Lock()
-	a.crashed = true
-	a.mu.Unlock()
-	a.stop()
 }
 
 // Done is closed once the agent has stopped.

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -416,15 +417,30 @@ func TestResultRepeatedUntilRecorded(t *testing.T) {
 func TestRestartMidJobEndsInterruptedWithOutput(t *testing.T) {
 	h := startHub(t)
 	cfg := testConfig(t, t.TempDir())
-	a := startAgent(t, h, cfg, Options{})
+	// The first agent is a child process killed with SIGKILL: nothing it
+	// has not written by then reaches the state dir.
+	child := startChild(t, h, cfg)
 	waitFor[*dispatch.Held](h, 0, nil)
 	h.mu.Lock()
 	h.noRecord = true
 	h.mu.Unlock()
 	from := h.mark()
-	startJob(t, h, "job-x", "r1", "echo before-the-crash", "sleep 60", "echo never-printed")
+	// The job's bash dies with the agent; its sleep, reparented, is
+	// killed at the end.
+	sleepPID := filepath.Join(t.TempDir(), "sleep.pid")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(sleepPID); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	startJob(t, h, "job-x", "r1", "echo before-the-crash", "sleep 60 & echo $! > "+sleepPID+"; wait", "echo never-printed")
 	h.waitCond("output before the crash", func() bool { return bytes.Contains(h.out["job-x"], []byte("before-the-crash\n")) })
-	a.crash()
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
 	before := h.output("job-x")
 
 	// A new process on the same state dir, which also holds the spool of

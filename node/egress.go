@@ -129,7 +129,7 @@ func (a *Agent) sampleEgress(jr *jobRun) {
 	a.mu.Lock()
 	m := jr.egress
 	now := a.clk.Now()
-	if m == nil || jr.result != nil || a.crashed || (!m.sampled.IsZero() && now.Sub(m.sampled) < EgressMinGap) {
+	if m == nil || jr.result != nil || (!m.sampled.IsZero() && now.Sub(m.sampled) < EgressMinGap) {
 		a.mu.Unlock()
 		return
 	}

@@ -235,11 +235,7 @@ func (a *Agent) onRecorded(job string) {
 		jr.recorded = true
 		jr.kick()
 	}
-	crashed := a.crashed
 	a.mu.Unlock()
-	if crashed {
-		return
-	}
 	if err := a.journal.Recorded(job); err != nil && jr != nil {
 		a.log.Error("journal recorded failed", logkey.JobID, job, logkey.Err, err)
 	}

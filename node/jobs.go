@@ -95,10 +95,6 @@ func (a *Agent) onStart(m *dispatch.Start) {
 		return
 	}
 	a.mu.Lock()
-	if a.crashed {
-		a.mu.Unlock()
-		return
-	}
 	rep := a.led.Start(a.now(), m.Job, m.Reservation, toLedger(m.Envelope))
 	a.mu.Unlock()
 	a.kickLease()
@@ -277,13 +273,9 @@ func (a *Agent) run(jr *jobRun) {
 // sender sends the result once all output is acked (NODE-13).
 func (a *Agent) finish(jr *jobRun, res stage.Result) {
 	a.mu.Lock()
-	crashed := a.crashed
 	egress := jr.finalEgressLocked()
 	jr.egress = nil // no sample after this one (NSESS-19: the result's is the last)
 	a.mu.Unlock()
-	if crashed {
-		return
-	}
 	outLen, err := jr.sp.Finish()
 	if err != nil {
 		a.log.Error("spool finish", logkey.JobID, jr.id, logkey.Err, err)
@@ -362,9 +354,9 @@ func wireResult(r stage.Result, outLen int64) client.JobResult {
 func (a *Agent) sender(jr *jobRun) {
 	defer func() {
 		a.mu.Lock()
-		recorded, crashed := jr.recorded, a.crashed
+		recorded := jr.recorded
 		a.mu.Unlock()
-		if !recorded || crashed {
+		if !recorded {
 			return
 		}
 		if err := jr.sp.Remove(); err != nil {
@@ -439,16 +431,8 @@ type spoolWriter struct {
 	jr *jobRun
 }
 
-var errCrashed = errors.New("node: agent crashed")
-
 func (w *spoolWriter) Write(p []byte) (int, error) {
 	a := w.a
-	a.mu.Lock()
-	crashed := a.crashed
-	a.mu.Unlock()
-	if crashed {
-		return 0, errCrashed
-	}
 	// Append blocks while the job's unacked output is at the spool limit;
 	// once the node interrupts its jobs it blocks no more, so an
 	// interrupted job can end while the hub is unreachable.
@@ -473,7 +457,7 @@ func (a *Agent) onStage(id, name string) {
 // stageStarted journals and reports a new stage (NSESS-14, NSESS-18).
 func (a *Agent) stageStarted(jr *jobRun, name string) {
 	a.mu.Lock()
-	if jr.stage == name || a.crashed {
+	if jr.stage == name {
 		a.mu.Unlock()
 		return
 	}
