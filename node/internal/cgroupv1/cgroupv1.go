@@ -37,6 +37,17 @@
 //     every 10 ms in real time up to a caller-given bound: these are
 //     external processes, and v1 reports an emptied cgroup only to a
 //     release agent.
+//
+// # Why not github.com/containerd/cgroups/v3
+//
+// Its cgroup1 package (v3.1.3, checked 2026-12-01) was weighed as a
+// replacement and not taken: it creates every subsystem's directory with
+// MkdirAll, so it cannot refuse a cgroup that already exists nor say which
+// directories it made; it finds hierarchies from /proc/self/mountinfo,
+// where this package's tests use a temporary root; the OOM sum over child
+// cgroups, the PID filtering and the bounded kill-and-wait would still be
+// ours on top; and it brings cilium/ebpf, go-systemd, godbus and the
+// runtime-spec types for limits we write as a handful of files.
 package cgroupv1
 
 import (
