@@ -11,7 +11,7 @@
 // It is the relay's slice of the fleet harness: internal/testfleet starts
 // a whole fleet, relays included, so it imports the relay and the relay's
 // own tests cannot import it (an import cycle); realhub starts the hub and
-// a node only. It imports the hub and the node, so it lives outside relay/
+// a node only, enrolled and configured as testfleet's are (internal/testnode). It imports the hub and the node, so it lives outside relay/
 // (relay/deps_test.go forbids both in every package there), and only tests
 // may import it (deps_test.go here).
 //
@@ -38,6 +38,7 @@ import (
 	"github.com/vk-ci/vk/internal/cgrouptest"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/internal/testnode"
 	"github.com/vk-ci/vk/node"
 )
 
@@ -144,27 +145,13 @@ func (h *Hub) StartNode() {
 	t := h.t
 	t.Helper()
 	ctx := t.Context()
-	tok, err := h.Admin().CreateToken(ctx, hubclient.KindNode, 0)
-	if err != nil {
-		t.Fatalf("realhub: token create --kind node: %v", err)
-	}
 	dir := filepath.Join(h.dir, "node")
-	res, err := node.Join(ctx, dir, node.JoinOptions{HubURL: h.URL(), Token: tok.Token, CAPEM: h.CAPEM(), Name: "node-1"})
+	id, err := testnode.Enrol(ctx, h.Admin(), h.URL(), h.CAPEM(), dir, "node-1", []string{Pool})
 	if err != nil {
-		t.Fatalf("realhub: node join: %v", err)
+		t.Fatalf("realhub: %v", err)
 	}
-	h.NodeID = res.ID
-	if err := h.Admin().SetPools(ctx, res.ID, []string{Pool}); err != nil {
-		t.Fatalf("realhub: nodes pools: %v", err)
-	}
-	cfg := node.DefaultConfig()
-	cfg.Node.Name = "node-1"
-	cfg.Node.StateDir = dir
-	cfg.Node.Runner = node.RunnerNone
-	cfg.Node.Pools = []string{Pool}
-	cfg.Node.ShutdownTimeoutSecs = 5
-	cfg.Resources = node.ResourcesConfig{CPUs: h.cpus, Mem: 4 << 30, Disk: 20 << 30}
-	cfg.Executor.CgroupParent = "vk-" + res.ID
+	h.NodeID = id
+	cfg := testnode.Config(dir, "node-1", id, []string{Pool}, node.ResourcesConfig{CPUs: h.cpus, Mem: 4 << 30, Disk: 20 << 30})
 	a, err := node.Start(context.Background(), cfg, testlog.New(t).With("component", "node"), node.Options{})
 	if err != nil {
 		t.Fatalf("realhub: node.Start: %v", err)
@@ -178,13 +165,13 @@ func (h *Hub) StartNode() {
 		// empty) parents, one in every cgroup v1 hierarchy.
 		cgrouptest.RemoveParents(cfg.Executor.CgroupParent)
 	})
-	h.WaitFor("node "+res.ID+" connected", func() bool {
+	h.WaitFor("node "+id+" connected", func() bool {
 		ns, err := h.Admin().Nodes(ctx)
 		if err != nil {
 			return false
 		}
 		for _, n := range ns {
-			if n.ID == res.ID && n.State == "ready" {
+			if n.ID == id && n.State == "ready" {
 				return true
 			}
 		}

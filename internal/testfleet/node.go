@@ -18,8 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vk-ci/vk/hub/admin"
-	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/cgrouptest"
+	"github.com/vk-ci/vk/internal/testnode"
 	"github.com/vk-ci/vk/node"
 )
 
@@ -72,34 +72,17 @@ func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) 
 		return nil, err
 	}
 	n.link = l
-	// `vk-hub token create --kind node`, then `vk node join <hub> --token … --ca …`
-	tok, err := f.hub.token(ctx, hubclient.KindNode)
+	// Through the node's own link to the hub, in pool [Pool].
+	id, err := testnode.Enrol(ctx, f.hub.admin(), "https://"+l.Addr(), f.hub.CAPEM(), n.Dir, ns.Name, []string{Pool})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("testfleet: %w", err)
 	}
-	res, err := node.Join(ctx, n.Dir, node.JoinOptions{HubURL: "https://" + l.Addr(), Token: tok, CAPEM: f.hub.CAPEM(), Name: ns.Name})
-	if err != nil {
-		return nil, fmt.Errorf("testfleet: node %s join: %w", ns.Name, err)
-	}
-	n.ID = res.ID
-	// `vk-hub nodes pools <id> ci`
-	if err := f.hub.admin().SetPools(ctx, n.ID, []string{Pool}); err != nil {
-		return nil, fmt.Errorf("testfleet: nodes pools %s: %w", n.ID, err)
-	}
-	cfg := node.DefaultConfig()
-	cfg.Node.Name = ns.Name
-	cfg.Node.StateDir = n.Dir
-	cfg.Node.Runner = node.RunnerNone
+	n.ID = id
+	// Its own cgroup parent, vk-<id>: two fleets of parallel tests share
+	// the host.
+	cfg := testnode.Config(n.Dir, ns.Name, n.ID, []string{Pool}, node.ResourcesConfig{CPUs: ns.CPUs, Mem: ns.Mem, Disk: 20 << 30})
 	cfg.Node.Labels = ns.Labels
-	cfg.Node.Pools = []string{Pool}
-	cfg.Node.ShutdownTimeoutSecs = 5
-	cfg.Resources = node.ResourcesConfig{CPUs: ns.CPUs, Mem: ns.Mem, Disk: 20 << 30}
 	cfg.Executor.Schedule.MaxConcurrency = ns.MaxConcurrency
-	// A cgroup parent of its own: an agent owns its parent and kills what
-	// it finds there at start (node doc, "Crash leftovers"), so nodes
-	// sharing a host (this fleet, or two fleets of parallel tests) must
-	// not share one.
-	cfg.Executor.CgroupParent = "vk-" + n.ID
 	cfg.Executor.Backend = ns.Executor
 	if containers {
 		// Imageless jobs run in the process backend, confined in
