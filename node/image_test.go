@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/node/exec/oci"
 )
@@ -16,10 +17,10 @@ import (
 func needOCI(t *testing.T) {
 	t.Helper()
 	if err := oci.Available("", ""); err != nil {
-		t.Skipf("container backend unavailable (needs root, cgroup v1 and runc): %v", err)
+		need.Missingf(t, "container backend unavailable (needs root, cgroup v1 and runc): %v", err)
 	}
 	if _, err := os.Stat(ocitest.Busybox); err != nil {
-		t.Skipf("busybox-static missing for the test image (apt-get install -y busybox-static): %v", err)
+		need.Missingf(t, "busybox-static missing for the test image (apt-get install -y busybox-static): %v", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
@@ -103,7 +104,7 @@ func TestKilledAgentLeftoversRemoved(t *testing.T) {
 	for _, backend := range []string{BackendProcess, BackendOCI} {
 		t.Run(backend, func(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(cgroupRoot, "memory", "memory.limit_in_bytes")); err != nil || os.Geteuid() != 0 {
-				t.Skipf("needs root and cgroup v1 (memory) to leave cgroups behind: %v", err)
+				need.Missingf(t, "needs root and cgroup v1 (memory) to leave cgroups behind: %v", err)
 			}
 			h := startHub(t)
 			cfg := testConfig(t, t.TempDir())

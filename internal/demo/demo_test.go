@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/deptest"
+	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/internal/testlog"
@@ -30,7 +31,7 @@ func TestDemoRuns(t *testing.T) {
 	}
 	for _, b := range []string{"git", "bash"} {
 		if _, err := exec.LookPath(b); err != nil {
-			t.Skip(b + " not installed")
+			need.Binary(t, b, b)
 		}
 	}
 	// --hub-addr: the hub listens where it is told.
@@ -81,10 +82,10 @@ func TestDemoRunsContainers(t *testing.T) {
 		t.Skip("the demo takes up to a minute")
 	}
 	if err := ContainersAvailable(); err != nil {
-		t.Skipf("containers cannot run here: %v", err)
+		need.Missingf(t, "containers cannot run here: %v", err)
 	}
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
+		need.Binary(t, "git", "git")
 	}
 	dir := t.TempDir()
 	var out bytes.Buffer

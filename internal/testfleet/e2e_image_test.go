@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/internal/testlog"
@@ -28,10 +29,10 @@ import (
 func needContainers(t *testing.T) {
 	t.Helper()
 	if err := oci.Available("", ""); err != nil {
-		t.Skipf("container backend unavailable (needs root, cgroup v1 and runc): %v", err)
+		need.Missingf(t, "container backend unavailable (needs root, cgroup v1 and runc): %v", err)
 	}
 	if _, err := os.Stat(ocitest.Busybox); err != nil {
-		t.Skipf("busybox-static missing for the test image (apt-get install -y busybox-static): %v", err)
+		need.Missingf(t, "busybox-static missing for the test image (apt-get install -y busybox-static): %v", err)
 	}
 	needBinaries(t, testfleet.RegistryBinary)
 }
@@ -323,7 +324,7 @@ func TestNodeLeftoversSweptAtClose(t *testing.T) {
 		t.Skip("needs root for cgroups and mounts")
 	}
 	if _, err := os.Stat("/sys/fs/cgroup/memory/cgroup.procs"); err != nil {
-		t.Skipf("no cgroup v1 memory controller: %v", err)
+		need.Missingf(t, "no cgroup v1 memory controller: %v", err)
 	}
 	needBinaries(t, "git", "bash", "sleep")
 	ctx := timeout(t, time.Minute)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/internal/testlog"
 )
@@ -17,7 +18,7 @@ func needBinaries(t *testing.T, bins ...string) {
 	t.Helper()
 	for _, b := range bins {
 		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("%s not installed (apt-get install -y %s)", b, b)
+			need.Missingf(t, "%s not installed (apt-get install -y %s)", b, b)
 		}
 	}
 }

@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/need"
 )
 
-const fixtures = "/work/shared/fixtures/gitlab"
+// fixtures is shared/fixtures/gitlab beside the checkout.
+const fixtures = "../../../shared/fixtures/gitlab"
 
 // stepClock returns start on the first Now and step later on every call.
 type stepClock struct {
@@ -37,7 +40,7 @@ func readFixture(t *testing.T, name string, v any) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(fixtures, name))
 	if err != nil {
-		t.Skipf("fixture %s not available: %v", name, err)
+		need.Missingf(t, "fixture %s not available (../shared/fixtures beside the checkout): %v", name, err)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/vk-ci/vk/internal/need"
 )
 
 const hostRoot = DefaultRoot
@@ -33,7 +35,7 @@ var parentSeq atomic.Int32
 func hostGroup(t *testing.T, name string) Group {
 	t.Helper()
 	if !Available(hostRoot) {
-		t.Skip("needs root and a cgroup v1 memory hierarchy under " + hostRoot)
+		need.Missingf(t, "needs root and a cgroup v1 memory hierarchy under %s", hostRoot)
 	}
 	parent := fmt.Sprintf("vk-cgtest-%d-%d", os.Getpid(), parentSeq.Add(1))
 	t.Cleanup(func() {

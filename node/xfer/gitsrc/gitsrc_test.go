@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vk-ci/vk/internal/need"
 )
 
 const (
@@ -40,7 +42,7 @@ func newGitServer(t *testing.T) *gitServer { return newGitServerTLS(t, false) }
 func newGitServerTLS(t *testing.T, useTLS bool) *gitServer {
 	t.Helper()
 	if _, err := os.Stat(backend); err != nil {
-		t.Skipf("git http-backend not installed: %v", err)
+		need.Missingf(t, "git http-backend not installed (apt-get install -y git): %v", err)
 	}
 	s := &gitServer{t: t, root: t.TempDir()}
 	h := &cgi.Handler{Path: backend, Env: []string{"GIT_PROJECT_ROOT=" + s.root, "GIT_HTTP_EXPORT_ALL=1"}}
