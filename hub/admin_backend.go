@@ -86,7 +86,7 @@ func (d *Driver) nodeEvent(n *nodeRec) sched.NodeReport {
 // (dispatch.Settings).
 func (d *Driver) sendSettings(n *nodeRec) {
 	set := d.nodeSets[n.name]
-	d.sendTo(n, dispatch.Settings{Ceiling: set.Ceiling, CeilingZero: set.Zero, Drain: set.Drain, Pools: set.Pools})
+	d.sendTo(n, dispatch.Settings{Ceiling: set.Ceiling, CeilingZero: set.Zero, Drain: set.Drain, Pools: set.Pools, PoolsSet: set.PoolsSet})
 }
 
 // adminCeiling is the node's ceiling as admin.Backend states it.

@@ -26,7 +26,8 @@ func TestAdminBackend(t *testing.T) {
 	if err := d.SetCeiling(ctx, "n1", 1); err != nil {
 		t.Fatal(err)
 	}
-	if s := expectFrame[dispatch.Settings](h); s.Ceiling != 1 {
+	// A ceiling alone names no pools: the node keeps its own.
+	if s := expectFrame[dispatch.Settings](h); s.Ceiling != 1 || s.PoolsSet || s.Pools != nil {
 		t.Fatalf("settings = %+v", s)
 	}
 	var c client.Capacity
@@ -38,7 +39,7 @@ func TestAdminBackend(t *testing.T) {
 	if err := d.SetPools(ctx, "n1", []string{"gpu"}); err != nil {
 		t.Fatal(err)
 	}
-	if s := expectFrame[dispatch.Settings](h); len(s.Pools) != 1 || s.Pools[0] != "gpu" {
+	if s := expectFrame[dispatch.Settings](h); len(s.Pools) != 1 || s.Pools[0] != "gpu" || !s.PoolsSet {
 		t.Fatalf("settings = %+v", s)
 	}
 	h.want(http.StatusOK, &c, "POST", "/v1/capacity", client.CapacityRequest{Placement: testPlacement})
