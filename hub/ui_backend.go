@@ -44,7 +44,7 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 				continue
 			}
 			w := ui.Waiting{Kind: ui.WaitJob, ID: j.rec.ID, Tenant: j.rec.Tenant, Relay: j.rec.Principal, Runner: j.rec.Runner,
-				Instance: j.rec.Instance, Project: j.rec.Project, Placement: placementKeyText(j.rec.Placement), Since: j.rec.Created}
+				Instance: store.InstanceKey(j.rec.Instance), Project: j.rec.Project, Placement: placementKeyText(j.rec.Placement), Since: j.rec.Created}
 			if v, ok := d.core.Job(sid); ok {
 				w.Reason = v.Wait.Text()
 			}

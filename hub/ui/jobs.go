@@ -16,7 +16,7 @@ import (
 // Result leaves Failure "other".
 func RowFromJob(j store.Job, now time.Time) JobRow {
 	row := JobRow{ID: j.ID, State: j.State, Node: j.Node, Stage: j.Stage, Tenant: j.Tenant, Relay: j.Principal,
-		Runner: j.Runner, Instance: j.Instance, Project: j.Project, GitLabJob: j.GitLabJobID,
+		Runner: j.Runner, Instance: store.InstanceKey(j.Instance), Project: j.Project, GitLabJob: j.GitLabJobID,
 		Created: j.Created, Updated: j.Updated}
 	end := now
 	if j.State == store.JobFinished {

@@ -358,9 +358,11 @@ func (s *server) project(w http.ResponseWriter, r *http.Request) error {
 
 // approvalPath reads {instance} and, with withProject, {project} (> 0).
 func approvalPath(r *http.Request, withProject bool) (string, int64, error) {
+	// An instance is a GitLab server's host[:port] as approvals key it;
+	// anything else (a URL, a made-up key) names no page.
 	inst := r.PathValue("instance")
-	if inst == "" {
-		return "", 0, fmt.Errorf("%w: no GitLab instance", errNotFound)
+	if !store.ValidInstance(inst) {
+		return "", 0, fmt.Errorf("%w: GitLab instance %q: want the host[:port] of a GitLab server", errNotFound, inst)
 	}
 	if !withProject {
 		return inst, 0, nil
