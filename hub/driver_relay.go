@@ -85,6 +85,12 @@ var relayFrames = []func(*Driver, *relayRec, any) bool{
 
 func (d *Driver) relayReport(r *relayRec, rep client.RelayReport) {
 	r.report = &rep
+	for _, rr := range rep.Runners {
+		if !rr.TokenAccepted {
+			d.log.Warn("GitLab refused this runner's token; the runner takes no work until it is registered again",
+				logkey.RelayID, r.name, logkey.RunnerID, rr.Name)
+		}
+	}
 	d.relayInventory(r, rep)
 	d.sendServerStatus(r) // RSESS-07
 }

@@ -41,13 +41,13 @@ func main() {
 }
 
 func runCmd() *cobra.Command {
-	var cfgPath, level string
+	var cfgPath, level, format string
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "run the relay daemon",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := cmdlog.New(os.Stderr, "text", level)
+			log, err := cmdlog.New(os.Stderr, format, level)
 			if err != nil {
 				return err
 			}
@@ -63,7 +63,8 @@ func runCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file")
-	c.Flags().StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	c.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	c.Flags().StringVar(&format, "log-format", "text", "log format: text or json")
 	return c
 }
 
