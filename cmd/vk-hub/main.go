@@ -20,6 +20,14 @@ import (
 )
 
 func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "vk-hub:", err)
+		os.Exit(1)
+	}
+}
+
+// newRoot is vk-hub's command tree.
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "vk-hub",
 		Short:         "vk's fleet hub: arbitration, placement, job records and output",
@@ -33,10 +41,7 @@ func main() {
 	root.AddCommand(serveCmd(stateDir))
 	// Operator commands talk to the running hub over its admin socket.
 	root.AddCommand(admin.Commands(func() string { return admin.SocketPath(*stateDir) })...)
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "vk-hub:", err)
-		os.Exit(1)
-	}
+	return root
 }
 
 func serveCmd(stateDir *string) *cobra.Command {
@@ -75,7 +80,7 @@ func serveCmd(stateDir *string) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&path, "config", "", "hub.toml (TOML, `version = 1`); without it the defaults apply")
+	f.StringVar(&path, "config", "", "the hub's configuration `FILE` (TOML, version = 1); without it the defaults apply")
 	f.StringVar(&addr, "addr", hub.DefaultAddr, "listener address, overrides the file's addr")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

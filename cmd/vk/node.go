@@ -23,7 +23,9 @@ import (
 
 // nodeCommand is `vk node run` and `vk node join`.
 func nodeCommand() *cobra.Command {
-	n := &cobra.Command{Use: "node", Short: "the node agent: admission ledger, journal, job execution"}
+	n := &cobra.Command{Use: "node", Short: "the node agent: admission ledger, journal, job execution", Args: cobra.NoArgs,
+		// An unknown subcommand is an error, not this help with status 0.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	n.AddCommand(nodeRunCommand(), nodeJoinCommand())
 	for _, c := range []struct{ name, short string }{
 		{node.CmdStatus, "print the running agent's state (control socket)"},

@@ -117,3 +117,15 @@ func TestNodeJoin(t *testing.T) {
 		t.Error("a second join with the same token and no --replace succeeded")
 	}
 }
+
+// An unknown `vk node` subcommand fails instead of printing help with
+// status 0.
+func TestNodeUnknownSubcommand(t *testing.T) {
+	cmd := nodeCommand()
+	cmd.SetArgs([]string{"strat"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("vk node strat = %v, want an unknown command error", err)
+	}
+}

@@ -26,6 +26,14 @@ func Commands(socket func() string) []*cobra.Command {
 	return []*cobra.Command{tokenCmd(cl), relaysCmd(cl), nodesCmd(cl), policyCmd(cl), projectsCmd(cl), queueCmd(cl)}
 }
 
+// group is a command that only holds subcommands: without arguments it
+// prints its help; an unknown subcommand is an error (exit status 1), not
+// its help with status 0.
+func group(use, short string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+}
+
 func queueCmd(cl func() *Client) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
@@ -50,7 +58,7 @@ func queueCmd(cl func() *Client) *cobra.Command {
 }
 
 func tokenCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "token", Short: "enrolment tokens"}
+	root := group("token", "enrolment tokens")
 	var (
 		kind string
 		ttl  time.Duration
@@ -86,7 +94,7 @@ func tokenCmd(cl func() *Client) *cobra.Command {
 }
 
 func relaysCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "relays", Short: "enrolled relays (vk-gitlab)"}
+	root := group("relays", "enrolled relays (vk-gitlab)")
 	root.AddCommand(&cobra.Command{
 		Use: "list", Short: "list enrolled relays, removed ones included", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -110,23 +118,28 @@ func relaysCmd(cl func() *Client) *cobra.Command {
 }
 
 func nodesCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "nodes", Short: "nodes: list, pools, ceiling, drain"}
+	root := group("nodes", "nodes: list, pools, ceiling, drain, undrain")
+	setDrain := func(cmd *cobra.Command, id string, on bool) error {
+		if err := cl().Drain(cmd.Context(), id, on); err != nil {
+			return err
+		}
+		verb := "draining"
+		if !on {
+			verb = "no longer draining"
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "node %s %s\n", id, verb)
+		return nil
+	}
 	var undo bool
 	drain := &cobra.Command{
-		Use: "drain <id>", Short: "drain a node: no new offers, held reservations lapse (--undo ends it)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cl().Drain(cmd.Context(), args[0], !undo); err != nil {
-				return err
-			}
-			verb := "draining"
-			if undo {
-				verb = "no longer draining"
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "node %s %s\n", args[0], verb)
-			return nil
-		},
+		Use: "drain <id>", Short: "drain a node: no new offers, held reservations lapse, running jobs finish", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return setDrain(cmd, args[0], !undo) },
 	}
-	drain.Flags().BoolVar(&undo, "undo", false, "end the drain")
+	drain.Flags().BoolVar(&undo, "undo", false, "end the drain (as nodes undrain)")
+	undrain := &cobra.Command{
+		Use: "undrain <id>", Short: "end a drain: the node takes new work again", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return setDrain(cmd, args[0], false) },
+	}
 	root.AddCommand(&cobra.Command{
 		Use: "list", Short: "list nodes with their state, pools and load", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -168,12 +181,12 @@ func nodesCmd(cl func() *Client) *cobra.Command {
 			fmt.Fprintf(cmd.ErrOrStderr(), "node %s ceiling: %s\n", args[0], ceilingText(n))
 			return nil
 		},
-	}, drain)
+	}, drain, undrain)
 	return root
 }
 
 func policyCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "capacity-policy", Short: "the capacity policy: tenants, headroom, placement rules (docs/capacity-policy.md)"}
+	root := group("capacity-policy", "the capacity policy: tenants, headroom, placement rules (docs/capacity-policy.md)")
 	root.AddCommand(&cobra.Command{
 		Use: "get", Short: "print the policy in force as a policy file", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -214,7 +227,7 @@ func policyCmd(cl func() *Client) *cobra.Command {
 }
 
 func projectsCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "projects", Short: "approve or reject GitLab projects and servers"}
+	root := group("projects", "approve or reject GitLab projects and servers")
 	decide := func(state store.ApprovalState) *cobra.Command {
 		verb := "approve"
 		if state == store.ApprovalRejected {

@@ -258,12 +258,18 @@ func TestNodes(t *testing.T) {
 	if c.State != "ready" {
 		t.Errorf("after drain --undo: %s", c.State)
 	}
+	e.mustRun(t, "nodes", "drain", "node-c")
+	e.mustRun(t, "nodes", "undrain", "node-c")
+	if c.State != "ready" {
+		t.Errorf("after undrain: %s", c.State)
+	}
 	for _, args := range [][]string{
 		{"nodes", "ceiling", "node-a", "-3"},
 		{"nodes", "ceiling", "node-a", "lots"},
 		{"nodes", "pools", "node-q", "linux"},
 		{"nodes", "ceiling", "node-q", "1"},
 		{"nodes", "drain", "node-q"},
+		{"nodes", "undrain", "node-q"},
 	} {
 		if _, _, err := e.run(t, args...); err == nil {
 			t.Errorf("vk-hub %v succeeded", args)
@@ -436,5 +442,27 @@ func TestPeerCheck(t *testing.T) {
 		if w.Code != tt.status {
 			t.Errorf("uid %d allow %v: status %d, want %d (%s)", tt.uid, tt.allow, w.Code, tt.status, w.Body)
 		}
+	}
+}
+
+// An unknown subcommand of a command group is an error (a non-zero exit),
+// not the group's help with status 0; the group alone prints its help.
+func TestUnknownSubcommand(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range [][]string{
+		{"nodes", "undrian", "node-a"},
+		{"nodes", "bogus"},
+		{"token", "mint"},
+		{"relays", "delete", "x"},
+		{"capacity-policy", "show"},
+		{"projects", "allow", "gitlab.example.com", "1"},
+	} {
+		_, _, err := e.run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("vk-hub %v = %v, want an unknown command error", args, err)
+		}
+	}
+	if out, _, err := e.run(t, "nodes"); err != nil || !strings.Contains(out, "undrain") {
+		t.Errorf("vk-hub nodes = %v, output %q: want its help", err, out)
 	}
 }
