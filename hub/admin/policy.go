@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -283,6 +284,9 @@ func DecodePolicy(name string, data []byte) (Policy, error) {
 	if err := conffile.Decode(name, data, &f, PolicyVersion); err != nil {
 		return Policy{}, err
 	}
+	if err := EmptyProjects(name, data, nil); err != nil {
+		return Policy{}, err
+	}
 	if err := f.Policy.Validate(); err != nil {
 		return Policy{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -291,14 +295,54 @@ func DecodePolicy(name string, data []byte) (Policy, error) {
 
 // LoadPolicy is [DecodePolicy] for a file path.
 func LoadPolicy(path string) (Policy, error) {
-	var f policyFile
-	if err := conffile.Load(path, &f, PolicyVersion); err != nil {
+	data, err := os.ReadFile(path)
+	if err != nil {
 		return Policy{}, err
 	}
-	if err := f.Policy.Validate(); err != nil {
-		return Policy{}, fmt.Errorf("%s: %w", path, err)
+	return DecodePolicy(path, data)
+}
+
+// ErrEmptyProjects is wrapped when a tenant's projects table is present
+// but empty (`[tenants.web.projects]` with nothing under it, or
+// `projects = {}`). Decoded, it cannot be told from no table, which
+// allows every project (ARB-41); reading it so would silently widen what
+// the operator meant to narrow, so every reader of a policy (hub.toml's
+// table, capacity_policy_file, `capacity-policy set`) refuses it: remove
+// the table to allow every project, or list at least one.
+var ErrEmptyProjects = errors.New("empty projects table")
+
+// EmptyProjects reads the TOML document data (named name in errors)
+// generically and reports every tenant whose projects table is defined
+// but empty; prefix is the key path of the policy table in the document
+// (nil: the top level). A document that does not parse gives nil: the
+// strict decode reports its syntax errors.
+func EmptyProjects(name string, data []byte, prefix []string) error {
+	var tree map[string]any
+	if err := toml.Unmarshal(data, &tree); err != nil {
+		return nil
 	}
-	return f.Policy, nil
+	for _, k := range prefix {
+		sub, ok := tree[k].(map[string]any)
+		if !ok {
+			return nil
+		}
+		tree = sub
+	}
+	tenants, _ := tree["tenants"].(map[string]any)
+	names := make([]string, 0, len(tenants))
+	for n := range tenants {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var errs []error
+	for _, n := range names {
+		t, _ := tenants[n].(map[string]any)
+		if pr, ok := t["projects"].(map[string]any); ok && len(pr) == 0 {
+			errs = append(errs, fmt.Errorf("%w: %s: tenant %q: its projects table is empty; remove it to allow every project, or list at least one",
+				ErrEmptyProjects, name, n))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // EncodePolicy writes p as a policy file ([DecodePolicy] reads it back to

@@ -345,6 +345,19 @@ func TestCapacityPolicy(t *testing.T) {
 	if err := Dial(e.sock).SetPolicy(t.Context(), []byte("version = 1\nbogus = 1\n")); !errors.Is(err, ErrInvalid) {
 		t.Errorf("hub accepted an invalid policy: %v", err)
 	}
+	// An empty projects table is refused here as in hub.toml and the
+	// policy file, by the CLI and by the hub.
+	empty := filepath.Join(t.TempDir(), "empty.toml")
+	os.WriteFile(empty, []byte("version = 1\n[tenants.a]\nweight = 2\n[tenants.a.projects]\n"), 0o600)
+	if _, _, err := e.run(t, "capacity-policy", "set", empty); !errors.Is(err, ErrEmptyProjects) || !strings.Contains(err.Error(), `tenant "a"`) {
+		t.Errorf("set with an empty projects table = %v, want ErrEmptyProjects naming tenant a", err)
+	}
+	if err := Dial(e.sock).SetPolicy(t.Context(), []byte("version = 1\n[tenants.a]\nprojects = {}\n")); !errors.Is(err, ErrInvalid) {
+		t.Errorf("hub accepted an empty projects table: %v", err)
+	}
+	if d := cmp.Diff(want, e.be.policy); d != "" {
+		t.Errorf("an empty projects table changed the policy:\n%s", d)
+	}
 }
 
 // projects approve/reject record the operator's decision, tell the hub,
