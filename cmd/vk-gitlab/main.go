@@ -125,7 +125,7 @@ func joinCmd() *cobra.Command {
 	c.Flags().StringVar(&dirFlag, "state-dir", "", "state directory (overrides the config's state_dir)")
 	c.Flags().StringVar(&tokenArg, "token", "", `enrolment token, or "-" to read it from stdin (required)`)
 	c.Flags().StringVar(&caFile, "ca", "", "hub CA certificate (PEM); without it the CA is trusted on first use")
-	c.Flags().BoolVar(&replace, "replace", false, "replace an existing enrolment (stop the daemon first; see OPS-09)")
+	c.Flags().BoolVar(&replace, "replace", false, "replace an existing enrolment (stop the daemon with SIGTERM and let its jobs finish first)")
 	return c
 }
 

@@ -29,9 +29,9 @@ func nodeCommand() *cobra.Command {
 	n.AddCommand(nodeRunCommand(), nodeJoinCommand())
 	for _, c := range []struct{ name, short string }{
 		{node.CmdStatus, "print the running agent's state (control socket)"},
-		{node.CmdDrain, "refuse new offers, let held reservations lapse; running jobs finish (NODE-05)"},
+		{node.CmdDrain, "refuse new offers, let held reservations lapse; running jobs finish"},
 		{node.CmdReady, "take offers again"},
-		{node.CmdQuarantine, "refuse new offers and release every held reservation now (NODE-05)"},
+		{node.CmdQuarantine, "refuse new offers and release every held reservation now"},
 	} {
 		n.AddCommand(nodeControlCommand(c.name, c.short))
 	}

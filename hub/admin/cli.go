@@ -68,7 +68,7 @@ func tokenCmd(cl func() *Client) *cobra.Command {
 		Short: "mint a one-time enrolment token (printed alone on stdout)",
 		Long: "Mint a one-time token that enrols one relay (--kind gitlab) or node (--kind node).\n" +
 			"The token alone goes to stdout, so it can be piped:\n\n" +
-			"  vk-hub token create --kind gitlab | vk-gitlab join https://hub:7443 --token -",
+			"  vk-hub token create --kind gitlab | vk-gitlab join https://hub.example.com:8443 --token - --ca ca.pem",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kind != "gitlab" && kind != "node" {
