@@ -25,6 +25,14 @@ import (
 )
 
 func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "vk-gitlab:", err)
+		os.Exit(1)
+	}
+}
+
+// newRoot is vk-gitlab's command tree.
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "vk-gitlab",
 		Short:         "vk's GitLab relay: runner tokens, reservations, job submission, traces",
@@ -34,10 +42,7 @@ func main() {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(runCmd(), joinCmd(), leaveCmd())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "vk-gitlab:", err)
-		os.Exit(1)
-	}
+	return root
 }
 
 func runCmd() *cobra.Command {
