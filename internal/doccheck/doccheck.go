@@ -372,3 +372,47 @@ var (
 	placeholderRE = regexp.MustCompile(`<[^>]+>`)
 	keyRE         = regexp.MustCompile(`^[a-z_*][a-z0-9_*]*(\.[a-z_*][a-z0-9_*]*)*$`)
 )
+
+// DocPaths returns the key paths of the config type t that the decoded
+// TOML document doc sets, in Keys' form (map keys as "*").
+func DocPaths(doc map[string]any, t reflect.Type) []string {
+	var out []string
+	walkPaths(doc, t, "", &out)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func walkPaths(v any, t reflect.Type, prefix string, out *[]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return
+	}
+	switch x := v.(type) {
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for _, e := range x {
+				walkPaths(e, t.Elem(), prefix, out)
+			}
+		}
+	case map[string]any:
+		switch t.Kind() {
+		case reflect.Map:
+			p := join(prefix, "*")
+			*out = append(*out, p)
+			for _, e := range x {
+				walkPaths(e, t.Elem(), p, out)
+			}
+		case reflect.Struct:
+			fields := map[string]reflect.Type{}
+			collectFields(t, fields)
+			for k, e := range x {
+				if ft, ok := fields[k]; ok {
+					*out = append(*out, join(prefix, k))
+					walkPaths(e, ft, join(prefix, k), out)
+				}
+			}
+		}
+	}
+}
