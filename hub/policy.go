@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/internal/conffile"
 	"github.com/vk-ci/vk/proto/client"
