@@ -130,6 +130,9 @@ func (d *Driver) Nodes(ctx context.Context) ([]admin.Node, error) {
 			set := d.nodeSets[id]
 			an := admin.Node{ID: id, Name: name, State: "disconnected", Ceiling: set.adminCeiling(), Pools: set.Pools}
 			if n := d.nodes[id]; n != nil {
+				if n.report != nil && n.report.Name != "" {
+					an.Name = n.report.Name // [node] name wins over the join-time host name
+				}
 				if n.report != nil {
 					an.Labels, an.MaxConcurrency = n.report.Labels, n.report.MaxConcurrency
 					an.Capacity = client.Envelope{Mem: n.report.Resources.Mem, Disk: n.report.Resources.Disk, CPUs: n.report.Resources.CPUs}

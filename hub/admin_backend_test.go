@@ -85,3 +85,21 @@ func TestAdminBackend(t *testing.T) {
 	h.reserveFor("r2")
 	h.noFrame() // r2's ticket waits on web's cap
 }
+
+// A node's configured name ([node] name, in its report) is the name the
+// hub shows, not the host name it enrolled with.
+func TestNodeConfiguredName(t *testing.T) {
+	h := newHarness(t)
+	h.enrolNode("n1")
+	h.nodeUp(dispatch.Held{})
+	nodes, err := h.srv.Driver().Nodes(t.Context())
+	if err != nil || len(nodes) != 1 {
+		t.Fatalf("nodes = %+v, %v", nodes, err)
+	}
+	enrolled := nodes[0].Name
+	h.nodeSay(&dispatch.Report{Name: "ci-17", Resources: dispatch.Resources{Mem: 8 << 30, Disk: 40 << 30, CPUs: 8}, Pools: []string{"linux"}})
+	nodes, err = h.srv.Driver().Nodes(t.Context())
+	if err != nil || len(nodes) != 1 || nodes[0].Name != "ci-17" {
+		t.Fatalf("nodes after a report naming ci-17 = %+v, %v (enrolled as %q)", nodes, err, enrolled)
+	}
+}

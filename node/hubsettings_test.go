@@ -91,3 +91,11 @@ func TestHubSettingsKeepPools(t *testing.T) {
 		})
 	}
 }
+
+// The report carries [node] name, so the hub shows the configured name.
+func TestReportNamesNode(t *testing.T) {
+	h, _ := connected(t, func(c *Config) { c.Node.Name = "ci-17" }, Options{})
+	if rep, _ := waitFor[*dispatch.Report](h, 0, nil); rep.Name != "ci-17" {
+		t.Errorf("report name = %q, want ci-17", rep.Name)
+	}
+}

@@ -28,12 +28,13 @@ type Command struct {
 
 // Commands returns the command lines of program prog (e.g. "vk-hub", or
 // "vk node" for a subcommand tree) shown in the docs: in shell blocks
-// (one per line, after a "$ " prompt or a pipe) and in inline code
+// and unlabelled blocks (one per line, after a "$ " prompt or a pipe)
+// and in inline code
 // spans. A span that is no command line (a log message such as
 // "vk registry proxy: <reason>") is left out: it has a word ending in ':'.
 func Commands(docs []Doc, prog string) []Command {
 	var out []Command
-	add := func(d Doc, line int, text string) {
+	add := func(d Doc, line int, text string, output bool) {
 		for _, seg := range pipeline(text, prog) {
 			// Redirections are the shell's; placeholders may hold spaces.
 			if i := redirectRE.FindStringIndex(seg); i != nil {
@@ -47,23 +48,29 @@ func Commands(docs []Doc, prog string) []Command {
 			if anyWord(words, func(w string) bool { return strings.HasSuffix(w, ":") }) {
 				continue
 			}
+			// An unlabelled block may be a program's output: a line is a
+			// command line there only when a subcommand or flag follows
+			// the program.
+			if output && (len(words) == len(pw) || !subcommandRE.MatchString(words[len(pw)])) {
+				continue
+			}
 			out = append(out, expand(d.Path, line, seg, words[len(pw):]))
 		}
 	}
 	for _, d := range docs {
 		for _, b := range d.Blocks() {
-			if b.Lang != "sh" && b.Lang != "bash" && b.Lang != "console" {
+			if b.Lang != "sh" && b.Lang != "bash" && b.Lang != "console" && b.Lang != "" {
 				continue
 			}
 			for i, line := range strings.Split(b.Text, "\n") {
 				if c, _, ok := strings.Cut(line, " #"); ok {
 					line = c
 				}
-				add(d, b.Line+1+i, strings.TrimPrefix(strings.TrimSpace(line), "$ "))
+				add(d, b.Line+1+i, strings.TrimPrefix(strings.TrimSpace(line), "$ "), b.Lang == "")
 			}
 		}
 		for _, s := range d.Spans() {
-			add(d, s.Line, s.Text)
+			add(d, s.Line, s.Text, false)
 		}
 	}
 	return out
@@ -104,6 +111,8 @@ func pipeline(line, prog string) []string {
 	}
 	return segs
 }
+
+var subcommandRE = regexp.MustCompile(`^(-{1,2}[a-z]|[a-z][a-z-]*[a-z](\|[a-z][a-z-]*)*$)`)
 
 var redirectRE = regexp.MustCompile(`\s(?:[0-9]?>>?|<)\s`)
 
