@@ -305,6 +305,45 @@ func (d *Driver) RelayRemoved(ctx context.Context, relay string) error {
 	return d.RelayDisconnected(ctx, relay)
 }
 
+// NodeRemoved implements admin.Backend: the node's session ends (its key
+// is refused from now on), the core counts it lost at once (its
+// reservations end, its jobs end lost, FAIL-16), and its record and
+// operator settings go, so it leaves the node list.
+func (d *Driver) NodeRemoved(ctx context.Context, node string) error {
+	var s NodeSender
+	var serr error
+	if err := d.do(ctx, func() {
+		if _, ok := d.nodeSets[node]; ok {
+			delete(d.nodeSets, node)
+			serr = d.saveNodeSettings()
+		}
+		n := d.nodes[node]
+		if n == nil {
+			return
+		}
+		s = n.send
+		if n.send != nil {
+			d.met.add("vk_hub_nodes_connected", -1)
+		}
+		delete(d.down, node)
+		delete(d.nodes, node)
+		if d.removed == nil {
+			d.removed = map[string]bool{}
+		}
+		d.removed[node] = true
+		d.exec(d.step(sched.NodeLost{Node: n.id}))
+		d.log.Info("node removed by an operator; its jobs end lost", logkey.NodeID, node)
+	}); err != nil {
+		return err
+	}
+	if e, ok := s.(interface {
+		End(code dispatch.ErrorCode, msg string)
+	}); ok {
+		e.End(dispatch.ErrorUnauthorized, "node removed by an operator")
+	}
+	return serr
+}
+
 // ApprovalChanged implements admin.Backend: a server's new status goes to
 // its relays at once (RSESS-07). Jobs refused pending approval are not
 // held (FAIL-20): they failed already, and a retry in GitLab submits anew.

@@ -103,3 +103,41 @@ func TestNodeConfiguredName(t *testing.T) {
 		t.Fatalf("nodes after a report naming ci-17 = %+v, %v (enrolled as %q)", nodes, err, enrolled)
 	}
 }
+
+// Removing a node that will not come back ends its session, ends its
+// jobs lost at once and drops it from the node list.
+//
+// spec: FAIL-16
+func TestNodeRemoved(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	h.enrolNode("n1")
+	h.relayUp(1)
+	h.nodeUp(dispatch.Held{})
+	g := h.claimed()
+	v := h.submitOn(g, 71)
+	expectFrame[dispatch.Start](h)
+	d := h.srv.Driver()
+	if err := h.srv.Store().RemovePrincipal(ctx, "n1", testStart); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.NodeRemoved(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	var jv client.JobView
+	h.want(http.StatusOK, &jv, "GET", "/v1/jobs/"+v.ID, nil)
+	if jv.State != client.JobFinished || jv.Result == nil || jv.Result.Failure != client.FailureLost {
+		t.Errorf("job on the removed node = %+v, want finished lost", jv)
+	}
+	nodes, err := d.Nodes(ctx)
+	if err != nil || len(nodes) != 0 {
+		t.Errorf("nodes after the removal = %+v, %v; want none", nodes, err)
+	}
+	// A late frame of its ending session brings nothing back.
+	h.nodeSay(&dispatch.Report{Resources: dispatch.Resources{Mem: 8 << 30, Disk: 40 << 30, CPUs: 8}, Pools: []string{"linux"}})
+	var c client.Capacity
+	h.want(http.StatusOK, &c, "POST", "/v1/capacity", client.CapacityRequest{Placement: testPlacement})
+	if c.Fits != 0 {
+		t.Errorf("fits after the node was removed = %d, want 0", c.Fits)
+	}
+}

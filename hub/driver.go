@@ -86,6 +86,9 @@ type Driver struct {
 	capRev   uint64
 	capWake  chan struct{}
 	nodeSets map[string]nodeSettings // operator settings by node (admin socket)
+	// removed: nodes an operator removed while this driver ran; frames of
+	// their ending sessions are dropped (their keys are refused anyway).
+	removed map[string]bool
 }
 
 // relayRec is a relay as the driver knows it.

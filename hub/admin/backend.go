@@ -57,6 +57,11 @@ type Backend interface {
 	// marked removed in the store): it ends the relay's session; the
 	// relay's signed requests are refused from now on (AUTH-13).
 	RelayRemoved(ctx context.Context, relay string) error
+	// NodeRemoved tells the hub an operator removed a node that will not
+	// come back (already marked removed in the store): its session ends,
+	// its reservations end, its jobs end lost, and it leaves the node
+	// list; its key is refused from now on.
+	NodeRemoved(ctx context.Context, node string) error
 	// ApprovalChanged tells the hub an operator approved or rejected a
 	// project or (Project 0) a GitLab server (OPS-06), already stored: it
 	// releases or fails the jobs held for it and updates relays' server

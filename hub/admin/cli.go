@@ -118,7 +118,7 @@ func relaysCmd(cl func() *Client) *cobra.Command {
 }
 
 func nodesCmd(cl func() *Client) *cobra.Command {
-	root := group("nodes", "nodes: list, pools, ceiling, drain, undrain")
+	root := group("nodes", "nodes: list, pools, ceiling, drain, undrain, remove")
 	setDrain := func(cmd *cobra.Command, id string, on bool) error {
 		if err := cl().Drain(cmd.Context(), id, on); err != nil {
 			return err
@@ -181,7 +181,21 @@ func nodesCmd(cl func() *Client) *cobra.Command {
 			fmt.Fprintf(cmd.ErrOrStderr(), "node %s ceiling: %s\n", args[0], ceilingText(n))
 			return nil
 		},
-	}, drain, undrain)
+	}, drain, undrain, &cobra.Command{
+		Use:   "remove <id>",
+		Short: "remove a node that will not come back: its key is refused, its jobs end lost",
+		Long: "Remove a node that will never come back (a machine retired or rebuilt): the hub refuses its key\n" +
+			"from now on, ends its session, ends its reservations, ends its jobs lost and drops it from the\n" +
+			"node list. A rebuilt machine joins again with a new token.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cl().RemoveNode(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "node %s removed\n", args[0])
+			return nil
+		},
+	})
 	return root
 }
 

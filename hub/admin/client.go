@@ -116,6 +116,12 @@ func (c *Client) RemoveRelay(ctx context.Context, id string) error {
 	return err
 }
 
+// RemoveNode removes a node that will not come back.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/admin/nodes/"+url.PathEscape(id), nil, http.StatusNoContent, nil)
+	return err
+}
+
 // Nodes lists the nodes, sorted by ID.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 	var out []Node

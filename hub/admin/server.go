@@ -43,6 +43,7 @@ const (
 	routePools       = "PUT /admin/nodes/{id}/pools"
 	routeCeiling     = "PUT /admin/nodes/{id}/ceiling"
 	routeDrain       = "PUT /admin/nodes/{id}/drain"
+	routeNodeRemove  = "DELETE /admin/nodes/{id}"
 	routePolicyGet   = "GET /admin/policy"
 	routePolicyPut   = "PUT /admin/policy"
 	routeProjects    = "GET /admin/projects"
@@ -145,6 +146,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}{
 		{routeTokens, s.createToken}, {routeRelays, s.listRelays}, {routeRelayRemove, s.removeRelay},
 		{routeNodes, s.listNodes}, {routePools, s.setPools}, {routeCeiling, s.setCeiling}, {routeDrain, s.drain},
+		{routeNodeRemove, s.removeNode},
 		{routePolicyGet, s.getPolicy}, {routePolicyPut, s.setPolicy},
 		{routeProjects, s.listProjects}, {routeApproval, s.setApproval},
 		{routeQueue, s.listQueue},
@@ -384,6 +386,34 @@ func (s *Server) removeRelay(w http.ResponseWriter, r *http.Request, _ []byte) e
 		s.log.InfoContext(ctx, "relay removed", logkey.RelayID, id, "actor", actor(r))
 	}
 	if err := s.cfg.Backend.RelayRemoved(ctx, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// removeNode serves DELETE /admin/nodes/{id}: mark the node removed (its
+// key is refused from now on), tell the hub, audit. Idempotent.
+func (s *Server) removeNode(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	id := r.PathValue("id")
+	ctx := r.Context()
+	p, err := s.cfg.Store.GetPrincipal(ctx, id)
+	if err != nil {
+		return fmt.Errorf("node %q: %w", id, err)
+	}
+	if p.Kind != store.KindNode {
+		return fmt.Errorf("%w: %q is a %s, not a node", ErrNotFound, id, p.Kind)
+	}
+	if !p.Removed {
+		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
+			return err
+		}
+		if err := s.audit(ctx, r, "node.remove", id, ""); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "node removed", logkey.NodeID, id, "actor", actor(r))
+	}
+	if err := s.cfg.Backend.NodeRemoved(ctx, id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"runtime"
 	"strings"
 	"sync"
@@ -477,5 +478,38 @@ func TestUnknownSubcommand(t *testing.T) {
 	}
 	if out, _, err := e.run(t, "nodes"); err != nil || !strings.Contains(out, "undrain") {
 		t.Errorf("vk-hub nodes = %v, output %q: want its help", err, out)
+	}
+}
+
+// nodes remove marks the node removed in the store, tells the hub and
+// audits; a relay's ID or an unknown one is refused.
+//
+// spec: OPS-01
+func TestNodesRemove(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if err := e.st.CreatePrincipal(ctx, store.Principal{ID: "node-c", Kind: store.KindNode, PublicKey: make([]byte, 32), Created: start}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.CreatePrincipal(ctx, store.Principal{ID: "relay-x", Kind: store.KindRelay, PublicKey: make([]byte, 32), Created: start}); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut := e.mustRun(t, "nodes", "remove", "node-c")
+	if errOut != "node node-c removed\n" {
+		t.Errorf("stderr %q", errOut)
+	}
+	if p, err := e.st.GetPrincipal(ctx, "node-c"); err != nil || !p.Removed {
+		t.Errorf("principal after remove = %+v, %v", p, err)
+	}
+	if _, ok := e.be.nodes["node-c"]; ok || !slices.Contains(e.be.removed, "node-c") {
+		t.Errorf("the hub was not told: %v", e.be.removed)
+	}
+	if a := lastAudit(t, e.st); a.Action != "node.remove" || a.Subject != "node-c" {
+		t.Errorf("audit %+v", a)
+	}
+	for _, id := range []string{"relay-x", "node-q"} {
+		if _, _, err := e.run(t, "nodes", "remove", id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("nodes remove %s = %v, want not found", id, err)
+		}
 	}
 }

@@ -124,6 +124,13 @@ func (f *fakeBackend) RelayRemoved(_ context.Context, relay string) error {
 	return nil
 }
 
+func (f *fakeBackend) NodeRemoved(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "NodeRemoved "+node)
+	return nil
+}
+
 func (f *fakeBackend) ApprovalChanged(_ context.Context, a store.Approval) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
