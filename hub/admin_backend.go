@@ -48,6 +48,16 @@ func (d *Driver) loadOperatorSettings(ctx context.Context) error {
 		if err := json.Unmarshal(b, &p); err != nil {
 			return fmt.Errorf("hub: stored capacity policy: %w", err)
 		}
+		// The operator's last `capacity-policy set` wins over the
+		// config's policy: say so, or an edit of the file seems lost.
+		switch {
+		case d.cfg.CapacityPolicyFile != "":
+			d.log.Warn("capacity_policy_file is ignored: the policy last set with vk-hub capacity-policy set is in force; "+
+				"run vk-hub capacity-policy set on the file to apply it", "file", d.cfg.CapacityPolicyFile)
+		case d.cfg.CapacityPolicy != nil:
+			d.log.Warn("hub.toml's [capacity_policy] is ignored: the policy last set with vk-hub capacity-policy set is in force; " +
+				"run vk-hub capacity-policy set on a file of it to apply it")
+		}
 		d.policy = &p
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("hub: stored capacity policy: %w", err)
@@ -263,6 +273,7 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 	if err := d.st.PutMeta(ctx, metaPolicy, b); err != nil {
 		return err
 	}
+	d.warnPolicy(ctx, p)
 	return d.do(ctx, func() {
 		d.policy = &p
 		d.exec(d.step(sched.PolicyChanged{Policy: d.schedPolicy()}))
@@ -274,6 +285,24 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 		}
 		d.log.Info("capacity policy replaced", "tenants", len(p.Tenants), "headroom", len(p.Headroom))
 	})
+}
+
+// warnPolicy logs what in p is valid but most likely a mistake: relay
+// IDs no enrolled relay has (their runners fall to the default tenant).
+func (d *Driver) warnPolicy(ctx context.Context, p PolicyConfig) {
+	ps, err := d.st.ListPrincipals(ctx)
+	if err != nil {
+		return
+	}
+	var rs []admin.Relay
+	for _, pr := range ps {
+		if pr.Kind == store.KindRelay {
+			rs = append(rs, admin.Relay{ID: pr.ID, Removed: pr.Removed})
+		}
+	}
+	for _, w := range admin.UnknownRelays(p, rs) {
+		d.log.Warn("capacity policy: " + w)
+	}
 }
 
 // toSchedChecked converts p on a scratch ID table and validates the result

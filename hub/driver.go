@@ -208,6 +208,9 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Stor
 		d.w.close()
 		return nil, err
 	}
+	if d.policy != nil {
+		d.warnPolicy(ctx, *d.policy)
+	}
 	var seed [8]byte
 	rand.Read(seed[:])
 	sb, err := st.InitMeta(ctx, store.MetaSchedulerSeed, seed[:])

@@ -76,7 +76,7 @@ func checkEmptyProjects(path string, prefix []string) error {
 	if err != nil {
 		return err
 	}
-	if err := admin.EmptyProjects(path, data, prefix); err != nil {
+	if err := admin.CheckWritten(path, data, prefix); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -234,6 +235,14 @@ func policyCmd(cl func() *Client) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "capacity policy set: %d headroom entries, %d tenants\n", len(p.Headroom), len(p.Tenants))
+			// A relay ID no enrolment has is most likely a typo: its
+			// runners fall to the default tenant. Warn, do not refuse (a
+			// policy may name a relay before it joins).
+			if rs, err := cl().Relays(cmd.Context()); err == nil {
+				for _, w := range UnknownRelays(p, rs) {
+					fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+				}
+			}
 			return nil
 		},
 	})
@@ -247,22 +256,43 @@ func projectsCmd(cl func() *Client) *cobra.Command {
 		if state == store.ApprovalRejected {
 			verb = "reject"
 		}
-		return &cobra.Command{
+		var unseen bool
+		c := &cobra.Command{
 			Use:   verb + " <instance> <project-id|server>",
 			Short: verb + " a project (or with \"server\" the GitLab server itself)",
-			Args:  cobra.ExactArgs(2),
+			Long: verb + " a project of a GitLab server, or with \"server\" the server itself. <instance> is the\n" +
+				"host[:port] of the server's URL, as vk-hub projects list shows it (a URL is read as its host).\n" +
+				"A server the hub has not seen (no relay of it connected yet) is refused as a likely typo\n" +
+				"unless --unseen says the decision is meant ahead of its first relay.",
+			Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				proj, err := parseProject(args[1])
 				if err != nil {
 					return err
 				}
-				if err := cl().SetApproval(cmd.Context(), args[0], proj, state); err != nil {
+				inst := store.InstanceKey(args[0])
+				if inst == "" {
+					return fmt.Errorf("instance %q: want the host[:port] of a GitLab server, as vk-hub projects list shows it", args[0])
+				}
+				if !unseen {
+					as, err := cl().Projects(cmd.Context())
+					if err != nil {
+						return err
+					}
+					if !slices.ContainsFunc(as, func(a store.Approval) bool { return a.Instance == inst }) {
+						return fmt.Errorf("%w: GitLab server %s: the hub has not seen it (vk-hub projects list shows the servers it has); "+
+							"check the spelling, or pass --unseen to decide ahead of its first relay", ErrNotFound, inst)
+					}
+				}
+				if err := cl().SetApproval(cmd.Context(), inst, proj, state); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", args[0], args[1], state)
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", inst, args[1], state)
 				return nil
 			},
 		}
+		c.Flags().BoolVar(&unseen, "unseen", false, "decide on a server the hub has not seen yet")
+		return c
 	}
 	root.AddCommand(&cobra.Command{
 		Use: "list", Short: "list projects and servers with their approval state", Args: cobra.NoArgs,

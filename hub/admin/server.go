@@ -559,8 +559,10 @@ func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, _ []byte) 
 }
 
 // setApproval serves POST /admin/projects: approve or reject a project or
-// server (OPS-06); a project the hub has not seen yet is recorded, so an
-// operator may approve ahead. Idempotent.
+// server (OPS-06); a project or server the hub has not seen yet is
+// recorded, so an operator may approve ahead (`vk-hub projects approve`
+// asks for --unseen then, against typos). An instance given as a URL is
+// read as its host[:port]. Idempotent.
 func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte) error {
 	var req ApprovalRequest
 	if err := decode(body, &req); err != nil {
@@ -569,6 +571,11 @@ func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte
 	if req.Instance == "" || req.Project < 0 || (req.State != store.ApprovalApproved && req.State != store.ApprovalRejected) {
 		return fmt.Errorf("%w: want instance, project >= 0 and state approved or rejected", ErrInvalid)
 	}
+	inst := store.InstanceKey(req.Instance)
+	if inst == "" {
+		return fmt.Errorf("%w: instance %q: want the host[:port] of a GitLab server, as vk-hub projects list shows it", ErrInvalid, req.Instance)
+	}
+	req.Instance = inst
 	ctx := r.Context()
 	a, err := s.cfg.Store.GetApproval(ctx, req.Instance, req.Project)
 	if errors.Is(err, store.ErrNotFound) {

@@ -317,8 +317,13 @@ func TestQueue(t *testing.T) {
 // spec: OPS-03
 func TestCapacityPolicy(t *testing.T) {
 	e := newEnv(t)
+	// One of the example's two relays is enrolled: the other is warned of.
+	if err := e.st.CreatePrincipal(t.Context(), store.Principal{ID: "relay-7k3m9q2xabcd", Kind: store.KindRelay, PublicKey: make([]byte, 32), Created: start}); err != nil {
+		t.Fatal(err)
+	}
 	_, errOut := e.mustRun(t, "capacity-policy", "set", "testdata/example-policy.toml")
-	if errOut != "capacity policy set: 2 headroom entries, 2 tenants\n" {
+	if errOut != "capacity policy set: 2 headroom entries, 2 tenants\n"+
+		"warning: tenant \"research\" lists runner relay-q4ncz8e2wxyz/ml, but no enrolled relay has the ID relay-q4ncz8e2wxyz (vk-hub relays list)\n" {
 		t.Errorf("stderr %q", errOut)
 	}
 	want, err := LoadPolicy("testdata/example-policy.toml")
@@ -390,6 +395,23 @@ func TestProjects(t *testing.T) {
 		if _, _, err := e.run(t, args...); err == nil {
 			t.Errorf("vk-hub %v succeeded", args)
 		}
+	}
+	// A server the hub never saw (a typo) is refused, not recorded; a URL
+	// is read as its instance.
+	before, _ := e.st.ListApprovals(ctx)
+	if _, _, err := e.run(t, "projects", "approve", "gitlab.exmaple", "42"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "has not seen") {
+		t.Errorf("approve of an unseen server = %v, want not found", err)
+	}
+	if after, _ := e.st.ListApprovals(ctx); len(after) != len(before) {
+		t.Errorf("a refused approval was stored: %d approvals, had %d", len(after), len(before))
+	}
+	e.mustRun(t, "projects", "approve", "gitlab.new", "server", "--unseen")
+	if a, _ := e.st.GetApproval(ctx, "gitlab.new", 0); a.State != store.ApprovalApproved {
+		t.Errorf("approve --unseen: %+v", a)
+	}
+	e.mustRun(t, "projects", "approve", "https://gitlab.example/", "7")
+	if a, _ := e.st.GetApproval(ctx, "gitlab.example", 7); a.State != store.ApprovalApproved {
+		t.Errorf("approve by URL: %+v", a)
 	}
 }
 
