@@ -378,8 +378,9 @@ type sessionHandler struct {
 	kick   func() // sends a heartbeat now
 }
 
+// Connected answers the welcome with the report; the session client has
+// logged "hub session up" already.
 func (h *sessionHandler) Connected(w client.RelayWelcome) client.RelayReport {
-	h.log.Info("hub session up", "version", w.Version, logkey.Session, w.Handle)
 	return h.report()
 }
 

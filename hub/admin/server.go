@@ -294,7 +294,13 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request, [
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrPolicy), errors.Is(err, enrol.ErrKind), errors.Is(err, enrol.ErrTTL):
 			status, code = http.StatusBadRequest, client.CodeInvalid
 		}
-		s.log.WarnContext(r.Context(), "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
+		// An operator's typo (404, 400) is routine; only the hub's own
+		// failure needs attention.
+		lvl := slog.LevelInfo
+		if status >= 500 {
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(r.Context(), lvl, "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
 		writeJSON(w, status, client.Error{Error: err.Error(), Code: code})
 	})
 }

@@ -535,3 +535,16 @@ func TestNodesRemove(t *testing.T) {
 		}
 	}
 }
+
+// An error from the hub is wrapped once: no repeated "admin: not found:".
+func TestErrorPrefixOnce(t *testing.T) {
+	e := newEnv(t)
+	_, _, err := e.run(t, "nodes", "ceiling", "node-q", "1")
+	if !errors.Is(err, ErrNotFound) || strings.Count(err.Error(), "not found") != 1 {
+		t.Errorf("error = %q, want one not found", err)
+	}
+	_, _, err = e.run(t, "nodes", "ceiling", "node-a", "-3")
+	if err == nil || strings.Count(err.Error(), "admin:") > 1 {
+		t.Errorf("error = %q", err)
+	}
+}
