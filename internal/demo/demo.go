@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/vk-ci/vk/hub/ui"
+	"github.com/vk-ci/vk/internal/cmdlog"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/node"
 )
@@ -94,7 +95,10 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 			return err
 		}
 		defer lf.Close()
-		log = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		// The binaries' logger: one key once per line, no err=<nil>.
+		if log, err = cmdlog.New(lf, "text", "info"); err != nil {
+			return err
+		}
 	}
 	p := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
 	// A trace is what the job wrote, escape sequences included: shown as
