@@ -252,6 +252,8 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) error {
 	out, err := s.cfg.Backend.JobOutputTail(r.Context(), id, s.cfg.OutputTail)
 	note := ""
 	switch {
+	case (errors.Is(err, ErrNoOutput) || errors.Is(err, store.ErrNotFound) || errors.Is(err, admin.ErrNotFound)) && j.Settled:
+		note = "The hub deleted this job's output once its result reached GitLab: read the job's trace in GitLab."
 	case errors.Is(err, ErrNoOutput), errors.Is(err, store.ErrNotFound), errors.Is(err, admin.ErrNotFound):
 		note = "No output is kept for this job."
 	case err != nil:
@@ -262,13 +264,12 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) error {
 	}
 	return s.render(w, r, http.StatusOK, "job", "Job "+id, "jobs", struct {
 		Job       JobRow
-		Placement string
 		Cancel    string
 		OutputLen int64
 		Output    string
 		Truncated bool
 		Note      string
-	}{row, j.Placement, string(j.Cancel), j.OutputLen, CleanOutput(out), int64(len(out)) < j.OutputLen && len(out) > 0, note})
+	}{row, string(j.Cancel), j.OutputLen, CleanOutput(out), int64(len(out)) < j.OutputLen && len(out) > 0, note})
 }
 
 // servers serves GET <base>/gitlab, GitLab › Servers: the servers pending

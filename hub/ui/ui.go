@@ -91,6 +91,28 @@ type JobRow struct {
 	// unfinished or when it succeeded. Message explains it.
 	Failure string
 	Message string
+	// Name, CIStage and Pipeline are the job's name, its pipeline stage
+	// and its pipeline ID in GitLab, and ProjectPath its project's path,
+	// from the job's stored (redacted) spec; empty or 0 if unknown.
+	Name        string
+	CIStage     string
+	Pipeline    int64
+	ProjectPath string
+	// Placement is where it asked to run, as operators read it
+	// ("linux [ssd] mem=2G cpus=2 disk=10G"); empty if unknown.
+	Placement string
+}
+
+// Result is the job's outcome as GitLab names it: "success" or "failed"
+// once finished, else its hub state (queued, starting, running).
+func (j JobRow) Result() string {
+	switch {
+	case j.State != store.JobFinished:
+		return string(j.State)
+	case j.Failure != "":
+		return "failed"
+	}
+	return "success"
 }
 
 // Backend is what the UI needs of the hub's live state: the admin
