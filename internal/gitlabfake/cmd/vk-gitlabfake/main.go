@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/version"
 )
 
 func main() {
@@ -43,8 +44,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	twoPhase := fs.Bool("two-phase", false, "honour two_phase_job_commit")
 	interval := fs.Int("trace-interval", 3, "X-GitLab-Trace-Update-Interval seconds")
 	verbose := fs.Bool("v", false, "log every request to stderr")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("vk-gitlabfake"))
+		return nil
 	}
 	level := slog.LevelInfo
 	if *verbose {
