@@ -100,6 +100,9 @@ type relayRec struct {
 	noWork  bool                 // session below version 2: no new work (RSESS-11)
 	report  *client.RelayReport  // the last report; nil before the first
 	runners map[string]runnerRec // by name, from the last report
+	// states are its runners' states as its last heartbeat said them,
+	// for the UI's Relays page.
+	states map[string]client.RunnerState
 }
 
 type runnerRec struct {

@@ -119,6 +119,10 @@ func (d *Driver) relayInventory(r *relayRec, rep client.RelayReport) {
 }
 
 func (d *Driver) relayHeartbeat(r *relayRec, hb client.RelayHeartbeat) {
+	r.states = make(map[string]client.RunnerState, len(hb.Runners))
+	for _, rh := range hb.Runners {
+		r.states[rh.Name] = rh.State
+	}
 	ev := heartbeatToSched(r.id, hb, func(name string) (sched.RunnerID, bool) {
 		rr, ok := r.runners[name]
 		return rr.id, ok

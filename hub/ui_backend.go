@@ -54,6 +54,40 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 	return out, err
 }
 
+// Relays implements ui.Backend: the enrolled relays from the store, each
+// with its session and the runners of its last report, read on the
+// driver's goroutine.
+func (d *Driver) Relays(ctx context.Context) ([]ui.RelayRow, error) {
+	ps, err := d.st.ListPrincipals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ui.RelayRow
+	err = d.do(ctx, func() {
+		for _, p := range ps {
+			if p.Kind != store.KindRelay || p.Removed {
+				continue
+			}
+			row := ui.RelayRow{ID: p.ID, Name: p.Name}
+			if r := d.relays[p.ID]; r != nil {
+				row.Connected = r.send != nil
+				if rep := r.report; rep != nil {
+					row.GitLab, row.Release, row.Host = rep.GitLabURL, rep.Release, rep.Host
+					for _, rr := range rep.Runners {
+						rec := r.runners[rr.Name]
+						row.Runners = append(row.Runners, ui.RunnerRow{Name: rr.Name, Tenant: rec.tenant,
+							Placement: placementText(rr.Placement), RequestConcurrency: rr.RequestConcurrency, Limit: rr.Limit,
+							TokenAccepted: rr.TokenAccepted, State: string(r.states[rr.Name])})
+					}
+				}
+			}
+			out = append(out, row)
+		}
+	})
+	slices.SortFunc(out, func(a, b ui.RelayRow) int { return cmp.Compare(a.ID, b.ID) })
+	return out, err
+}
+
 // Jobs implements ui.Backend: up to limit job records of the store,
 // newest (by creation) first.
 func (d *Driver) Jobs(ctx context.Context, limit int) ([]ui.JobRow, error) {

@@ -158,6 +158,11 @@ func TestUIApprovesEndToEnd(t *testing.T) {
 		strings.Contains(page, "No job of this project") || !strings.Contains(page, v62ID(t, h)) {
 		t.Fatalf("project page = %d, without the project's job:\n%s", code, page)
 	}
+	// The Relays page shows the relay, its runners and their states.
+	if code, page := b.do("GET", base+"/relays", nil); code != http.StatusOK || !strings.Contains(page, h.relay) ||
+		!strings.Contains(page, "<td>r1</td>") || !strings.Contains(page, "polling") || !strings.Contains(page, "gitlab.example.com") {
+		t.Errorf("relays page = %d:\n%s", code, page)
+	}
 	// A URL or a made-up instance names no page; a server the hub never
 	// saw gets no Approve/Reject buttons, and a decision on it is refused.
 	if code, _ := b.do("GET", base+"/gitlab/"+url.PathEscape("https://gitlab.example.com")+"/projects/42", nil); code != http.StatusNotFound {

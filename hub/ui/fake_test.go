@@ -18,6 +18,7 @@ type fakeBackend struct {
 	nodes    []admin.Node
 	queue    []Waiting
 	jobs     []JobRow
+	relays   []RelayRow
 	outputs  map[string][]byte
 	policy   admin.Policy
 	changed  []store.Approval
@@ -146,6 +147,12 @@ func (f *fakeBackend) Queue(context.Context) ([]Waiting, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.queue), f.err("Queue")
+}
+
+func (f *fakeBackend) Relays(context.Context) ([]RelayRow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.relays), f.err("Relays")
 }
 
 func (f *fakeBackend) Jobs(_ context.Context, limit int) ([]JobRow, error) {

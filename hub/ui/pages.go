@@ -415,6 +415,17 @@ func (s *server) policy(w http.ResponseWriter, r *http.Request) error {
 }
 
 // audit serves GET <base>/audit[?limit=N]: the audit log, newest first.
+// relays serves GET <base>/relays: the enrolled relays with their
+// runners, each runner's tenant, placement and state, so a runner whose
+// token GitLab refused, or that waits for a server approval, shows.
+func (s *server) relays(w http.ResponseWriter, r *http.Request) error {
+	rs, err := s.cfg.Backend.Relays(r.Context())
+	if err != nil {
+		return fmt.Errorf("ui: relays: %w", err)
+	}
+	return s.render(w, r, http.StatusOK, "relays", "Relays", "relays", struct{ Relays []RelayRow }{rs})
+}
+
 func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 	limit, err := limitParam(r, DefaultAudit, MaxAudit)
 	if err != nil {

@@ -248,3 +248,26 @@ func TestRowFromJobNamesTheJob(t *testing.T) {
 		}
 	}
 }
+
+// The Relays page lists each relay's session and runners, a runner whose
+// token GitLab refused standing out.
+func TestRelaysPage(t *testing.T) {
+	e := newEnv(t)
+	e.be.mu.Lock()
+	e.be.relays = []RelayRow{
+		{ID: "relay-a", Name: "gl-1", Connected: true, GitLab: "https://gitlab.example.com", Release: "0.4.1", Host: "relay1",
+			Runners: []RunnerRow{
+				{Name: "linux", Tenant: "web", Placement: "linux mem=2G cpus=2 disk=10G", RequestConcurrency: 2, TokenAccepted: true, State: "polling"},
+				{Name: "old", RequestConcurrency: 1, State: "token_refused"},
+			}},
+		{ID: "relay-b"},
+	}
+	e.be.mu.Unlock()
+	body, _ := e.get("/relays", 200)
+	for _, w := range []string{"<title>Relays · vk hub</title>", "relay-a", "gl-1", "connected", "https://gitlab.example.com", "0.4.1",
+		"linux mem=2G cpus=2 disk=10G", "web", "polling", "refused by GitLab", "token_refused", "relay-b", "not connected", "No runner reported yet", `aria-current="page">Relays`} {
+		if !strings.Contains(body, w) {
+			t.Errorf("GET /relays lacks %q", w)
+		}
+	}
+}

@@ -127,6 +127,41 @@ type Backend interface {
 	// output; an error wrapping [ErrNoOutput] or store.ErrNotFound when
 	// there is none.
 	JobOutputTail(ctx context.Context, id string, max int) ([]byte, error)
+	// Relays lists the enrolled relays (removed ones left out), sorted
+	// by ID, each with the runners of its last report.
+	Relays(ctx context.Context) ([]RelayRow, error)
+}
+
+// RelayRow is one relay as the Relays page shows it.
+type RelayRow struct {
+	// ID is the relay's enrolled ID, Name the name it joined with.
+	ID, Name string
+	// Connected: its session is up now.
+	Connected bool
+	// GitLab is its GitLab server's URL; Release and Host what it
+	// reported; empty before its first report.
+	GitLab, Release, Host string
+	// Runners are the runners of its last report.
+	Runners []RunnerRow
+}
+
+// RunnerRow is one runner of a relay.
+type RunnerRow struct {
+	// Name is the runner's name; Tenant the capacity-policy tenant its
+	// work is charged to ("" the default tenant).
+	Name, Tenant string
+	// Placement is where its jobs run, as operators read it.
+	Placement string
+	// RequestConcurrency and Limit are its request loops and job limit
+	// (0: none beyond the relay's concurrent).
+	RequestConcurrency, Limit int
+	// TokenAccepted: GitLab accepted its token at the relay's last
+	// verify.
+	TokenAccepted bool
+	// State is what the relay's last heartbeat said of it (polling,
+	// waiting_capacity, server_pending, token_refused, unhealthy); empty
+	// before one.
+	State string
 }
 
 // Config configures [New]. Backend, Store and Operators are required.
@@ -233,6 +268,7 @@ func (s *server) routes() http.Handler {
 	get("/jobs/{id}", s.job)
 	get("/gitlab", s.servers)
 	get("/gitlab/{instance}/projects/{project}", s.project)
+	get("/relays", s.relays)
 	get("/policy", s.policy)
 	get("/audit", s.audit)
 	mux.HandleFunc("GET "+b+"/static/ui.css", func(w http.ResponseWriter, r *http.Request) {
