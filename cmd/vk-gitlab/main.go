@@ -67,11 +67,15 @@ func runCmd() *cobra.Command {
 			return relay.Run(ctx, cfg, tokens, log, relay.Options{})
 		},
 	}
-	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file")
+	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file")
 	c.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	c.Flags().StringVar(&format, "log-format", "text", "log format: text or json")
 	return c
 }
+
+// defaultConfig is where the relay's config lives, beside the hub's and
+// the node's (/etc/vk/hub.toml, /etc/vk/node.toml).
+const defaultConfig = "/etc/vk/vk-gitlab.toml"
 
 // stateDir is --state-dir, else the config's state_dir, else the default.
 func stateDir(cfgPath, flag string) (string, error) {
@@ -126,7 +130,7 @@ func joinCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file (for state_dir)")
+	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file (for state_dir; a missing one is fine)")
 	c.Flags().StringVar(&dirFlag, "state-dir", "", "state directory (overrides the config's state_dir)")
 	c.Flags().StringVar(&tokenArg, "token", "", `enrolment token, or "-" to read it from stdin (required)`)
 	c.Flags().StringVar(&caFile, "ca", "", "hub CA certificate (PEM); without it the CA is trusted on first use")
@@ -169,7 +173,7 @@ func leaveCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file (for state_dir)")
+	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file (for state_dir; a missing one is fine)")
 	c.Flags().StringVar(&dirFlag, "state-dir", "", "state directory (overrides the config's state_dir)")
 	return c
 }
