@@ -137,6 +137,7 @@ type ticketRec struct {
 	adm     sched.AdmissionID // once granted
 	claimed bool
 	wake    chan struct{} // closed and replaced on every change
+	queued  time.Time     // when the relay asked (the queue's "since")
 }
 
 // admRec is a granted (or restored claimed) admission.

@@ -83,6 +83,9 @@ const (
 	WaitTicket WaitingKind = "ticket"
 	// WaitJob is a submitted job not yet started on a node.
 	WaitJob WaitingKind = "job"
+	// WaitRunner is a runner that asks for no room at all: its relay
+	// waits for an operator to approve its GitLab server.
+	WaitRunner WaitingKind = "runner"
 )
 
 // Waiting is one entry of the hub's queue, as `vk-hub queue` and the UI's
@@ -113,6 +116,9 @@ type Waiting struct {
 	// sched.Reason.Text() (e.g. "waiting: tenant cap 20 reached"); empty
 	// means none known.
 	Reason string `json:"reason,omitempty"`
+	// Idle: a runner's standing request while its runner is backed off
+	// because GitLab had no job for it lately: no work waits behind it.
+	Idle bool `json:"idle,omitempty"`
 }
 
 // Node is one node as `vk-hub nodes list` shows it.

@@ -359,7 +359,19 @@ func writeQueue(w io.Writer, q []Waiting) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d waiting\n", len(q))
+	idle := 0
+	for _, e := range q {
+		if e.Idle {
+			idle++
+		}
+	}
+	if idle == 0 {
+		_, err := fmt.Fprintf(w, "%d waiting\n", len(q))
+		return err
+	}
+	// A backed-off runner's standing request is no backlog: say so.
+	_, err := fmt.Fprintf(w, "%d waiting, %d of them runners' standing requests while GitLab has no job for them (backed off): no work waits behind those\n",
+		len(q), idle)
 	return err
 }
 

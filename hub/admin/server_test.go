@@ -548,3 +548,22 @@ func TestErrorPrefixOnce(t *testing.T) {
 		t.Errorf("error = %q", err)
 	}
 }
+
+// A backed-off runner's standing request is counted apart: it is no
+// backlog.
+func TestQueueIdleSummary(t *testing.T) {
+	var b bytes.Buffer
+	q := []Waiting{{Kind: WaitTicket, ID: "t-1", Idle: true, Reason: "waiting: runner backed off after an empty or failed job request"},
+		{Kind: WaitTicket, ID: "t-2", Reason: "waiting: tenant cap 2 reached"}}
+	if err := writeQueue(&b, q); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(b.String(), "2 waiting, 1 of them runners' standing requests while GitLab has no job for them (backed off): no work waits behind those\n") {
+		t.Errorf("queue output:\n%s", b.String())
+	}
+	b.Reset()
+	writeQueue(&b, q[1:])
+	if !strings.HasSuffix(b.String(), "\n1 waiting\n") {
+		t.Errorf("queue output:\n%s", b.String())
+	}
+}

@@ -56,6 +56,7 @@ type WaitingKind = admin.WaitingKind
 const (
 	WaitTicket = admin.WaitTicket
 	WaitJob    = admin.WaitJob
+	WaitRunner = admin.WaitRunner
 )
 
 // Waiting is one entry of the hub's queue, as the Queue page shows it
