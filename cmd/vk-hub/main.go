@@ -46,8 +46,11 @@ func newRoot() *cobra.Command {
 	// its state directory: --state-dir, else the config's state_dir.
 	var socket string
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
-		if cmd.Name() == "serve" {
-			return nil
+		for c := cmd; c != nil; c = c.Parent() {
+			switch c.Name() {
+			case "serve", "help", "completion":
+				return nil // no admin socket needed
+			}
 		}
 		dir, err := adminStateDir(cmd, *cfgPath, *stateDir)
 		socket = admin.SocketPath(dir)
