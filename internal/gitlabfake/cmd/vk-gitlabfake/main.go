@@ -17,12 +17,31 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
-	"github.com/vk-ci/vk/internal/version"
 )
+
+// version is the release version, set at link time like vk's other
+// binaries' (-ldflags "-X main.version=1.2.3"); "dev" otherwise.
+var version = "dev"
+
+// versionString is the --version line in the form of internal/version's
+// (this command and its package use the standard library only).
+func versionString() string {
+	commit := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				commit = s.Value[:min(12, len(s.Value))]
+			}
+		}
+	}
+	return fmt.Sprintf("vk-gitlabfake %s (commit %s, %s %s/%s)", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -49,7 +68,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *showVersion {
-		fmt.Fprintln(stdout, version.String("vk-gitlabfake"))
+		fmt.Fprintln(stdout, versionString())
 		return nil
 	}
 	level := slog.LevelInfo
