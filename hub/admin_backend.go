@@ -48,6 +48,16 @@ func (d *Driver) loadOperatorSettings(ctx context.Context) error {
 		if err := json.Unmarshal(b, &p); err != nil {
 			return fmt.Errorf("hub: stored capacity policy: %w", err)
 		}
+		// The operator's last `capacity-policy set` wins over the
+		// config's policy: say so, or an edit of the file seems lost.
+		switch {
+		case d.cfg.CapacityPolicyFile != "":
+			d.log.Warn("capacity_policy_file is ignored: the policy last set with vk-hub capacity-policy set is in force; "+
+				"run vk-hub capacity-policy set on the file to apply it", "file", d.cfg.CapacityPolicyFile)
+		case d.cfg.CapacityPolicy != nil:
+			d.log.Warn("hub.toml's [capacity_policy] is ignored: the policy last set with vk-hub capacity-policy set is in force; " +
+				"run vk-hub capacity-policy set on a file of it to apply it")
+		}
 		d.policy = &p
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("hub: stored capacity policy: %w", err)
@@ -86,7 +96,7 @@ func (d *Driver) nodeEvent(n *nodeRec) sched.NodeReport {
 // (dispatch.Settings).
 func (d *Driver) sendSettings(n *nodeRec) {
 	set := d.nodeSets[n.name]
-	d.sendTo(n, dispatch.Settings{Ceiling: set.Ceiling, CeilingZero: set.Zero, Drain: set.Drain, Pools: set.Pools})
+	d.sendTo(n, dispatch.Settings{Ceiling: set.Ceiling, CeilingZero: set.Zero, Drain: set.Drain, Pools: set.Pools, PoolsSet: set.PoolsSet})
 }
 
 // adminCeiling is the node's ceiling as admin.Backend states it.
@@ -130,6 +140,9 @@ func (d *Driver) Nodes(ctx context.Context) ([]admin.Node, error) {
 			set := d.nodeSets[id]
 			an := admin.Node{ID: id, Name: name, State: "disconnected", Ceiling: set.adminCeiling(), Pools: set.Pools}
 			if n := d.nodes[id]; n != nil {
+				if n.report != nil && n.report.Name != "" {
+					an.Name = n.report.Name // [node] name wins over the join-time host name
+				}
 				if n.report != nil {
 					an.Labels, an.MaxConcurrency = n.report.Labels, n.report.MaxConcurrency
 					an.Capacity = client.Envelope{Mem: n.report.Resources.Mem, Disk: n.report.Resources.Disk, CPUs: n.report.Resources.CPUs}
@@ -260,6 +273,7 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 	if err := d.st.PutMeta(ctx, metaPolicy, b); err != nil {
 		return err
 	}
+	d.warnPolicy(ctx, p)
 	return d.do(ctx, func() {
 		d.policy = &p
 		d.exec(d.step(sched.PolicyChanged{Policy: d.schedPolicy()}))
@@ -271,6 +285,24 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 		}
 		d.log.Info("capacity policy replaced", "tenants", len(p.Tenants), "headroom", len(p.Headroom))
 	})
+}
+
+// warnPolicy logs what in p is valid but most likely a mistake: relay
+// IDs no enrolled relay has (their runners fall to the default tenant).
+func (d *Driver) warnPolicy(ctx context.Context, p PolicyConfig) {
+	ps, err := d.st.ListPrincipals(ctx)
+	if err != nil {
+		return
+	}
+	var rs []admin.Relay
+	for _, pr := range ps {
+		if pr.Kind == store.KindRelay {
+			rs = append(rs, admin.Relay{ID: pr.ID, Removed: pr.Removed})
+		}
+	}
+	for _, w := range admin.UnknownRelays(p, rs) {
+		d.log.Warn("capacity policy: " + w)
+	}
 }
 
 // toSchedChecked converts p on a scratch ID table and validates the result
@@ -300,6 +332,45 @@ func (d *Driver) RelayRemoved(ctx context.Context, relay string) error {
 		e.End(client.RelayErrorUnauthorized, "relay removed by an operator")
 	}
 	return d.RelayDisconnected(ctx, relay)
+}
+
+// NodeRemoved implements admin.Backend: the node's session ends (its key
+// is refused from now on), the core counts it lost at once (its
+// reservations end, its jobs end lost, FAIL-16), and its record and
+// operator settings go, so it leaves the node list.
+func (d *Driver) NodeRemoved(ctx context.Context, node string) error {
+	var s NodeSender
+	var serr error
+	if err := d.do(ctx, func() {
+		if _, ok := d.nodeSets[node]; ok {
+			delete(d.nodeSets, node)
+			serr = d.saveNodeSettings()
+		}
+		n := d.nodes[node]
+		if n == nil {
+			return
+		}
+		s = n.send
+		if n.send != nil {
+			d.met.add("vk_hub_nodes_connected", -1)
+		}
+		delete(d.down, node)
+		delete(d.nodes, node)
+		if d.removed == nil {
+			d.removed = map[string]bool{}
+		}
+		d.removed[node] = true
+		d.exec(d.step(sched.NodeLost{Node: n.id}))
+		d.log.Info("node removed by an operator; its jobs end lost", logkey.NodeID, node)
+	}); err != nil {
+		return err
+	}
+	if e, ok := s.(interface {
+		End(code dispatch.ErrorCode, msg string)
+	}); ok {
+		e.End(dispatch.ErrorUnauthorized, "node removed by an operator")
+	}
+	return serr
 }
 
 // ApprovalChanged implements admin.Backend: a server's new status goes to

@@ -19,13 +19,7 @@ import (
 // of approval URLs.
 
 // instanceOf returns the instance name of a GitLab URL ("" if unparseable).
-func instanceOf(gitlabURL string) string {
-	u, err := url.Parse(gitlabURL)
-	if err != nil || u.Host == "" {
-		return ""
-	}
-	return strings.ToLower(u.Host)
-}
+func instanceOf(gitlabURL string) string { return store.InstanceKey(gitlabURL) }
 
 // approval returns the approval state of (instance, project), recording a
 // first sighting as pending. project 0 is the server.

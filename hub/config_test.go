@@ -46,7 +46,7 @@ func TestLoadConfigExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Addr != "10.0.0.5:8443" || c.UIURL != "https://hub.example.com" || c.CapacityPolicyFile != "/etc/vk-hub/capacity.toml" || c.TickMillis != 250 {
+	if c.Addr != "10.0.0.5:8443" || c.UIURL != "https://hub.example.com" || c.CapacityPolicyFile != "/etc/vk/capacity.toml" || c.TickMillis != 250 {
 		t.Fatalf("loaded %+v", c)
 	}
 }

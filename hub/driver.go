@@ -86,6 +86,9 @@ type Driver struct {
 	capRev   uint64
 	capWake  chan struct{}
 	nodeSets map[string]nodeSettings // operator settings by node (admin socket)
+	// removed: nodes an operator removed while this driver ran; frames of
+	// their ending sessions are dropped (their keys are refused anyway).
+	removed map[string]bool
 }
 
 // relayRec is a relay as the driver knows it.
@@ -97,6 +100,9 @@ type relayRec struct {
 	noWork  bool                 // session below version 2: no new work (RSESS-11)
 	report  *client.RelayReport  // the last report; nil before the first
 	runners map[string]runnerRec // by name, from the last report
+	// states are its runners' states as its last heartbeat said them,
+	// for the UI's Relays page.
+	states map[string]client.RunnerState
 }
 
 type runnerRec struct {
@@ -131,6 +137,7 @@ type ticketRec struct {
 	adm     sched.AdmissionID // once granted
 	claimed bool
 	wake    chan struct{} // closed and replaced on every change
+	queued  time.Time     // when the relay asked (the queue's "since")
 }
 
 // admRec is a granted (or restored claimed) admission.
@@ -204,6 +211,9 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Stor
 	if err := d.loadOperatorSettings(ctx); err != nil {
 		d.w.close()
 		return nil, err
+	}
+	if d.policy != nil {
+		d.warnPolicy(ctx, *d.policy)
 	}
 	var seed [8]byte
 	rand.Read(seed[:])

@@ -185,7 +185,7 @@ func (d *Driver) queueTicket(principal string, req client.ReservationRequest) (s
 		d.exec(acts)
 		return "", err
 	}
-	t := &ticketRec{id: id, wire: ticketWire(d.epoch, id), owner: principal, runner: req.Runner, wake: make(chan struct{})}
+	t := &ticketRec{id: id, wire: ticketWire(d.epoch, id), owner: principal, runner: req.Runner, wake: make(chan struct{}), queued: d.now()}
 	d.tickets[id] = t
 	d.openTk[runnerKey{principal, req.Runner}]++
 	d.unended[principal]++

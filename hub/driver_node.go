@@ -35,6 +35,9 @@ var ErrNodeProtocol = errors.New("hub: node protocol error")
 // NodeUp maps here.)
 func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, resumed bool) error {
 	return d.do(ctx, func() {
+		if d.removed[node] {
+			return
+		}
 		n := d.nodeRecord(node)
 		if n.send == nil {
 			d.met.add("vk_hub_nodes_connected", 1)
@@ -114,6 +117,9 @@ var nodeFrames = []func(*Driver, *nodeRec, any) bool{
 }
 
 func (d *Driver) nodeMessage(node string, m dispatch.Message) {
+	if d.removed[node] {
+		return // its session is ending
+	}
 	n := d.nodeRecord(node)
 	n.lastSeen = d.now()
 	for _, handle := range nodeFrames {

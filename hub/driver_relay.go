@@ -85,6 +85,12 @@ var relayFrames = []func(*Driver, *relayRec, any) bool{
 
 func (d *Driver) relayReport(r *relayRec, rep client.RelayReport) {
 	r.report = &rep
+	for _, rr := range rep.Runners {
+		if !rr.TokenAccepted {
+			d.log.Warn("GitLab refused this runner's token; the runner takes no work until it is registered again",
+				logkey.RelayID, r.name, logkey.RunnerID, rr.Name)
+		}
+	}
 	d.relayInventory(r, rep)
 	d.sendServerStatus(r) // RSESS-07
 }
@@ -113,6 +119,10 @@ func (d *Driver) relayInventory(r *relayRec, rep client.RelayReport) {
 }
 
 func (d *Driver) relayHeartbeat(r *relayRec, hb client.RelayHeartbeat) {
+	r.states = make(map[string]client.RunnerState, len(hb.Runners))
+	for _, rh := range hb.Runners {
+		r.states[rh.Name] = rh.State
+	}
 	ev := heartbeatToSched(r.id, hb, func(name string) (sched.RunnerID, bool) {
 		rr, ok := r.runners[name]
 		return rr.id, ok

@@ -84,3 +84,49 @@ func TestQueueListsWaitingTicket(t *testing.T) {
 		t.Errorf("queue entry = %+v", w)
 	}
 }
+
+// The queue says what an operator needs to act on: how long a ticket has
+// waited, that a pool every node of which has ceiling 0 is closed by an
+// operator, and runners that ask for nothing while their GitLab server
+// waits for approval.
+func TestQueueSaysWhy(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	h.enrolNode("n1")
+	h.relayUp(1)
+	h.nodeUp(dispatch.Held{})
+	d := h.srv.Driver()
+	if err := d.SetCeiling(ctx, "n1", 0); err != nil {
+		t.Fatal(err)
+	}
+	expectFrame[dispatch.Settings](h)
+	h.reserve()
+	q, err := d.Queue(ctx)
+	if err != nil || len(q) != 1 {
+		t.Fatalf("queue = %+v, %v", q, err)
+	}
+	if q[0].Since.IsZero() {
+		t.Errorf("ticket since = %v, want when it was asked", q[0].Since)
+	}
+	if !strings.Contains(q[0].Reason, "ceiling 0") || !strings.Contains(q[0].Reason, "pool linux") {
+		t.Errorf("reason = %q, want it to say the pool's nodes have ceiling 0", q[0].Reason)
+	}
+	// r2's relay says it waits for the server's approval.
+	hb := &client.RelayHeartbeat{Runners: []client.RunnerHeartbeat{{Name: "r1", State: client.RunnerPolling}, {Name: "r2", State: client.RunnerServerPending}}}
+	if err := d.RelayFrame(ctx, h.relay, hb); err != nil {
+		t.Fatal(err)
+	}
+	q, err = d.Queue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runner *admin.Waiting
+	for i := range q {
+		if q[i].Kind == admin.WaitRunner {
+			runner = &q[i]
+		}
+	}
+	if runner == nil || runner.Runner != "r2" || !strings.Contains(runner.Reason, "pending approval") {
+		t.Errorf("queue = %+v, want r2 waiting on its server's approval", q)
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/pelletier/go-toml/v2"
-
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/internal/conffile"
 	"github.com/vk-ci/vk/proto/client"
@@ -65,45 +63,22 @@ type policyFile struct {
 func (f *policyFile) Validate() error { return validatePolicy(&f.Policy) }
 
 // ErrEmptyProjects is wrapped (with [ErrConfig]) when a tenant's projects
-// table is present but empty. TOML decoding cannot tell an empty
-// `[tenants.X.projects]` from none, and "absent" means every project is
-// allowed (ARB-41), so the hub refuses the ambiguous form: remove the
-// table to allow every project, or list at least one project.
-var ErrEmptyProjects = errors.New("hub: empty projects table")
+// table is present but empty ([admin.ErrEmptyProjects]: every reader of
+// a policy refuses it).
+var ErrEmptyProjects = admin.ErrEmptyProjects
 
-// checkEmptyProjects reads the TOML file at path generically and reports
-// every tenant whose projects table is defined but empty; prefix is the
-// key path of the policy table in the file (nil: the top level).
+// checkEmptyProjects reads the TOML file at path and reports every tenant
+// whose projects table is defined but empty; prefix is the key path of
+// the policy table in the file (nil: the top level).
 func checkEmptyProjects(path string, prefix []string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	return emptyProjects(path, data, prefix)
-}
-
-func emptyProjects(name string, data []byte, prefix []string) error {
-	var tree map[string]any
-	if err := toml.Unmarshal(data, &tree); err != nil {
-		return nil // the strict decode reports syntax errors
+	if err := admin.CheckWritten(path, data, prefix); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	for _, k := range prefix {
-		sub, ok := tree[k].(map[string]any)
-		if !ok {
-			return nil
-		}
-		tree = sub
-	}
-	tenants, _ := tree["tenants"].(map[string]any)
-	var errs []error
-	for _, name2 := range sortedKeys(tenants) {
-		t, _ := tenants[name2].(map[string]any)
-		if pr, ok := t["projects"].(map[string]any); ok && len(pr) == 0 {
-			errs = append(errs, fmt.Errorf("%w: %w: %s: tenant %q: its projects table is empty; remove it to allow every project, or list at least one",
-				ErrConfig, ErrEmptyProjects, name, name2))
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // validatePolicy lists every problem, each wrapping [ErrConfig] and

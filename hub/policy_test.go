@@ -182,3 +182,31 @@ func TestClaimRenewalsDefaultOne(t *testing.T) {
 		t.Errorf("SetPolicy(%+v) = %v, want ErrInvalid", bad, err)
 	}
 }
+
+// A policy set through the admin socket wins over capacity_policy_file
+// at the next start, and the hub says so in its log.
+//
+// spec: OPS-03
+func TestIgnoredPolicyFileLogged(t *testing.T) {
+	h := newHarness(t)
+	file := filepath.Join(h.dir, "capacity.toml")
+	if err := os.WriteFile(file, []byte("version = 1\nprobe_limit = 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.CapacityPolicyFile, h.cfg.CapacityPolicy = file, nil
+	h.restart()
+	if strings.Contains(h.logs.String(), "capacity_policy_file is ignored") {
+		t.Fatal("ignored-file warning before any policy was set")
+	}
+	if err := h.srv.Driver().SetPolicy(t.Context(), admin.Policy{ProbeLimit: 5}); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	if !strings.Contains(h.logs.String(), "capacity_policy_file is ignored") || !strings.Contains(h.logs.String(), file) {
+		t.Errorf("no warning naming %s after a restart with a stored policy; logs:\n%s", file, h.logs.String())
+	}
+	got, err := h.srv.Driver().Policy(t.Context())
+	if err != nil || got.ProbeLimit != 5 {
+		t.Errorf("policy in force = %+v, %v; want the one set", got, err)
+	}
+}

@@ -99,9 +99,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.grace())
 	defer cancel()
-	err = s.Shutdown(sctx)
-	log.Info("hub stopped", logkey.Err, err)
-	return err
+	if err = s.Shutdown(sctx); err != nil {
+		log.Error("hub stopped: "+err.Error(), logkey.Component, "hub")
+		return err
+	}
+	log.Info("hub stopped", logkey.Component, "hub")
+	return nil
 }
 
 // Start validates cfg, opens the store and output in state_dir, restores

@@ -9,6 +9,8 @@ import (
 	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/ui"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/sched"
 )
 
 // The driver implements ui.Backend: the web UI's view of live state
@@ -30,13 +32,37 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 			if t == nil || !ok {
 				continue
 			}
-			w := ui.Waiting{Kind: ui.WaitTicket, ID: t.wire, Relay: t.owner, Runner: t.runner, Reason: v.Wait.Text()}
+			w := ui.Waiting{Kind: ui.WaitTicket, ID: t.wire, Relay: t.owner, Runner: t.runner, Reason: v.Wait.Text(),
+				Since: t.queued, Idle: v.Wait.Code == sched.ReasonBackoff}
 			if r := d.relays[t.owner]; r != nil {
 				if rr, ok := r.runners[t.runner]; ok {
 					w.Tenant, w.Placement = rr.tenant, placementText(rr.placement)
+					if v.Wait.Code == sched.ReasonNoRoom {
+						w.Reason += d.closedPoolNote(rr.placement.Pool)
+					}
 				}
 			}
 			out = append(out, w)
+		}
+		// Runners that ask for nothing because their server waits for
+		// approval hold no ticket: list them, or the queue reads empty.
+		for _, name := range sortedKeys(d.relays) {
+			r := d.relays[name]
+			if r.send == nil || r.report == nil {
+				continue
+			}
+			for _, rr := range r.report.Runners {
+				if r.states[rr.Name] != client.RunnerServerPending {
+					continue
+				}
+				inst := instanceOf(r.report.GitLabURL)
+				reason := "waiting: its GitLab server is pending approval (vk-hub projects list)"
+				if inst != "" {
+					reason = "waiting: GitLab server " + inst + " is pending approval (vk-hub projects approve " + inst + " server)"
+				}
+				out = append(out, ui.Waiting{Kind: ui.WaitRunner, ID: rr.Name, Relay: name, Runner: rr.Name, Tenant: r.runners[rr.Name].tenant,
+					Instance: inst, Placement: placementText(rr.Placement), Reason: reason})
+			}
 		}
 		for _, sid := range d.core.Jobs() {
 			j := d.jobBySID[sid]
@@ -44,13 +70,83 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 				continue
 			}
 			w := ui.Waiting{Kind: ui.WaitJob, ID: j.rec.ID, Tenant: j.rec.Tenant, Relay: j.rec.Principal, Runner: j.rec.Runner,
-				Instance: j.rec.Instance, Project: j.rec.Project, Placement: placementKeyText(j.rec.Placement), Since: j.rec.Created}
+				Instance: store.InstanceKey(j.rec.Instance), Project: j.rec.Project, Placement: placementKeyText(j.rec.Placement), Since: j.rec.Created}
 			if v, ok := d.core.Job(sid); ok {
 				w.Reason = v.Wait.Text()
+				if p, ok := parsePlacementKey(j.rec.Placement); ok && v.Wait.Code == sched.ReasonNoRoom {
+					w.Reason += d.closedPoolNote(p.Pool)
+				}
 			}
 			out = append(out, w)
 		}
 	})
+	return out, err
+}
+
+// closedPoolNote says why a pool has no room when an operator closed it:
+// every connected node of the pool has ceiling 0 or is drained at the
+// hub. "" when some node of it is open (the scheduler's reason says the
+// rest). On the driver's goroutine.
+func (d *Driver) closedPoolNote(pool string) string {
+	n, closed := 0, 0
+	for _, name := range sortedKeys(d.nodes) {
+		nr := d.nodes[name]
+		if nr.send == nil || nr.report == nil {
+			continue
+		}
+		set := d.nodeSets[name]
+		pools := nr.report.Pools
+		if set.PoolsSet {
+			pools = set.Pools
+		}
+		if !slices.Contains(pools, pool) {
+			continue
+		}
+		n++
+		if set.Zero || set.Drain {
+			closed++
+		}
+	}
+	switch {
+	case n == 0 || closed < n:
+		return ""
+	case n == 1:
+		return fmt.Sprintf(" (the one node of pool %s has ceiling 0 or is drained: vk-hub nodes ceiling <id> none, or nodes undrain <id>)", pool)
+	}
+	return fmt.Sprintf(" (all %d nodes of pool %s have ceiling 0 or are drained: vk-hub nodes ceiling <id> none, or nodes undrain <id>)", n, pool)
+}
+
+// Relays implements ui.Backend: the enrolled relays from the store, each
+// with its session and the runners of its last report, read on the
+// driver's goroutine.
+func (d *Driver) Relays(ctx context.Context) ([]ui.RelayRow, error) {
+	ps, err := d.st.ListPrincipals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ui.RelayRow
+	err = d.do(ctx, func() {
+		for _, p := range ps {
+			if p.Kind != store.KindRelay || p.Removed {
+				continue
+			}
+			row := ui.RelayRow{ID: p.ID, Name: p.Name}
+			if r := d.relays[p.ID]; r != nil {
+				row.Connected = r.send != nil
+				if rep := r.report; rep != nil {
+					row.GitLab, row.Release, row.Host = rep.GitLabURL, rep.Release, rep.Host
+					for _, rr := range rep.Runners {
+						rec := r.runners[rr.Name]
+						row.Runners = append(row.Runners, ui.RunnerRow{Name: rr.Name, Tenant: rec.tenant,
+							Placement: placementText(rr.Placement), RequestConcurrency: rr.RequestConcurrency, Limit: rr.Limit,
+							TokenAccepted: rr.TokenAccepted, State: string(r.states[rr.Name])})
+					}
+				}
+			}
+			out = append(out, row)
+		}
+	})
+	slices.SortFunc(out, func(a, b ui.RelayRow) int { return cmp.Compare(a.ID, b.ID) })
 	return out, err
 }
 

@@ -147,6 +147,46 @@ func TestUIApprovesEndToEnd(t *testing.T) {
 			t.Errorf("GET %s = %d", p, code)
 		}
 	}
+	// The Jobs page names a job's project by its GitLab server's
+	// instance, as approvals do, and the project page it links to lists
+	// the job.
+	_, jobs := b.do("GET", base+"/jobs", nil)
+	if !strings.Contains(jobs, `href="/gitlab/gitlab.example.com/projects/42"`) {
+		t.Fatalf("jobs page links no /gitlab/gitlab.example.com/projects/42:\n%s", jobs)
+	}
+	if code, page := b.do("GET", base+"/gitlab/gitlab.example.com/projects/42", nil); code != http.StatusOK ||
+		strings.Contains(page, "No job of this project") || !strings.Contains(page, v62ID(t, h)) {
+		t.Fatalf("project page = %d, without the project's job:\n%s", code, page)
+	}
+	// The Relays page shows the relay, its runners and their states.
+	if code, page := b.do("GET", base+"/relays", nil); code != http.StatusOK || !strings.Contains(page, h.relay) ||
+		!strings.Contains(page, "<td>r1</td>") || !strings.Contains(page, "polling") || !strings.Contains(page, "gitlab.example.com") {
+		t.Errorf("relays page = %d:\n%s", code, page)
+	}
+	// A URL or a made-up instance names no page; a server the hub never
+	// saw gets no Approve/Reject buttons, and a decision on it is refused.
+	if code, _ := b.do("GET", base+"/gitlab/"+url.PathEscape("https://gitlab.example.com")+"/projects/42", nil); code != http.StatusNotFound {
+		t.Errorf("project page of a URL = %d, want 404", code)
+	}
+	if code, page := b.do("GET", base+"/gitlab/other.example.com/projects/42", nil); code != http.StatusOK || strings.Contains(page, `value="approved"`) {
+		t.Errorf("project page of an unseen server = %d, with an Approve button: %v", code, strings.Contains(page, `value="approved"`))
+	}
+}
+
+// v62ID is the hub job ID of GitLab job 62.
+func v62ID(t *testing.T, h *harness) string {
+	t.Helper()
+	js, err := h.srv.Store().ListJobs(t.Context(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range js {
+		if j.GitLabJobID == 62 {
+			return j.ID
+		}
+	}
+	t.Fatal("no hub job of GitLab job 62")
+	return ""
 }
 
 // with ui.token the UI wants HTTP Basic credentials; the

@@ -120,7 +120,7 @@ func Join(ctx context.Context, hubURL, token string, caPEM []byte, name, kind st
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return JoinResult{}, nil, fmt.Errorf("hubclient: join %s: %w", u.Host, err)
+		return JoinResult{}, nil, fmt.Errorf("hubclient: join %s: %w%s", u.Host, err, hostnameHint(err, u.Hostname()))
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -155,6 +155,19 @@ func Join(ctx context.Context, hubURL, token string, caPEM []byte, name, kind st
 	return res, key, nil
 }
 
+// hostnameHint says what to do when the hub's certificate does not name
+// the host the join dialled ("" for any other error): a hub with its
+// self-made certificate covers only its addr's host, localhost and the
+// loopback addresses unless tls.names lists more.
+func hostnameHint(err error, host string) string {
+	var he x509.HostnameError
+	if !errors.As(err, &he) {
+		return ""
+	}
+	return fmt.Sprintf(" (the hub's certificate does not name %q: add it to tls.names in the hub's hub.toml and restart the hub; "+
+		"its self-made certificate is then issued again from the same CA, so nothing that joined must join again)", host)
+}
+
 // firstUseCA checks a presented chain (leaf first) on first use: its last
 // certificate is a self-signed CA, and the leaf verifies against it for
 // host. It returns that CA.
@@ -172,7 +185,7 @@ func firstUseCA(chain []*x509.Certificate, host string) (*x509.Certificate, erro
 		inter.AddCert(c)
 	}
 	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: host}); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUntrustedCA, err)
+		return nil, fmt.Errorf("%w: %w", ErrUntrustedCA, err)
 	}
 	return ca, nil
 }

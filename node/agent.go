@@ -571,7 +571,7 @@ func (a *Agent) reportLocked() *dispatch.Report {
 		pools = a.pools
 	}
 	return &dispatch.Report{
-		Release: version.Version, Host: host,
+		Release: version.Version, Host: host, Name: a.cfg.Node.Name,
 		Resources:      dispatch.Resources{Mem: toWire(a.capTotal).Mem, Disk: toWire(a.capTotal).Disk, CPUs: int(a.capTotal.CPUs)},
 		Labels:         a.cfg.Node.Labels,
 		Pools:          pools,

@@ -101,9 +101,17 @@ func (h handler) Message(m dispatch.Message) {
 			a.led.ClearCeiling()
 		}
 		a.wakeLocked()
-		changed := !a.hasPools || !slicesEqual(a.pools, m.Pools)
-		a.pools, a.hasPools = m.Pools, true
-		if changed {
+		// Only a frame naming pools replaces the config's: one that
+		// changes the ceiling or the drain alone leaves them, so a drain
+		// or a ceiling never takes the node out of its pools (OPS-01).
+		if m.PoolsSet || len(m.Pools) > 0 {
+			if changed := !a.hasPools || !slicesEqual(a.pools, m.Pools); changed {
+				a.pools, a.hasPools = m.Pools, true
+				a.send(a.reportLocked())
+			}
+		} else if a.hasPools {
+			// The operator's pools were withdrawn: back to the config's.
+			a.pools, a.hasPools = nil, false
 			a.send(a.reportLocked())
 		}
 		a.mu.Unlock()

@@ -31,6 +31,18 @@ import (
 // VerifyEvery is how often runner tokens are verified again (GL-18).
 const VerifyEvery = 24 * time.Hour
 
+// ErrTokensRefused is Run's error when GitLab refuses the token of every
+// runner, at start or later: the relay has nothing left to do, and exits
+// non-zero so that a service manager notices.
+var ErrTokensRefused = errors.New("relay: GitLab refused every runner token")
+
+// refusedError is ErrTokensRefused naming the runners and what to do.
+func refusedError(gitlabURL string, names []string) error {
+	return fmt.Errorf("%w (%s at %s): the runner was deleted in GitLab or its token reset; "+
+		"register it again in GitLab, put its new glrt- token in the runner's token_file, then start vk-gitlab again",
+		ErrTokensRefused, strings.Join(names, ", "), gitlab.CleanURL(gitlabURL))
+}
+
 // Options are what Run needs beyond the configuration; the zero value is
 // production's.
 type Options struct {
@@ -104,7 +116,7 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 	// Runners: state files (AUTH-16), verify (GL-02, GL-18).
 	var runners []loop.Runner
 	reports := make([]client.RunnerReport, len(cfg.Runners))
-	var names []string
+	var names, refused []string
 	for i, rc := range cfg.Runners {
 		st, err := state.Open(cfg.StateDir, rc.Name, enrol.ID)
 		if err != nil {
@@ -116,12 +128,22 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 		}
 		names = append(names, rc.Name)
 		id, ok := verify(ctx, gl, tokens[i], systemID, clk, log.With(logkey.RunnerID, rc.Name))
+		if !ok {
+			refused = append(refused, rc.Name)
+		}
 		reports[i] = client.RunnerReport{Name: rc.Name, GitLabRunnerID: id, Placement: rc.Placement(), Limit: rc.Limit,
 			RequestConcurrency: rc.RequestConcurrency, TokenAccepted: ok}
-		runners = append(runners, loop.Runner{Name: rc.Name, Token: tokens[i], Placement: rc.Placement(),
+		// A refused token reserves no room: the hub hears the runner as
+		// token_refused, GitLab is asked nothing with it.
+		runners = append(runners, loop.Runner{Name: rc.Name, Token: tokens[i], Placement: rc.Placement(), Refused: !ok,
 			RequestConcurrency: rc.RequestConcurrency, Limit: rc.Limit, Store: st,
 			Translate: translate.Runner{ServerURL: cfg.GitLab.URL, RunnerID: id, ShortToken: gitlab.ShortToken(tokens[i]),
 				ServerCAPEM: ca, OutputLimit: rc.OutputLimit.Bytes()}})
+	}
+	if len(refused) == len(names) && !recordsJobs(runners) {
+		err := refusedError(cfg.GitLab.URL, refused)
+		log.Error("vk-gitlab stopped: "+err.Error(), "runners", refused)
+		return err
 	}
 	if orphans, err := state.Orphans(cfg.StateDir, names); err == nil {
 		for _, o := range orphans {
@@ -250,7 +272,27 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 	err = mgr.Run(ctx, jobCtx)
 	stopSession()
 	sessDone.Wait()
-	return err
+	if err == nil && ctx.Err() == nil {
+		// Every request loop ended on its own: GitLab refused every token.
+		err = refusedError(cfg.GitLab.URL, mgr.Refused())
+	}
+	if err != nil {
+		log.Error("vk-gitlab stopped: " + err.Error())
+		return err
+	}
+	log.Info("vk-gitlab stopped")
+	return nil
+}
+
+// recordsJobs reports whether a runner's state file records a job (one to
+// resume even with its token refused).
+func recordsJobs(runners []loop.Runner) bool {
+	for _, r := range runners {
+		if len(r.Store.Jobs()) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // verify calls /runners/verify and logs token expiry (GL-02, GL-18). It
@@ -271,7 +313,8 @@ func verify(ctx context.Context, gl *gitlab.Client, token, systemID string, clk 
 		}
 		return out.Response.ID, true
 	case gitlab.VerifyRefused:
-		log.Error("GitLab refused the runner token at verify")
+		log.Error("GitLab refused the runner token at verify: this runner asks GitLab for nothing and reserves no room (token_refused); register it again and put the new token in its token_file",
+			"token", gitlab.ShortToken(token))
 		return 0, false
 	}
 	log.Warn("runner verify failed", logkey.Err, err)
@@ -335,8 +378,9 @@ type sessionHandler struct {
 	kick   func() // sends a heartbeat now
 }
 
+// Connected answers the welcome with the report; the session client has
+// logged "hub session up" already.
 func (h *sessionHandler) Connected(w client.RelayWelcome) client.RelayReport {
-	h.log.Info("hub session up", "version", w.Version, logkey.Session, w.Handle)
 	return h.report()
 }
 

@@ -2,9 +2,13 @@ package relay
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,4 +211,76 @@ func TestShutdownTimeoutLeavesJob(t *testing.T) {
 		t.Errorf("leave accepted while a job is recorded")
 	}
 	e.release(t, "never") // let the node's job end before the node stops
+}
+
+// A runner token GitLab refuses at verify reserves no room and asks GitLab
+// for no job: with every token refused Run returns ErrTokensRefused (the
+// command exits non-zero) naming the runner and what to do, and logs it
+// last.
+//
+// spec: GL-02, RSESS-05
+func TestRunRefusedTokenAtVerify(t *testing.T) {
+	e := newRunEnv(t, 60)
+	e.toks = []string{"glrt-not-a-token-gitlab-knows"}
+	var logs syncLog
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(t.Context(), e.cfg, e.toks, slog.New(slog.NewTextHandler(&logs, nil)), Options{Clock: e.clk, Hub: e.hub})
+	}()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return with every token refused")
+	}
+	if !errors.Is(err, ErrTokensRefused) || !strings.Contains(err.Error(), "r1") || !strings.Contains(err.Error(), "token_file") {
+		t.Fatalf("Run = %v, want ErrTokensRefused naming r1 and what to do", err)
+	}
+	if n := e.hub.Count(client.RouteReserve); n != 0 {
+		t.Errorf("%d reservations with a refused token", n)
+	}
+	if n := len(e.gl.RequestsTo(gitlabfake.RouteJobRequest)); n != 0 {
+		t.Errorf("%d job requests with a refused token", n)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "level=ERROR") || !strings.Contains(last, "vk-gitlab stopped") {
+		t.Errorf("last log line = %q, want the error saying the relay stopped", last)
+	}
+}
+
+// A token GitLab refuses later (403 to a job request) stops its runner;
+// with no runner left Run returns ErrTokensRefused instead of nil.
+//
+// spec: RSESS-05
+func TestRunRefusedTokenLater(t *testing.T) {
+	e := newRunEnv(t, 60)
+	e.gl.InjectFault(gitlabfake.Fault{Route: gitlabfake.RouteJobRequest, Status: http.StatusForbidden, Count: 100})
+	errc := make(chan error, 1)
+	go func() { errc <- Run(t.Context(), e.cfg, e.toks, testlog.New(t), Options{Clock: e.clk, Hub: e.hub}) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrTokensRefused) {
+			t.Fatalf("Run = %v, want ErrTokensRefused", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return with its only runner's token refused")
+	}
+}
+
+// syncLog is a log sink safe for concurrent writes.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

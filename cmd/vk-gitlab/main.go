@@ -25,6 +25,14 @@ import (
 )
 
 func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "vk-gitlab:", err)
+		os.Exit(1)
+	}
+}
+
+// newRoot is vk-gitlab's command tree.
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "vk-gitlab",
 		Short:         "vk's GitLab relay: runner tokens, reservations, job submission, traces",
@@ -34,20 +42,17 @@ func main() {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(runCmd(), joinCmd(), leaveCmd())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "vk-gitlab:", err)
-		os.Exit(1)
-	}
+	return root
 }
 
 func runCmd() *cobra.Command {
-	var cfgPath, level string
+	var cfgPath, level, format string
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "run the relay daemon",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := cmdlog.New(os.Stderr, "text", level)
+			log, err := cmdlog.New(os.Stderr, format, level)
 			if err != nil {
 				return err
 			}
@@ -62,10 +67,15 @@ func runCmd() *cobra.Command {
 			return relay.Run(ctx, cfg, tokens, log, relay.Options{})
 		},
 	}
-	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file")
-	c.Flags().StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file")
+	c.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	c.Flags().StringVar(&format, "log-format", "text", "log format: text or json")
 	return c
 }
+
+// defaultConfig is where the relay's config lives, beside the hub's and
+// the node's (/etc/vk/hub.toml, /etc/vk/node.toml).
+const defaultConfig = "/etc/vk/vk-gitlab.toml"
 
 // stateDir is --state-dir, else the config's state_dir, else the default.
 func stateDir(cfgPath, flag string) (string, error) {
@@ -120,11 +130,11 @@ func joinCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file (for state_dir)")
+	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file (for state_dir; a missing one is fine)")
 	c.Flags().StringVar(&dirFlag, "state-dir", "", "state directory (overrides the config's state_dir)")
 	c.Flags().StringVar(&tokenArg, "token", "", `enrolment token, or "-" to read it from stdin (required)`)
 	c.Flags().StringVar(&caFile, "ca", "", "hub CA certificate (PEM); without it the CA is trusted on first use")
-	c.Flags().BoolVar(&replace, "replace", false, "replace an existing enrolment (stop the daemon first; see OPS-09)")
+	c.Flags().BoolVar(&replace, "replace", false, "replace an existing enrolment (stop the daemon with SIGTERM and let its jobs finish first)")
 	return c
 }
 
@@ -163,7 +173,7 @@ func leaveCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&cfgPath, "config", "vk-gitlab.toml", "configuration file (for state_dir)")
+	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file (for state_dir; a missing one is fine)")
 	c.Flags().StringVar(&dirFlag, "state-dir", "", "state directory (overrides the config's state_dir)")
 	return c
 }

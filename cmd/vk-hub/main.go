@@ -20,6 +20,14 @@ import (
 )
 
 func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "vk-hub:", err)
+		os.Exit(1)
+	}
+}
+
+// newRoot is vk-hub's command tree.
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "vk-hub",
 		Short:         "vk's fleet hub: arbitration, placement, job records and output",
@@ -28,28 +36,68 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	stateDir := root.PersistentFlags().String("state-dir", hub.DefaultStateDir,
+	pf := root.PersistentFlags()
+	stateDir := pf.String("state-dir", hub.DefaultStateDir,
 		"state directory (serve: overrides the file's state_dir; other commands: where the admin socket is)")
-	root.AddCommand(serveCmd(stateDir))
-	// Operator commands talk to the running hub over its admin socket.
-	root.AddCommand(admin.Commands(func() string { return admin.SocketPath(*stateDir) })...)
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "vk-hub:", err)
-		os.Exit(1)
+	cfgPath := pf.String("config", "", "the hub's configuration `FILE` (TOML, version = 1); default $"+configEnv+
+		"; without either the defaults apply")
+	root.AddCommand(serveCmd(stateDir, cfgPath))
+	// Operator commands talk to the running hub over its admin socket in
+	// its state directory: --state-dir, else the config's state_dir.
+	var socket string
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		for c := cmd; c != nil; c = c.Parent() {
+			switch c.Name() {
+			case "serve", "help", "completion":
+				return nil // no admin socket needed
+			}
+		}
+		dir, err := adminStateDir(cmd, *cfgPath, *stateDir)
+		socket = admin.SocketPath(dir)
+		return err
 	}
+	root.AddCommand(admin.Commands(func() string { return socket })...)
+	return root
 }
 
-func serveCmd(stateDir *string) *cobra.Command {
-	var (
-		path, addr, logFormat, logLevel string
-	)
+// configEnv names the hub's config file when --config is not given.
+const configEnv = "VK_HUB_CONFIG"
+
+// configFile is --config, else $VK_HUB_CONFIG, else "" (the defaults).
+func configFile(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv(configEnv)
+}
+
+// adminStateDir is where an operator command finds the admin socket:
+// --state-dir when given, else the config file's state_dir, else the
+// default.
+func adminStateDir(cmd *cobra.Command, cfgFlag, dirFlag string) (string, error) {
+	if cmd.Flags().Changed("state-dir") {
+		return dirFlag, nil
+	}
+	path := configFile(cfgFlag)
+	if path == "" {
+		return hub.DefaultStateDir, nil
+	}
+	cfg, err := hub.LoadConfig(path)
+	if err != nil {
+		return "", err
+	}
+	return cfg.StateDir, nil
+}
+
+func serveCmd(stateDir, cfgPath *string) *cobra.Command {
+	var addr, logFormat, logLevel string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "serve the client API and sessions (--config hub.toml)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := hub.DefaultConfig()
-			if path != "" {
+			if path := configFile(*cfgPath); path != "" {
 				var err error
 				if cfg, err = hub.LoadConfig(path); err != nil {
 					return err
@@ -75,7 +123,6 @@ func serveCmd(stateDir *string) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&path, "config", "", "hub.toml (TOML, `version = 1`); without it the defaults apply")
 	f.StringVar(&addr, "addr", hub.DefaultAddr, "listener address, overrides the file's addr")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -11,6 +11,14 @@ import (
 )
 
 func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "vk:", err)
+		os.Exit(1)
+	}
+}
+
+// newRoot is vk's command tree.
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "vk",
 		Short:         "vk: the node agent and tools",
@@ -26,8 +34,5 @@ func main() {
 	})
 	root.AddCommand(nodeCommand())
 	root.AddCommand(demo.Command())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "vk:", err)
-		os.Exit(1)
-	}
+	return root
 }

@@ -17,19 +17,22 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vk-ci/vk/internal/cmdlog"
+	"github.com/vk-ci/vk/internal/conffile"
 	"github.com/vk-ci/vk/node"
 	"github.com/vk-ci/vk/node/ledger"
 )
 
 // nodeCommand is `vk node run` and `vk node join`.
 func nodeCommand() *cobra.Command {
-	n := &cobra.Command{Use: "node", Short: "the node agent: admission ledger, journal, job execution"}
+	n := &cobra.Command{Use: "node", Short: "the node agent: admission ledger, journal, job execution", Args: cobra.NoArgs,
+		// An unknown subcommand is an error, not this help with status 0.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	n.AddCommand(nodeRunCommand(), nodeJoinCommand())
 	for _, c := range []struct{ name, short string }{
 		{node.CmdStatus, "print the running agent's state (control socket)"},
-		{node.CmdDrain, "refuse new offers, let held reservations lapse; running jobs finish (NODE-05)"},
+		{node.CmdDrain, "refuse new offers, let held reservations lapse; running jobs finish"},
 		{node.CmdReady, "take offers again"},
-		{node.CmdQuarantine, "refuse new offers and release every held reservation now (NODE-05)"},
+		{node.CmdQuarantine, "refuse new offers and release every held reservation now"},
 	} {
 		n.AddCommand(nodeControlCommand(c.name, c.short))
 	}
@@ -161,7 +164,7 @@ func runNode(ctx context.Context, cfg node.Config, log *slog.Logger) error {
 }
 
 func nodeJoinCommand() *cobra.Command {
-	var token, caFile, stateDir, name string
+	var token, caFile, stateDir, name, configPath string
 	var replace bool
 	cmd := &cobra.Command{
 		Use:   "join <hub-url> --token -",
@@ -176,6 +179,22 @@ func nodeJoinCommand() *cobra.Command {
 			if caFile != "" {
 				if caPEM, err = os.ReadFile(caFile); err != nil {
 					return fmt.Errorf("--ca: %w", err)
+				}
+			}
+			// The node's config says where its state goes and its name,
+			// unless the flags do; a missing default config is no error.
+			if !cmd.Flags().Changed("state-dir") || !cmd.Flags().Changed("name") {
+				cfg, err := node.LoadConfig(configPath)
+				switch {
+				case err == nil:
+					if !cmd.Flags().Changed("state-dir") {
+						stateDir = cfg.Node.StateDir
+					}
+					if name == "" {
+						name = cfg.Node.Name
+					}
+				case cmd.Flags().Changed("config") || !errors.Is(err, conffile.ErrNoConfig):
+					return err
 				}
 			}
 			if name == "" {
@@ -196,8 +215,9 @@ func nodeJoinCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&token, "token", "", "the one-time join token, or - to read it from stdin (keeps it out of the process list)")
 	f.StringVar(&caFile, "ca", "", "the hub's CA certificate (PEM); without it the CA is trusted on first use")
-	f.StringVar(&stateDir, "state-dir", node.DefaultStateDir, "the node's state directory")
-	f.StringVar(&name, "name", "", "the node's display name (default: host name)")
+	f.StringVar(&configPath, "config", "/etc/vk/node.toml", "node config file (TOML), for its [node] state_dir and name")
+	f.StringVar(&stateDir, "state-dir", node.DefaultStateDir, "the node's state directory (default: the config's [node] state_dir)")
+	f.StringVar(&name, "name", "", "the node's display name (default: the config's [node] name, else the host name)")
 	f.BoolVar(&replace, "replace", false, "replace an existing enrolment")
 	cmd.MarkFlagRequired("token")
 	return cmd

@@ -116,4 +116,43 @@ func TestNodeJoin(t *testing.T) {
 	if _, err := join(tok.Text); err == nil {
 		t.Error("a second join with the same token and no --replace succeeded")
 	}
+
+	// Without --state-dir and --name, join takes both from the node's
+	// config, as vk node run will.
+	state2 := filepath.Join(dir, "state2")
+	cfgPath := filepath.Join(dir, "node.toml")
+	toml := "version = 1\n[node]\nname = \"ci-17\"\nstate_dir = \"" + state2 + "\"\n"
+	if err := os.WriteFile(cfgPath, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok2, err := enr.NewToken(t.Context(), store.KindNode, 0, "operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := nodeCommand()
+	cmd.SetArgs([]string{"join", srv.URL, "--token", "-", "--ca", ca, "--config", cfgPath})
+	cmd.SetIn(strings.NewReader(tok2.Text + "\n"))
+	cmd.SetOut(&bytes.Buffer{})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("join --config: %v", err)
+	}
+	id2, err := node.LoadIdentity(state2)
+	if err != nil {
+		t.Fatalf("no enrolment in the config's state_dir: %v", err)
+	}
+	if p, err := st.GetPrincipal(t.Context(), id2.NodeID); err != nil || p.Name != "ci-17" {
+		t.Errorf("principal %+v, %v: want the config's name ci-17", p, err)
+	}
+}
+
+// An unknown `vk node` subcommand fails instead of printing help with
+// status 0.
+func TestNodeUnknownSubcommand(t *testing.T) {
+	cmd := nodeCommand()
+	cmd.SetArgs([]string{"strat"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("vk node strat = %v, want an unknown command error", err)
+	}
 }

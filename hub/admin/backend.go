@@ -57,6 +57,11 @@ type Backend interface {
 	// marked removed in the store): it ends the relay's session; the
 	// relay's signed requests are refused from now on (AUTH-13).
 	RelayRemoved(ctx context.Context, relay string) error
+	// NodeRemoved tells the hub an operator removed a node that will not
+	// come back (already marked removed in the store): its session ends,
+	// its reservations end, its jobs end lost, and it leaves the node
+	// list; its key is refused from now on.
+	NodeRemoved(ctx context.Context, node string) error
 	// ApprovalChanged tells the hub an operator approved or rejected a
 	// project or (Project 0) a GitLab server (OPS-06), already stored: it
 	// releases or fails the jobs held for it and updates relays' server
@@ -78,6 +83,9 @@ const (
 	WaitTicket WaitingKind = "ticket"
 	// WaitJob is a submitted job not yet started on a node.
 	WaitJob WaitingKind = "job"
+	// WaitRunner is a runner that asks for no room at all: its relay
+	// waits for an operator to approve its GitLab server.
+	WaitRunner WaitingKind = "runner"
 )
 
 // Waiting is one entry of the hub's queue, as `vk-hub queue` and the UI's
@@ -108,6 +116,9 @@ type Waiting struct {
 	// sched.Reason.Text() (e.g. "waiting: tenant cap 20 reached"); empty
 	// means none known.
 	Reason string `json:"reason,omitempty"`
+	// Idle: a runner's standing request while its runner is backed off
+	// because GitLab had no job for it lately: no work waits behind it.
+	Idle bool `json:"idle,omitempty"`
 }
 
 // Node is one node as `vk-hub nodes list` shows it.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,6 +25,14 @@ import (
 func Commands(socket func() string) []*cobra.Command {
 	cl := func() *Client { return Dial(socket()) }
 	return []*cobra.Command{tokenCmd(cl), relaysCmd(cl), nodesCmd(cl), policyCmd(cl), projectsCmd(cl), queueCmd(cl)}
+}
+
+// group is a command that only holds subcommands: without arguments it
+// prints its help; an unknown subcommand is an error (exit status 1), not
+// its help with status 0.
+func group(use, short string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 }
 
 func queueCmd(cl func() *Client) *cobra.Command {
@@ -50,7 +59,7 @@ func queueCmd(cl func() *Client) *cobra.Command {
 }
 
 func tokenCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "token", Short: "enrolment tokens"}
+	root := group("token", "enrolment tokens")
 	var (
 		kind string
 		ttl  time.Duration
@@ -60,7 +69,7 @@ func tokenCmd(cl func() *Client) *cobra.Command {
 		Short: "mint a one-time enrolment token (printed alone on stdout)",
 		Long: "Mint a one-time token that enrols one relay (--kind gitlab) or node (--kind node).\n" +
 			"The token alone goes to stdout, so it can be piped:\n\n" +
-			"  vk-hub token create --kind gitlab | vk-gitlab join https://hub:7443 --token -",
+			"  vk-hub token create --kind gitlab | vk-gitlab join https://hub.example.com:8443 --token - --ca ca.pem",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kind != "gitlab" && kind != "node" {
@@ -86,7 +95,7 @@ func tokenCmd(cl func() *Client) *cobra.Command {
 }
 
 func relaysCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "relays", Short: "enrolled relays (vk-gitlab)"}
+	root := group("relays", "enrolled relays (vk-gitlab)")
 	root.AddCommand(&cobra.Command{
 		Use: "list", Short: "list enrolled relays, removed ones included", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -110,23 +119,28 @@ func relaysCmd(cl func() *Client) *cobra.Command {
 }
 
 func nodesCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "nodes", Short: "nodes: list, pools, ceiling, drain"}
+	root := group("nodes", "nodes: list, pools, ceiling, drain, undrain, remove")
+	setDrain := func(cmd *cobra.Command, id string, on bool) error {
+		if err := cl().Drain(cmd.Context(), id, on); err != nil {
+			return err
+		}
+		verb := "draining"
+		if !on {
+			verb = "no longer draining"
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "node %s %s\n", id, verb)
+		return nil
+	}
 	var undo bool
 	drain := &cobra.Command{
-		Use: "drain <id>", Short: "drain a node: no new offers, held reservations lapse (--undo ends it)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cl().Drain(cmd.Context(), args[0], !undo); err != nil {
-				return err
-			}
-			verb := "draining"
-			if undo {
-				verb = "no longer draining"
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "node %s %s\n", args[0], verb)
-			return nil
-		},
+		Use: "drain <id>", Short: "drain a node: no new offers, held reservations lapse, running jobs finish", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return setDrain(cmd, args[0], !undo) },
 	}
-	drain.Flags().BoolVar(&undo, "undo", false, "end the drain")
+	drain.Flags().BoolVar(&undo, "undo", false, "end the drain (as nodes undrain)")
+	undrain := &cobra.Command{
+		Use: "undrain <id>", Short: "end a drain: the node takes new work again", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return setDrain(cmd, args[0], false) },
+	}
 	root.AddCommand(&cobra.Command{
 		Use: "list", Short: "list nodes with their state, pools and load", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -168,12 +182,26 @@ func nodesCmd(cl func() *Client) *cobra.Command {
 			fmt.Fprintf(cmd.ErrOrStderr(), "node %s ceiling: %s\n", args[0], ceilingText(n))
 			return nil
 		},
-	}, drain)
+	}, drain, undrain, &cobra.Command{
+		Use:   "remove <id>",
+		Short: "remove a node that will not come back: its key is refused, its jobs end lost",
+		Long: "Remove a node that will never come back (a machine retired or rebuilt): the hub refuses its key\n" +
+			"from now on, ends its session, ends its reservations, ends its jobs lost and drops it from the\n" +
+			"node list. A rebuilt machine joins again with a new token.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cl().RemoveNode(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "node %s removed\n", args[0])
+			return nil
+		},
+	})
 	return root
 }
 
 func policyCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "capacity-policy", Short: "the capacity policy: tenants, headroom, placement rules (docs/capacity-policy.md)"}
+	root := group("capacity-policy", "the capacity policy: tenants, headroom, placement rules (docs/capacity-policy.md)")
 	root.AddCommand(&cobra.Command{
 		Use: "get", Short: "print the policy in force as a policy file", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -207,6 +235,14 @@ func policyCmd(cl func() *Client) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "capacity policy set: %d headroom entries, %d tenants\n", len(p.Headroom), len(p.Tenants))
+			// A relay ID no enrolment has is most likely a typo: its
+			// runners fall to the default tenant. Warn, do not refuse (a
+			// policy may name a relay before it joins).
+			if rs, err := cl().Relays(cmd.Context()); err == nil {
+				for _, w := range UnknownRelays(p, rs) {
+					fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+				}
+			}
 			return nil
 		},
 	})
@@ -214,28 +250,49 @@ func policyCmd(cl func() *Client) *cobra.Command {
 }
 
 func projectsCmd(cl func() *Client) *cobra.Command {
-	root := &cobra.Command{Use: "projects", Short: "approve or reject GitLab projects and servers"}
+	root := group("projects", "approve or reject GitLab projects and servers")
 	decide := func(state store.ApprovalState) *cobra.Command {
 		verb := "approve"
 		if state == store.ApprovalRejected {
 			verb = "reject"
 		}
-		return &cobra.Command{
+		var unseen bool
+		c := &cobra.Command{
 			Use:   verb + " <instance> <project-id|server>",
 			Short: verb + " a project (or with \"server\" the GitLab server itself)",
-			Args:  cobra.ExactArgs(2),
+			Long: verb + " a project of a GitLab server, or with \"server\" the server itself. <instance> is the\n" +
+				"host[:port] of the server's URL, as vk-hub projects list shows it (a URL is read as its host).\n" +
+				"A server the hub has not seen (no relay of it connected yet) is refused as a likely typo\n" +
+				"unless --unseen says the decision is meant ahead of its first relay.",
+			Args: cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				proj, err := parseProject(args[1])
 				if err != nil {
 					return err
 				}
-				if err := cl().SetApproval(cmd.Context(), args[0], proj, state); err != nil {
+				inst := store.InstanceKey(args[0])
+				if inst == "" {
+					return fmt.Errorf("instance %q: want the host[:port] of a GitLab server, as vk-hub projects list shows it", args[0])
+				}
+				if !unseen {
+					as, err := cl().Projects(cmd.Context())
+					if err != nil {
+						return err
+					}
+					if !slices.ContainsFunc(as, func(a store.Approval) bool { return a.Instance == inst }) {
+						return fmt.Errorf("%w: GitLab server %s: the hub has not seen it (vk-hub projects list shows the servers it has); "+
+							"check the spelling, or pass --unseen to decide ahead of its first relay", ErrNotFound, inst)
+					}
+				}
+				if err := cl().SetApproval(cmd.Context(), inst, proj, state); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", args[0], args[1], state)
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", inst, args[1], state)
 				return nil
 			},
 		}
+		c.Flags().BoolVar(&unseen, "unseen", false, "decide on a server the hub has not seen yet")
+		return c
 	}
 	root.AddCommand(&cobra.Command{
 		Use: "list", Short: "list projects and servers with their approval state", Args: cobra.NoArgs,
@@ -302,7 +359,19 @@ func writeQueue(w io.Writer, q []Waiting) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d waiting\n", len(q))
+	idle := 0
+	for _, e := range q {
+		if e.Idle {
+			idle++
+		}
+	}
+	if idle == 0 {
+		_, err := fmt.Fprintf(w, "%d waiting\n", len(q))
+		return err
+	}
+	// A backed-off runner's standing request is no backlog: say so.
+	_, err := fmt.Fprintf(w, "%d waiting, %d of them runners' standing requests while GitLab has no job for them (backed off): no work waits behind those\n",
+		len(q), idle)
 	return err
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -80,11 +81,13 @@ func (c *Client) do(ctx context.Context, method, path string, in any, wantStatus
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 		}
+		// The hub's text starts with the sentinel's own text already:
+		// wrap once, not "admin: not found: admin: not found: …".
 		switch resp.StatusCode {
 		case http.StatusNotFound:
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, e.Error)
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, strings.TrimPrefix(e.Error, ErrNotFound.Error()+": "))
 		case http.StatusBadRequest:
-			return nil, fmt.Errorf("%w: %s", ErrInvalid, e.Error)
+			return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.TrimPrefix(e.Error, ErrInvalid.Error()+": "))
 		}
 		return nil, fmt.Errorf("admin: hub answered: %s", e.Error)
 	}
@@ -113,6 +116,12 @@ func (c *Client) Relays(ctx context.Context) ([]Relay, error) {
 // RemoveRelay removes a relay.
 func (c *Client) RemoveRelay(ctx context.Context, id string) error {
 	_, err := c.do(ctx, http.MethodDelete, "/admin/relays/"+url.PathEscape(id), nil, http.StatusNoContent, nil)
+	return err
+}
+
+// RemoveNode removes a node that will not come back.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/admin/nodes/"+url.PathEscape(id), nil, http.StatusNoContent, nil)
 	return err
 }
 

@@ -96,6 +96,14 @@ func (b *fakeBackend) RelayRemoved(_ context.Context, id string) error {
 	return nil
 }
 
+func (b *fakeBackend) NodeRemoved(_ context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.nodes, id)
+	b.removed = append(b.removed, id)
+	return nil
+}
+
 func (b *fakeBackend) ApprovalChanged(_ context.Context, a store.Approval) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

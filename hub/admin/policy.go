@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -283,6 +284,9 @@ func DecodePolicy(name string, data []byte) (Policy, error) {
 	if err := conffile.Decode(name, data, &f, PolicyVersion); err != nil {
 		return Policy{}, err
 	}
+	if err := CheckWritten(name, data, nil); err != nil {
+		return Policy{}, err
+	}
 	if err := f.Policy.Validate(); err != nil {
 		return Policy{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -291,14 +295,126 @@ func DecodePolicy(name string, data []byte) (Policy, error) {
 
 // LoadPolicy is [DecodePolicy] for a file path.
 func LoadPolicy(path string) (Policy, error) {
-	var f policyFile
-	if err := conffile.Load(path, &f, PolicyVersion); err != nil {
+	data, err := os.ReadFile(path)
+	if err != nil {
 		return Policy{}, err
 	}
-	if err := f.Policy.Validate(); err != nil {
-		return Policy{}, fmt.Errorf("%s: %w", path, err)
+	return DecodePolicy(path, data)
+}
+
+// ErrEmptyProjects is wrapped when a tenant's projects table is present
+// but empty (`[tenants.web.projects]` with nothing under it, or
+// `projects = {}`). Decoded, it cannot be told from no table, which
+// allows every project (ARB-41); reading it so would silently widen what
+// the operator meant to narrow, so every reader of a policy (hub.toml's
+// table, capacity_policy_file, `capacity-policy set`) refuses it: remove
+// the table to allow every project, or list at least one.
+var ErrEmptyProjects = errors.New("empty projects table")
+
+// UnknownRelays returns a warning for each relay ID the policy names (in
+// relays, runners or production_runners) that is not an enrolled relay of
+// rs, in tenant order: the policy is valid, but such an ID is most likely
+// mistyped, and its runners would fall to the default tenant.
+func UnknownRelays(p Policy, rs []Relay) []string {
+	enrolled := map[string]bool{}
+	for _, r := range rs {
+		if !r.Removed {
+			enrolled[r.ID] = true
+		}
 	}
-	return f.Policy, nil
+	var out []string
+	for _, name := range sortedKeys(p.Tenants) {
+		t := p.Tenants[name]
+		seen := map[string]bool{}
+		check := func(relay, as string) {
+			if relay == "" || enrolled[relay] || seen[as] {
+				return
+			}
+			seen[as] = true
+			out = append(out, fmt.Sprintf("tenant %q lists %s, but no enrolled relay has the ID %s (vk-hub relays list)", name, as, relay))
+		}
+		for _, r := range t.Relays {
+			check(r, "relay "+r)
+		}
+		for _, r := range slices.Concat(t.Runners, t.ProductionRunners) {
+			relay, _, _ := strings.Cut(r, "/")
+			check(relay, "runner "+r)
+		}
+	}
+	return out
+}
+
+// CheckWritten checks what decoding cannot see in a policy document
+// (named name in errors; prefix as for [EmptyProjects]): an empty
+// projects table ([ErrEmptyProjects]) and a tenant's `weight = 0`
+// written out, which would otherwise read as "absent" (weight 1) although
+// the operator meant no share at all ([ErrPolicy]).
+func CheckWritten(name string, data []byte, prefix []string) error {
+	return errors.Join(EmptyProjects(name, data, prefix), zeroWeights(name, data, prefix))
+}
+
+func zeroWeights(name string, data []byte, prefix []string) error {
+	var errs []error
+	for _, n := range sortedKeys(rawTenants(data, prefix)) {
+		t, _ := rawTenants(data, prefix)[n].(map[string]any)
+		if w, ok := t["weight"].(int64); ok && w == 0 {
+			errs = append(errs, fmt.Errorf("%w: %s: tenant %q: weight = 0: a weight is at least 1 (leave it out for 1; to stop a tenant's work, take its runners away)",
+				ErrPolicy, name, n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rawTenants is the tenants table of a policy document decoded
+// generically; nil if it has none or does not parse.
+func rawTenants(data []byte, prefix []string) map[string]any {
+	var tree map[string]any
+	if err := toml.Unmarshal(data, &tree); err != nil {
+		return nil
+	}
+	for _, k := range prefix {
+		sub, ok := tree[k].(map[string]any)
+		if !ok {
+			return nil
+		}
+		tree = sub
+	}
+	t, _ := tree["tenants"].(map[string]any)
+	return t
+}
+
+// EmptyProjects reads the TOML document data (named name in errors)
+// generically and reports every tenant whose projects table is defined
+// but empty; prefix is the key path of the policy table in the document
+// (nil: the top level). A document that does not parse gives nil: the
+// strict decode reports its syntax errors.
+func EmptyProjects(name string, data []byte, prefix []string) error {
+	var tree map[string]any
+	if err := toml.Unmarshal(data, &tree); err != nil {
+		return nil
+	}
+	for _, k := range prefix {
+		sub, ok := tree[k].(map[string]any)
+		if !ok {
+			return nil
+		}
+		tree = sub
+	}
+	tenants, _ := tree["tenants"].(map[string]any)
+	names := make([]string, 0, len(tenants))
+	for n := range tenants {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var errs []error
+	for _, n := range names {
+		t, _ := tenants[n].(map[string]any)
+		if pr, ok := t["projects"].(map[string]any); ok && len(pr) == 0 {
+			errs = append(errs, fmt.Errorf("%w: %s: tenant %q: its projects table is empty; remove it to allow every project, or list at least one",
+				ErrEmptyProjects, name, n))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // EncodePolicy writes p as a policy file ([DecodePolicy] reads it back to

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -230,3 +231,27 @@ var cmpEmpty = cmp.FilterValues(func(a, b []string) bool { return len(a) == 0 &&
 // cmpEmptyMaps treats nil and empty project maps alike: TOML reads both
 // as absent, and Tenant.Projects gives both the same meaning.
 var cmpEmptyMaps = cmp.FilterValues(func(a, b map[string]Project) bool { return len(a) == 0 && len(b) == 0 }, cmp.Ignore())
+
+// weight = 0 written out is refused (decoded, it would read as absent:
+// weight 1); relay IDs no enrolment has are warned about.
+func TestPolicyZeroWeightAndUnknownRelays(t *testing.T) {
+	if _, err := DecodePolicy("p.toml", []byte("version = 1\n[tenants.web]\nweight = 0\n")); !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), "weight = 0") {
+		t.Errorf("weight = 0: %v, want ErrPolicy", err)
+	}
+	if _, err := DecodePolicy("p.toml", []byte("version = 1\n[tenants.web]\nweight = 2\n")); err != nil {
+		t.Errorf("weight = 2: %v", err)
+	}
+	p := Policy{Tenants: map[string]Tenant{
+		"web":  {Relays: []string{"relay-a", "relay-typo"}, Runners: []string{"relay-gone/x"}},
+		"data": {ProductionRunners: []string{"relay-a/deploy", "relay-nope/deploy"}},
+	}}
+	got := UnknownRelays(p, []Relay{{ID: "relay-a"}, {ID: "relay-gone", Removed: true}})
+	want := []string{
+		`tenant "data" lists runner relay-nope/deploy, but no enrolled relay has the ID relay-nope (vk-hub relays list)`,
+		`tenant "web" lists relay relay-typo, but no enrolled relay has the ID relay-typo (vk-hub relays list)`,
+		`tenant "web" lists runner relay-gone/x, but no enrolled relay has the ID relay-gone (vk-hub relays list)`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("UnknownRelays =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

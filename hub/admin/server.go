@@ -43,6 +43,7 @@ const (
 	routePools       = "PUT /admin/nodes/{id}/pools"
 	routeCeiling     = "PUT /admin/nodes/{id}/ceiling"
 	routeDrain       = "PUT /admin/nodes/{id}/drain"
+	routeNodeRemove  = "DELETE /admin/nodes/{id}"
 	routePolicyGet   = "GET /admin/policy"
 	routePolicyPut   = "PUT /admin/policy"
 	routeProjects    = "GET /admin/projects"
@@ -145,6 +146,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}{
 		{routeTokens, s.createToken}, {routeRelays, s.listRelays}, {routeRelayRemove, s.removeRelay},
 		{routeNodes, s.listNodes}, {routePools, s.setPools}, {routeCeiling, s.setCeiling}, {routeDrain, s.drain},
+		{routeNodeRemove, s.removeNode},
 		{routePolicyGet, s.getPolicy}, {routePolicyPut, s.setPolicy},
 		{routeProjects, s.listProjects}, {routeApproval, s.setApproval},
 		{routeQueue, s.listQueue},
@@ -292,7 +294,13 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request, [
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrPolicy), errors.Is(err, enrol.ErrKind), errors.Is(err, enrol.ErrTTL):
 			status, code = http.StatusBadRequest, client.CodeInvalid
 		}
-		s.log.WarnContext(r.Context(), "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
+		// An operator's typo (404, 400) is routine; only the hub's own
+		// failure needs attention.
+		lvl := slog.LevelInfo
+		if status >= 500 {
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(r.Context(), lvl, "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
 		writeJSON(w, status, client.Error{Error: err.Error(), Code: code})
 	})
 }
@@ -384,6 +392,34 @@ func (s *Server) removeRelay(w http.ResponseWriter, r *http.Request, _ []byte) e
 		s.log.InfoContext(ctx, "relay removed", logkey.RelayID, id, "actor", actor(r))
 	}
 	if err := s.cfg.Backend.RelayRemoved(ctx, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// removeNode serves DELETE /admin/nodes/{id}: mark the node removed (its
+// key is refused from now on), tell the hub, audit. Idempotent.
+func (s *Server) removeNode(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	id := r.PathValue("id")
+	ctx := r.Context()
+	p, err := s.cfg.Store.GetPrincipal(ctx, id)
+	if err != nil {
+		return fmt.Errorf("node %q: %w", id, err)
+	}
+	if p.Kind != store.KindNode {
+		return fmt.Errorf("%w: %q is a %s, not a node", ErrNotFound, id, p.Kind)
+	}
+	if !p.Removed {
+		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
+			return err
+		}
+		if err := s.audit(ctx, r, "node.remove", id, ""); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "node removed", logkey.NodeID, id, "actor", actor(r))
+	}
+	if err := s.cfg.Backend.NodeRemoved(ctx, id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -529,8 +565,10 @@ func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, _ []byte) 
 }
 
 // setApproval serves POST /admin/projects: approve or reject a project or
-// server (OPS-06); a project the hub has not seen yet is recorded, so an
-// operator may approve ahead. Idempotent.
+// server (OPS-06); a project or server the hub has not seen yet is
+// recorded, so an operator may approve ahead (`vk-hub projects approve`
+// asks for --unseen then, against typos). An instance given as a URL is
+// read as its host[:port]. Idempotent.
 func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte) error {
 	var req ApprovalRequest
 	if err := decode(body, &req); err != nil {
@@ -539,6 +577,11 @@ func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte
 	if req.Instance == "" || req.Project < 0 || (req.State != store.ApprovalApproved && req.State != store.ApprovalRejected) {
 		return fmt.Errorf("%w: want instance, project >= 0 and state approved or rejected", ErrInvalid)
 	}
+	inst := store.InstanceKey(req.Instance)
+	if inst == "" {
+		return fmt.Errorf("%w: instance %q: want the host[:port] of a GitLab server, as vk-hub projects list shows it", ErrInvalid, req.Instance)
+	}
+	req.Instance = inst
 	ctx := r.Context()
 	a, err := s.cfg.Store.GetApproval(ctx, req.Instance, req.Project)
 	if errors.Is(err, store.ErrNotFound) {

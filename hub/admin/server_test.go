@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -258,12 +259,18 @@ func TestNodes(t *testing.T) {
 	if c.State != "ready" {
 		t.Errorf("after drain --undo: %s", c.State)
 	}
+	e.mustRun(t, "nodes", "drain", "node-c")
+	e.mustRun(t, "nodes", "undrain", "node-c")
+	if c.State != "ready" {
+		t.Errorf("after undrain: %s", c.State)
+	}
 	for _, args := range [][]string{
 		{"nodes", "ceiling", "node-a", "-3"},
 		{"nodes", "ceiling", "node-a", "lots"},
 		{"nodes", "pools", "node-q", "linux"},
 		{"nodes", "ceiling", "node-q", "1"},
 		{"nodes", "drain", "node-q"},
+		{"nodes", "undrain", "node-q"},
 	} {
 		if _, _, err := e.run(t, args...); err == nil {
 			t.Errorf("vk-hub %v succeeded", args)
@@ -310,8 +317,13 @@ func TestQueue(t *testing.T) {
 // spec: OPS-03
 func TestCapacityPolicy(t *testing.T) {
 	e := newEnv(t)
+	// One of the example's two relays is enrolled: the other is warned of.
+	if err := e.st.CreatePrincipal(t.Context(), store.Principal{ID: "relay-7k3m9q2xabcd", Kind: store.KindRelay, PublicKey: make([]byte, 32), Created: start}); err != nil {
+		t.Fatal(err)
+	}
 	_, errOut := e.mustRun(t, "capacity-policy", "set", "testdata/example-policy.toml")
-	if errOut != "capacity policy set: 2 headroom entries, 2 tenants\n" {
+	if errOut != "capacity policy set: 2 headroom entries, 2 tenants\n"+
+		"warning: tenant \"research\" lists runner relay-q4ncz8e2wxyz/ml, but no enrolled relay has the ID relay-q4ncz8e2wxyz (vk-hub relays list)\n" {
 		t.Errorf("stderr %q", errOut)
 	}
 	want, err := LoadPolicy("testdata/example-policy.toml")
@@ -338,6 +350,19 @@ func TestCapacityPolicy(t *testing.T) {
 	// The hub validates too: a client that skips the CLI's check is refused.
 	if err := Dial(e.sock).SetPolicy(t.Context(), []byte("version = 1\nbogus = 1\n")); !errors.Is(err, ErrInvalid) {
 		t.Errorf("hub accepted an invalid policy: %v", err)
+	}
+	// An empty projects table is refused here as in hub.toml and the
+	// policy file, by the CLI and by the hub.
+	empty := filepath.Join(t.TempDir(), "empty.toml")
+	os.WriteFile(empty, []byte("version = 1\n[tenants.a]\nweight = 2\n[tenants.a.projects]\n"), 0o600)
+	if _, _, err := e.run(t, "capacity-policy", "set", empty); !errors.Is(err, ErrEmptyProjects) || !strings.Contains(err.Error(), `tenant "a"`) {
+		t.Errorf("set with an empty projects table = %v, want ErrEmptyProjects naming tenant a", err)
+	}
+	if err := Dial(e.sock).SetPolicy(t.Context(), []byte("version = 1\n[tenants.a]\nprojects = {}\n")); !errors.Is(err, ErrInvalid) {
+		t.Errorf("hub accepted an empty projects table: %v", err)
+	}
+	if d := cmp.Diff(want, e.be.policy); d != "" {
+		t.Errorf("an empty projects table changed the policy:\n%s", d)
 	}
 }
 
@@ -370,6 +395,23 @@ func TestProjects(t *testing.T) {
 		if _, _, err := e.run(t, args...); err == nil {
 			t.Errorf("vk-hub %v succeeded", args)
 		}
+	}
+	// A server the hub never saw (a typo) is refused, not recorded; a URL
+	// is read as its instance.
+	before, _ := e.st.ListApprovals(ctx)
+	if _, _, err := e.run(t, "projects", "approve", "gitlab.exmaple", "42"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "has not seen") {
+		t.Errorf("approve of an unseen server = %v, want not found", err)
+	}
+	if after, _ := e.st.ListApprovals(ctx); len(after) != len(before) {
+		t.Errorf("a refused approval was stored: %d approvals, had %d", len(after), len(before))
+	}
+	e.mustRun(t, "projects", "approve", "gitlab.new", "server", "--unseen")
+	if a, _ := e.st.GetApproval(ctx, "gitlab.new", 0); a.State != store.ApprovalApproved {
+		t.Errorf("approve --unseen: %+v", a)
+	}
+	e.mustRun(t, "projects", "approve", "https://gitlab.example/", "7")
+	if a, _ := e.st.GetApproval(ctx, "gitlab.example", 7); a.State != store.ApprovalApproved {
+		t.Errorf("approve by URL: %+v", a)
 	}
 }
 
@@ -436,5 +478,92 @@ func TestPeerCheck(t *testing.T) {
 		if w.Code != tt.status {
 			t.Errorf("uid %d allow %v: status %d, want %d (%s)", tt.uid, tt.allow, w.Code, tt.status, w.Body)
 		}
+	}
+}
+
+// An unknown subcommand of a command group is an error (a non-zero exit),
+// not the group's help with status 0; the group alone prints its help.
+func TestUnknownSubcommand(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range [][]string{
+		{"nodes", "undrian", "node-a"},
+		{"nodes", "bogus"},
+		{"token", "mint"},
+		{"relays", "delete", "x"},
+		{"capacity-policy", "show"},
+		{"projects", "allow", "gitlab.example.com", "1"},
+	} {
+		_, _, err := e.run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("vk-hub %v = %v, want an unknown command error", args, err)
+		}
+	}
+	if out, _, err := e.run(t, "nodes"); err != nil || !strings.Contains(out, "undrain") {
+		t.Errorf("vk-hub nodes = %v, output %q: want its help", err, out)
+	}
+}
+
+// nodes remove marks the node removed in the store, tells the hub and
+// audits; a relay's ID or an unknown one is refused.
+//
+// spec: OPS-01
+func TestNodesRemove(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if err := e.st.CreatePrincipal(ctx, store.Principal{ID: "node-c", Kind: store.KindNode, PublicKey: make([]byte, 32), Created: start}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.CreatePrincipal(ctx, store.Principal{ID: "relay-x", Kind: store.KindRelay, PublicKey: make([]byte, 32), Created: start}); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut := e.mustRun(t, "nodes", "remove", "node-c")
+	if errOut != "node node-c removed\n" {
+		t.Errorf("stderr %q", errOut)
+	}
+	if p, err := e.st.GetPrincipal(ctx, "node-c"); err != nil || !p.Removed {
+		t.Errorf("principal after remove = %+v, %v", p, err)
+	}
+	if _, ok := e.be.nodes["node-c"]; ok || !slices.Contains(e.be.removed, "node-c") {
+		t.Errorf("the hub was not told: %v", e.be.removed)
+	}
+	if a := lastAudit(t, e.st); a.Action != "node.remove" || a.Subject != "node-c" {
+		t.Errorf("audit %+v", a)
+	}
+	for _, id := range []string{"relay-x", "node-q"} {
+		if _, _, err := e.run(t, "nodes", "remove", id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("nodes remove %s = %v, want not found", id, err)
+		}
+	}
+}
+
+// An error from the hub is wrapped once: no repeated "admin: not found:".
+func TestErrorPrefixOnce(t *testing.T) {
+	e := newEnv(t)
+	_, _, err := e.run(t, "nodes", "ceiling", "node-q", "1")
+	if !errors.Is(err, ErrNotFound) || strings.Count(err.Error(), "not found") != 1 {
+		t.Errorf("error = %q, want one not found", err)
+	}
+	_, _, err = e.run(t, "nodes", "ceiling", "node-a", "-3")
+	if err == nil || strings.Count(err.Error(), "admin:") > 1 {
+		t.Errorf("error = %q", err)
+	}
+}
+
+// A backed-off runner's standing request is counted apart: it is no
+// backlog.
+func TestQueueIdleSummary(t *testing.T) {
+	var b bytes.Buffer
+	q := []Waiting{{Kind: WaitTicket, ID: "t-1", Idle: true, Reason: "waiting: runner backed off after an empty or failed job request"},
+		{Kind: WaitTicket, ID: "t-2", Reason: "waiting: tenant cap 2 reached"}}
+	if err := writeQueue(&b, q); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(b.String(), "2 waiting, 1 of them runners' standing requests while GitLab has no job for them (backed off): no work waits behind those\n") {
+		t.Errorf("queue output:\n%s", b.String())
+	}
+	b.Reset()
+	writeQueue(&b, q[1:])
+	if !strings.HasSuffix(b.String(), "\n1 waiting\n") {
+		t.Errorf("queue output:\n%s", b.String())
 	}
 }

@@ -72,7 +72,9 @@ type Job struct {
 	Runner string `json:"runner,omitempty"`
 	// Tenant is the capacity-policy tenant charged for the job.
 	Tenant string `json:"tenant,omitempty"`
-	// Instance names the GitLab server (as the relay's enrolment does).
+	// Instance names the GitLab server as approvals do ([InstanceKey]:
+	// host[:port]). Records written before it was so may hold the
+	// server's URL; readers pass it through InstanceKey.
 	Instance string `json:"instance,omitempty"`
 	// Project is GitLab's project ID; 0 if unknown.
 	Project int64 `json:"project,omitempty"`

@@ -196,6 +196,14 @@ func (s *server) decide(r *http.Request, inst string, proj int64) (store.Approva
 		return "", fmt.Errorf("%w: state %q: want approved or rejected", ErrBadForm, st)
 	}
 	ctx := r.Context()
+	// Only a server the hub has seen (a relay reported it) can be decided
+	// on, itself or its projects: a decision on a mistyped instance
+	// would sit in the store matching nothing.
+	if _, err := s.cfg.Store.GetApproval(ctx, inst, 0); errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("%w: GitLab server %s has not been seen by the hub", errNotFound, inst)
+	} else if err != nil {
+		return "", fmt.Errorf("ui: approval: %w", err)
+	}
 	a, err := s.cfg.Store.GetApproval(ctx, inst, proj)
 	if errors.Is(err, store.ErrNotFound) {
 		a, err = store.Approval{Instance: inst, Project: proj}, nil

@@ -119,7 +119,9 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 				w.Header().Set("WWW-Authenticate", c.challenge())
 				status = http.StatusUnauthorized
 			}
-			s.log.WarnContext(r.Context(), "ui request refused", "remote", r.RemoteAddr, "path", r.URL.Path, logkey.Status, status)
+			// Routine: a browser's first request carries no credentials
+			// and gets the Basic challenge.
+			s.log.InfoContext(r.Context(), "ui request refused", "remote", r.RemoteAddr, "path", r.URL.Path, logkey.Status, status)
 			http.Error(w, http.StatusText(status), status)
 			return
 		}

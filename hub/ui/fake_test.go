@@ -18,6 +18,7 @@ type fakeBackend struct {
 	nodes    []admin.Node
 	queue    []Waiting
 	jobs     []JobRow
+	relays   []RelayRow
 	outputs  map[string][]byte
 	policy   admin.Policy
 	changed  []store.Approval
@@ -124,6 +125,13 @@ func (f *fakeBackend) RelayRemoved(_ context.Context, relay string) error {
 	return nil
 }
 
+func (f *fakeBackend) NodeRemoved(_ context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "NodeRemoved "+node)
+	return nil
+}
+
 func (f *fakeBackend) ApprovalChanged(_ context.Context, a store.Approval) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -139,6 +147,12 @@ func (f *fakeBackend) Queue(context.Context) ([]Waiting, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.queue), f.err("Queue")
+}
+
+func (f *fakeBackend) Relays(context.Context) ([]RelayRow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.relays), f.err("Relays")
 }
 
 func (f *fakeBackend) Jobs(_ context.Context, limit int) ([]JobRow, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/job"
 )
 
 // RowFromJob makes the Jobs page's row of a store record, with Runtime
@@ -16,7 +17,7 @@ import (
 // Result leaves Failure "other".
 func RowFromJob(j store.Job, now time.Time) JobRow {
 	row := JobRow{ID: j.ID, State: j.State, Node: j.Node, Stage: j.Stage, Tenant: j.Tenant, Relay: j.Principal,
-		Runner: j.Runner, Instance: j.Instance, Project: j.Project, GitLabJob: j.GitLabJobID,
+		Runner: j.Runner, Instance: store.InstanceKey(j.Instance), Project: j.Project, GitLabJob: j.GitLabJobID,
 		Created: j.Created, Updated: j.Updated}
 	end := now
 	if j.State == store.JobFinished {
@@ -33,7 +34,36 @@ func RowFromJob(j store.Job, now time.Time) JobRow {
 			row.Failure, row.Message = string(res.Failure), res.Message
 		}
 	}
+	var spec job.JobSpec
+	if json.Unmarshal(j.Spec, &spec) == nil && spec.GitLabCI != nil {
+		ji := spec.GitLabCI.Job
+		row.Name, row.CIStage, row.Pipeline, row.ProjectPath = ji.Name, ji.Stage, ji.PipelineID, ji.ProjectPath
+	}
+	row.Placement = PlacementKeyText(j.Placement)
 	return row
+}
+
+// PlacementText is a placement as operators read it: "linux [ssd,kvm]
+// mem=2G cpus=2 disk=10G".
+func PlacementText(p client.Placement) string {
+	out := p.Pool
+	if len(p.Labels) > 0 {
+		out += " [" + strings.Join(p.Labels, ",") + "]"
+	}
+	return out + " " + p.Envelope.String()
+}
+
+// PlacementKeyText is [PlacementText] of a job record's placement (the
+// placement's JSON); the key itself when it does not parse, "" for none.
+func PlacementKeyText(key string) string {
+	if key == "" {
+		return ""
+	}
+	var p client.Placement
+	if err := json.Unmarshal([]byte(key), &p); err != nil {
+		return key
+	}
+	return PlacementText(p)
 }
 
 // CleanOutput makes job output fit to show as text: ANSI escape

@@ -252,6 +252,8 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) error {
 	out, err := s.cfg.Backend.JobOutputTail(r.Context(), id, s.cfg.OutputTail)
 	note := ""
 	switch {
+	case (errors.Is(err, ErrNoOutput) || errors.Is(err, store.ErrNotFound) || errors.Is(err, admin.ErrNotFound)) && j.Settled:
+		note = "The hub deleted this job's output once its result reached GitLab: read the job's trace in GitLab."
 	case errors.Is(err, ErrNoOutput), errors.Is(err, store.ErrNotFound), errors.Is(err, admin.ErrNotFound):
 		note = "No output is kept for this job."
 	case err != nil:
@@ -262,13 +264,12 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) error {
 	}
 	return s.render(w, r, http.StatusOK, "job", "Job "+id, "jobs", struct {
 		Job       JobRow
-		Placement string
 		Cancel    string
 		OutputLen int64
 		Output    string
 		Truncated bool
 		Note      string
-	}{row, j.Placement, string(j.Cancel), j.OutputLen, CleanOutput(out), int64(len(out)) < j.OutputLen && len(out) > 0, note})
+	}{row, string(j.Cancel), j.OutputLen, CleanOutput(out), int64(len(out)) < j.OutputLen && len(out) > 0, note})
 }
 
 // servers serves GET <base>/gitlab, GitLab › Servers: the servers pending
@@ -358,9 +359,11 @@ func (s *server) project(w http.ResponseWriter, r *http.Request) error {
 
 // approvalPath reads {instance} and, with withProject, {project} (> 0).
 func approvalPath(r *http.Request, withProject bool) (string, int64, error) {
+	// An instance is a GitLab server's host[:port] as approvals key it;
+	// anything else (a URL, a made-up key) names no page.
 	inst := r.PathValue("instance")
-	if inst == "" {
-		return "", 0, fmt.Errorf("%w: no GitLab instance", errNotFound)
+	if !store.ValidInstance(inst) {
+		return "", 0, fmt.Errorf("%w: GitLab instance %q: want the host[:port] of a GitLab server", errNotFound, inst)
 	}
 	if !withProject {
 		return inst, 0, nil
@@ -412,6 +415,17 @@ func (s *server) policy(w http.ResponseWriter, r *http.Request) error {
 }
 
 // audit serves GET <base>/audit[?limit=N]: the audit log, newest first.
+// relays serves GET <base>/relays: the enrolled relays with their
+// runners, each runner's tenant, placement and state, so a runner whose
+// token GitLab refused, or that waits for a server approval, shows.
+func (s *server) relays(w http.ResponseWriter, r *http.Request) error {
+	rs, err := s.cfg.Backend.Relays(r.Context())
+	if err != nil {
+		return fmt.Errorf("ui: relays: %w", err)
+	}
+	return s.render(w, r, http.StatusOK, "relays", "Relays", "relays", struct{ Relays []RelayRow }{rs})
+}
+
 func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 	limit, err := limitParam(r, DefaultAudit, MaxAudit)
 	if err != nil {

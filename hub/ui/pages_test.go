@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/job"
 )
 
 // spec: OPS-01, OPS-02, OPS-06, API-56
@@ -216,5 +219,55 @@ func TestNoExternalAssets(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A job row names the job as GitLab does (name, stage, pipeline,
+// project path, from the stored spec), its placement as text, and its
+// result as success or failed.
+func TestRowFromJobNamesTheJob(t *testing.T) {
+	spec, _ := json.Marshal(job.NewGitLabCI(&job.CiJob{Job: job.JobInfo{ID: 7, Name: "test:unit", Stage: "test", PipelineID: 41, ProjectID: 3, ProjectPath: "acme/web"}}))
+	pl, _ := json.Marshal(client.Placement{Pool: "linux", Labels: []string{"ssd"}, Envelope: client.Envelope{Mem: 2 * client.GiB, CPUs: 2, Disk: 10 * client.GiB}})
+	row := RowFromJob(store.Job{ID: "j", State: store.JobFinished, Spec: spec, Placement: string(pl)}, t0)
+	if row.Name != "test:unit" || row.CIStage != "test" || row.Pipeline != 41 || row.ProjectPath != "acme/web" {
+		t.Errorf("row = %+v", row)
+	}
+	if want := "linux [ssd] " + (client.Envelope{Mem: 2 * client.GiB, CPUs: 2, Disk: 10 * client.GiB}).String(); row.Placement != want || strings.Contains(row.Placement, "{") {
+		t.Errorf("placement = %q, want %q", row.Placement, want)
+	}
+	for _, tc := range []struct {
+		row  JobRow
+		want string
+	}{
+		{JobRow{State: store.JobFinished}, "success"},
+		{JobRow{State: store.JobFinished, Failure: "script_failure"}, "failed"},
+		{JobRow{State: store.JobRunning, Stage: "cleanup_file_variables"}, "running"},
+	} {
+		if got := tc.row.Result(); got != tc.want {
+			t.Errorf("Result(%+v) = %q, want %q", tc.row, got, tc.want)
+		}
+	}
+}
+
+// The Relays page lists each relay's session and runners, a runner whose
+// token GitLab refused standing out.
+func TestRelaysPage(t *testing.T) {
+	e := newEnv(t)
+	e.be.mu.Lock()
+	e.be.relays = []RelayRow{
+		{ID: "relay-a", Name: "gl-1", Connected: true, GitLab: "https://gitlab.example.com", Release: "0.4.1", Host: "relay1",
+			Runners: []RunnerRow{
+				{Name: "linux", Tenant: "web", Placement: "linux mem=2G cpus=2 disk=10G", RequestConcurrency: 2, TokenAccepted: true, State: "polling"},
+				{Name: "old", RequestConcurrency: 1, State: "token_refused"},
+			}},
+		{ID: "relay-b"},
+	}
+	e.be.mu.Unlock()
+	body, _ := e.get("/relays", 200)
+	for _, w := range []string{"<title>Relays · vk hub</title>", "relay-a", "gl-1", "connected", "https://gitlab.example.com", "0.4.1",
+		"linux mem=2G cpus=2 disk=10G", "web", "polling", "refused by GitLab", "token_refused", "relay-b", "not connected", "No runner reported yet", `aria-current="page">Relays`} {
+		if !strings.Contains(body, w) {
+			t.Errorf("GET /relays lacks %q", w)
+		}
 	}
 }

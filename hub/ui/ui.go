@@ -56,6 +56,7 @@ type WaitingKind = admin.WaitingKind
 const (
 	WaitTicket = admin.WaitTicket
 	WaitJob    = admin.WaitJob
+	WaitRunner = admin.WaitRunner
 )
 
 // Waiting is one entry of the hub's queue, as the Queue page shows it
@@ -91,6 +92,28 @@ type JobRow struct {
 	// unfinished or when it succeeded. Message explains it.
 	Failure string
 	Message string
+	// Name, CIStage and Pipeline are the job's name, its pipeline stage
+	// and its pipeline ID in GitLab, and ProjectPath its project's path,
+	// from the job's stored (redacted) spec; empty or 0 if unknown.
+	Name        string
+	CIStage     string
+	Pipeline    int64
+	ProjectPath string
+	// Placement is where it asked to run, as operators read it
+	// ("linux [ssd] mem=2G cpus=2 disk=10G"); empty if unknown.
+	Placement string
+}
+
+// Result is the job's outcome as GitLab names it: "success" or "failed"
+// once finished, else its hub state (queued, starting, running).
+func (j JobRow) Result() string {
+	switch {
+	case j.State != store.JobFinished:
+		return string(j.State)
+	case j.Failure != "":
+		return "failed"
+	}
+	return "success"
 }
 
 // Backend is what the UI needs of the hub's live state: the admin
@@ -105,6 +128,41 @@ type Backend interface {
 	// output; an error wrapping [ErrNoOutput] or store.ErrNotFound when
 	// there is none.
 	JobOutputTail(ctx context.Context, id string, max int) ([]byte, error)
+	// Relays lists the enrolled relays (removed ones left out), sorted
+	// by ID, each with the runners of its last report.
+	Relays(ctx context.Context) ([]RelayRow, error)
+}
+
+// RelayRow is one relay as the Relays page shows it.
+type RelayRow struct {
+	// ID is the relay's enrolled ID, Name the name it joined with.
+	ID, Name string
+	// Connected: its session is up now.
+	Connected bool
+	// GitLab is its GitLab server's URL; Release and Host what it
+	// reported; empty before its first report.
+	GitLab, Release, Host string
+	// Runners are the runners of its last report.
+	Runners []RunnerRow
+}
+
+// RunnerRow is one runner of a relay.
+type RunnerRow struct {
+	// Name is the runner's name; Tenant the capacity-policy tenant its
+	// work is charged to ("" the default tenant).
+	Name, Tenant string
+	// Placement is where its jobs run, as operators read it.
+	Placement string
+	// RequestConcurrency and Limit are its request loops and job limit
+	// (0: none beyond the relay's concurrent).
+	RequestConcurrency, Limit int
+	// TokenAccepted: GitLab accepted its token at the relay's last
+	// verify.
+	TokenAccepted bool
+	// State is what the relay's last heartbeat said of it (polling,
+	// waiting_capacity, server_pending, token_refused, unhealthy); empty
+	// before one.
+	State string
 }
 
 // Config configures [New]. Backend, Store and Operators are required.
@@ -211,6 +269,7 @@ func (s *server) routes() http.Handler {
 	get("/jobs/{id}", s.job)
 	get("/gitlab", s.servers)
 	get("/gitlab/{instance}/projects/{project}", s.project)
+	get("/relays", s.relays)
 	get("/policy", s.policy)
 	get("/audit", s.audit)
 	mux.HandleFunc("GET "+b+"/static/ui.css", func(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -100,11 +101,48 @@ func wrap(name string, err error) error {
 		row, col := de.Position()
 		key := strings.Join(de.Key(), ".")
 		if key != "" {
-			return &Error{msg: fmt.Sprintf("%s:%d:%d: key %q: %s", name, row, col, key, de.Error()), err: err}
+			return &Error{msg: fmt.Sprintf("%s:%d:%d: key %q: %s", name, row, col, key, operatorText(de.Error())), err: err}
 		}
-		return &Error{msg: fmt.Sprintf("%s:%d:%d: %s", name, row, col, de.Error()), err: err}
+		return &Error{msg: fmt.Sprintf("%s:%d:%d: %s", name, row, col, operatorText(de.Error())), err: err}
 	}
 	return &Error{msg: fmt.Sprintf("%s: %v", name, err), err: err}
+}
+
+var typeErrRE = regexp.MustCompile(`^toml: cannot decode TOML (\w+) into .* of type (\S+)$`)
+
+// operatorText turns the decoder's message into one an operator can act
+// on: a type mismatch names the kind of value wanted ("want an integer,
+// not a string") instead of Go's struct and field names.
+func operatorText(msg string) string {
+	if m := typeErrRE.FindStringSubmatch(msg); m != nil {
+		article := "a"
+		if strings.ContainsRune("aeiou", rune(m[1][0])) {
+			article = "an"
+		}
+		return fmt.Sprintf("want %s, not %s %s", kindOf(m[2]), article, m[1])
+	}
+	return strings.TrimPrefix(msg, "toml: ")
+}
+
+// kindOf names a Go type as a kind of TOML value.
+func kindOf(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]string"):
+		return "a list of strings"
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	case strings.HasPrefix(goType, "map["), strings.HasPrefix(goType, "struct"):
+		return "a table"
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "true or false"
+	case strings.HasPrefix(goType, "float"):
+		return "a number"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"):
+		return "an integer"
+	}
+	return "a value of another kind (see the documentation of the key)"
 }
 
 // Error is a decoding error with the file position(s) in its message.

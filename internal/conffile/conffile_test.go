@@ -97,3 +97,29 @@ func FuzzDecode(f *testing.F) {
 		_ = Decode("f.toml", []byte(in), &s, 1) // must not panic
 	})
 }
+
+// A value of the wrong type is named in TOML's words, not Go's: no
+// struct, field or Go type names.
+func TestTypeErrorsInOperatorWords(t *testing.T) {
+	var c struct {
+		Version int      `toml:"version"`
+		Tick    int      `toml:"tick_ms"`
+		Names   []string `toml:"names"`
+		Sub     struct {
+			On bool `toml:"on"`
+		} `toml:"sub"`
+	}
+	for body, want := range map[string]string{
+		"version = 1\ntick_ms = \"fast\"\n": `x.toml:2:11: key "tick_ms": want an integer, not a string`,
+		"version = 1\nnames = 3\n":          `x.toml:2:9: key "names": want a list of strings, not an integer`,
+		"version = 1\n[sub]\non = 2\n":      `x.toml:3:6: key "sub.on": want true or false, not an integer`,
+	} {
+		err := Decode("x.toml", []byte(body), &c, 1)
+		if err == nil || err.Error() != want {
+			t.Errorf("%q: %v\nwant %s", body, err, want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "struct") || strings.Contains(err.Error(), "Tick")) {
+			t.Errorf("%q: Go names in %v", body, err)
+		}
+	}
+}

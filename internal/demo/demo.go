@@ -15,15 +15,18 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/vk-ci/vk/hub/ui"
+	"github.com/vk-ci/vk/internal/cmdlog"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/node"
 )
 
 // Options configure [Run]. The zero value is the documented demo.
 type Options struct {
-	// Dir is where the demo writes the fleet's state (fleet/, removed at
-	// the end), the component log (fleet.log) and the traces (traces/,
-	// kept); "" means a new temporary directory.
+	// Dir is where the demo writes the fleet's state (fleet/), the
+	// component log (fleet.log) and the traces (traces/); it is created
+	// when missing, and everything in it is kept. "" means a new
+	// temporary directory, whose fleet state is removed at the end.
 	Dir string
 	// Keep leaves the fleet running after the pipelines end, until ctx
 	// ends (Ctrl-C), so it can be explored.
@@ -82,6 +85,8 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		if dir, err = os.MkdirTemp("", "vk-demo-"); err != nil {
 			return err
 		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("demo: --dir: %w", err)
 	}
 	log := o.Log
 	if log == nil {
@@ -90,9 +95,22 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 			return err
 		}
 		defer lf.Close()
-		log = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		// The binaries' logger: one key once per line, no err=<nil>.
+		if log, err = cmdlog.New(lf, "text", "info"); err != nil {
+			return err
+		}
 	}
 	p := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
+	// A trace is what the job wrote, escape sequences included: shown as
+	// is on a terminal, as plain text elsewhere (a file, a pipe, CI).
+	tty := isTerminal(stdout)
+	showTrace := func(b []byte) {
+		if tty {
+			stdout.Write(b)
+			return
+		}
+		io.WriteString(stdout, ui.CleanOutput(b))
+	}
 
 	samples := Sample()
 	caches := true
@@ -120,9 +138,12 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		if cerr := f.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
-		if err == nil {
+		switch {
+		case err == nil && o.Dir == "":
 			os.RemoveAll(fo.Dir) // keep the traces and fleet.log, not the fleet's state
-		} else {
+		case err == nil:
+			fmt.Fprintf(stdout, "The fleet's state, logs and traces are kept in %s\n", dir)
+		default:
 			fmt.Fprintf(stdout, "The fleet's state and logs are kept for a look: %s\n", dir)
 		}
 	}()
@@ -201,7 +222,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		b, _ := os.ReadFile(j.TracePath)
 		p("")
 		p("──── %s/%s #%d (%s) ── %s", j.Tenant, j.Name, j.GitLabID, j.Result(), j.TracePath)
-		stdout.Write(b)
+		showTrace(b)
 	}
 	p("")
 	var bad []string
@@ -219,7 +240,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 			if l.Sample.Name == j.Tenant && j.State != l.Sample.Want[j.Name] && j.State != "skipped" && j.TracePath != "" {
 				b, _ := os.ReadFile(j.TracePath)
 				p("──── unexpected: %s/%s #%d (%s) ── %s", j.Tenant, j.Name, j.GitLabID, j.Result(), j.TracePath)
-				stdout.Write(b)
+				showTrace(b)
 				p("")
 			}
 		}
@@ -233,6 +254,16 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	}
 	p("All %d jobs ended as expected (%s failed on purpose) in %s.", len(final.Jobs), FailingJob, time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // stripTime drops a status line's elapsed-time prefix.
@@ -298,6 +329,6 @@ docker-registry, and says at once what is missing.`,
 	c.Flags().BoolVar(&o.Keep, "keep", false, "keep the fleet running after the pipelines end (Ctrl-C stops it)")
 	c.Flags().StringVar(&o.HubAddr, "hub-addr", "", "the hub's listen address, e.g. 127.0.0.1:8443 (default: a free loopback port)")
 	c.Flags().BoolVar(&o.Containers, "containers", false, "also run a job in a container image with a service (needs root, cgroup v1, runc, busybox-static, docker-registry)")
-	c.Flags().StringVar(&o.Dir, "dir", "", "directory for state, logs and traces (default: a new temporary directory)")
+	c.Flags().StringVar(&o.Dir, "dir", "", "directory for state, logs and traces, created if missing and kept (default: a new temporary directory, its fleet state removed at the end)")
 	return c
 }

@@ -46,11 +46,24 @@ func TestDemoRuns(t *testing.T) {
 	// Without --containers the host's container support is never asked
 	// about: a failing check must not matter.
 	checked := false
-	err = Run(t.Context(), Options{Dir: t.TempDir(), Log: testlog.New(t), HubAddr: hubAddr,
+	// --dir names a directory that does not exist yet: it is made, and
+	// the fleet's state is kept there (fleet.log too: no Log given).
+	dir := filepath.Join(t.TempDir(), "new", "demo")
+	err = Run(t.Context(), Options{Dir: dir, HubAddr: hubAddr,
 		containersCheck: func() error { checked = true; return ErrNoContainers }}, &out)
 	t.Logf("demo output:\n%s", out.String())
 	if err != nil {
-		t.Fatalf("Run: %v", err)
+		b, _ := os.ReadFile(filepath.Join(dir, "fleet.log"))
+		t.Fatalf("Run: %v\nfleet.log:\n%s", err, b)
+	}
+	for _, kept := range []string{"fleet", "fleet.log", "traces"} {
+		if _, err := os.Stat(filepath.Join(dir, kept)); err != nil {
+			t.Errorf("--dir given: %s not kept: %v", kept, err)
+		}
+	}
+	// Not a terminal: the traces shown carry no escape sequences.
+	if i := strings.IndexAny(out.String(), "\x1b\r"); i >= 0 {
+		t.Errorf("escape or CR in the output at %d: %q", i, out.String()[max(i-40, 0):min(i+40, out.Len())])
 	}
 	if d := time.Since(start); d > time.Minute {
 		t.Errorf("the demo took %v, want under a minute", d)

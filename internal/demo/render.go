@@ -153,7 +153,10 @@ func (s Snapshot) Done() bool {
 //
 //	[ 12.3s] data: 2 pending, 3 running, 4 done | web: … | nodes: node-1 3, node-2 1
 func StatusLine(s Snapshot) string {
-	type counts struct{ waiting, pending, running, done int }
+	// running counts the jobs running on a node; reporting those GitLab
+	// still shows running whose node has finished them (their last trace
+	// and result are on the way).
+	type counts struct{ waiting, pending, running, reporting, done int }
 	by := map[string]*counts{}
 	var tenants []string
 	nodes := map[string]int{}
@@ -171,9 +174,11 @@ func StatusLine(s Snapshot) string {
 			c.waiting++
 		case j.State == gitlabfake.StatePending:
 			c.pending++
+		case j.HubState == HubFinished:
+			c.reporting++
 		default:
 			c.running++
-			if j.Node != "" && j.HubState != HubFinished {
+			if j.Node != "" {
 				nodes[j.Node]++ // on the node now (not just reporting to GitLab)
 			}
 		}
@@ -186,7 +191,11 @@ func StatusLine(s Snapshot) string {
 		if i > 0 {
 			b.WriteString(" |")
 		}
-		fmt.Fprintf(&b, " %s: %d created, %d pending, %d running, %d done", t, c.waiting, c.pending, c.running, c.done)
+		fmt.Fprintf(&b, " %s: %d created, %d pending, %d running", t, c.waiting, c.pending, c.running)
+		if c.reporting > 0 {
+			fmt.Fprintf(&b, ", %d reporting", c.reporting)
+		}
+		fmt.Fprintf(&b, ", %d done", c.done)
 	}
 	if len(nodes) > 0 {
 		names := make([]string, 0, len(nodes))

@@ -126,3 +126,16 @@ func TestDurations(t *testing.T) {
 		t.Errorf("fmtDur: %q %q", fmtDur(0), fmtDur(1249*time.Millisecond))
 	}
 }
+
+// "running" counts what runs on a node; a job GitLab still shows running
+// after its node finished it is "reporting".
+func TestStatusLineRunningOnNodes(t *testing.T) {
+	s := Snapshot{Jobs: []JobRow{
+		{Tenant: "web", Name: "a", State: gitlabfake.StateRunning, HubState: "running", Node: "n1"},
+		{Tenant: "web", Name: "b", State: gitlabfake.StateRunning, HubState: HubFinished, Node: "n1"},
+	}}
+	got := StatusLine(s)
+	if !strings.Contains(got, "web: 0 created, 0 pending, 1 running, 1 reporting, 0 done") || !strings.Contains(got, "nodes: n1 1") {
+		t.Errorf("status line = %q", got)
+	}
+}

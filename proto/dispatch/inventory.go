@@ -13,6 +13,10 @@ type Report struct {
 	Release string `json:"release,omitempty"`
 	// Host is the node's host name, for the UI.
 	Host string `json:"host,omitempty"`
+	// Name is the node's configured name ([node] name), which the hub
+	// shows instead of the name it enrolled with; empty when none is
+	// configured. Optional and additive.
+	Name string `json:"name,omitempty"`
 	// Resources is what the node offers to placed work in total (its
 	// ceilings, not what is free now).
 	Resources Resources `json:"resources"`

@@ -90,8 +90,15 @@ type Settings struct {
 	// Ceiling is the hub's concurrency ceiling for the node (OPS-02,
 	// PLACE-04, PLACE-06); 0 means none.
 	Ceiling int `json:"ceiling,omitempty"`
-	// Pools are the pools an operator put the node in (OPS-01).
+	// Pools are the pools an operator put the node in (OPS-01). They
+	// replace the pools of the node's config only when PoolsSet is true or
+	// Pools is non-empty: a frame that only changes the ceiling or the
+	// drain leaves the node's pools as they are.
 	Pools []string `json:"pools,omitempty"`
+	// PoolsSet: an operator set the node's pools, possibly to none (an
+	// empty Pools then means "in no pool"). Optional and additive: a hub
+	// that does not send it names pools only by a non-empty Pools.
+	PoolsSet bool `json:"pools_set,omitempty"`
 	// CeilingZero sets a ceiling of 0 (OPS-02: the node takes no new
 	// placed work, running and held work carries on); Ceiling is then
 	// ignored. Optional and additive: a node that does not know it reads

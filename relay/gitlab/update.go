@@ -179,7 +179,10 @@ func (c *Client) UpdateJob(ctx context.Context, job JobCredentials, u UpdateJobI
 	}
 	out, err := updateJobOutcome(cl, a)
 	lvl := slog.LevelInfo
-	if out.Kind == UpdateFailed || out.Kind == UpdateAbort {
+	// GitLab echoing the state the relay just reported (a failed job's
+	// final update answered Job-Status failed) is routine, not a warning.
+	echo := string(out.JobStatus) != "" && string(out.JobStatus) == string(u.State)
+	if out.Kind == UpdateFailed || out.Kind == UpdateAbort && !echo {
 		lvl = slog.LevelWarn
 	}
 	c.log.LogAttrs(ctx, lvl, "updating job",

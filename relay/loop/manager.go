@@ -48,6 +48,10 @@ type Runner struct {
 	Translate translate.Runner
 	// Store is its state file. Required.
 	Store *state.Store
+	// Refused: GitLab refused the token already (at verify). The runner
+	// reserves nothing and asks GitLab for nothing; its heartbeat state is
+	// token_refused; jobs recorded in its state file still resume.
+	Refused bool
 }
 
 // Config configures a Manager.
@@ -140,7 +144,7 @@ func New(cfg Config) (*Manager, error) {
 		if r.RequestConcurrency <= 0 {
 			r.RequestConcurrency = 1
 		}
-		m.rs = append(m.rs, &runnerState{Runner: r, tickets: map[string]bool{}, requests: map[string]bool{}, held: map[int64]*holder{}})
+		m.rs = append(m.rs, &runnerState{Runner: r, refused: r.Refused, tickets: map[string]bool{}, requests: map[string]bool{}, held: map[int64]*holder{}})
 	}
 	return m, nil
 }
@@ -164,6 +168,9 @@ func (m *Manager) Run(ctx, jobCtx context.Context) error {
 	}
 	var loops sync.WaitGroup
 	for _, r := range m.rs {
+		if r.Refused {
+			continue // a known-bad token reserves nothing (RSESS-05)
+		}
 		rctx, cancel := context.WithCancel(ctx)
 		r.mu.Lock()
 		r.stop = cancel
@@ -180,6 +187,20 @@ func (m *Manager) Run(ctx, jobCtx context.Context) error {
 	loops.Wait()
 	m.jobs.Wait()
 	return nil
+}
+
+// Refused returns the names of the runners whose token GitLab refused, in
+// configuration order.
+func (m *Manager) Refused() []string {
+	var out []string
+	for _, r := range m.rs {
+		r.mu.Lock()
+		if r.refused {
+			out = append(out, r.Name)
+		}
+		r.mu.Unlock()
+	}
+	return out
 }
 
 // startJob runs a job's handler in its own goroutine; the slot is given back

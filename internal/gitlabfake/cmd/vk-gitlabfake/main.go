@@ -17,11 +17,31 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
 )
+
+// version is the release version, set at link time like vk's other
+// binaries' (-ldflags "-X main.version=1.2.3"); "dev" otherwise.
+var version = "dev"
+
+// versionString is the --version line in the form of internal/version's
+// (this command and its package use the standard library only).
+func versionString() string {
+	commit := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				commit = s.Value[:min(12, len(s.Value))]
+			}
+		}
+	}
+	return fmt.Sprintf("vk-gitlabfake %s (commit %s, %s %s/%s)", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -43,8 +63,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	twoPhase := fs.Bool("two-phase", false, "honour two_phase_job_commit")
 	interval := fs.Int("trace-interval", 3, "X-GitLab-Trace-Update-Interval seconds")
 	verbose := fs.Bool("v", false, "log every request to stderr")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, versionString())
+		return nil
 	}
 	level := slog.LevelInfo
 	if *verbose {

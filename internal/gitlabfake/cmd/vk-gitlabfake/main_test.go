@@ -47,3 +47,14 @@ func TestRunDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// --version prints the version and serves nothing, as every vk binary's.
+func TestVersionFlag(t *testing.T) {
+	var out strings.Builder
+	if err := run(t.Context(), []string{"--version"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "vk-gitlabfake ") || strings.Contains(got, "url=") {
+		t.Errorf("--version printed %q", got)
+	}
+}

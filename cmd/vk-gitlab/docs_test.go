@@ -1,0 +1,14 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/vk-ci/vk/internal/doccheck"
+)
+
+// Every vk-gitlab command line README and docs/ show parses with the real
+// command tree: its subcommands exist, its flags are known, and a full
+// command line has the arguments the command takes.
+func TestDocumentedCommandsParse(t *testing.T) {
+	doccheck.CheckCommands(t, "vk-gitlab", newRoot, "../../README.md", "../../docs/*.md", "../../deploy/*.service")
+}
