@@ -945,8 +945,13 @@ func (x *run) cleanupFileVariables() {
 	})
 }
 
-// finalLine writes gitlab-runner's last line for the outcome.
+// finalLine writes gitlab-runner's last line for the outcome, on a new
+// runner stream as gitlab-runner does (its entry's flag is ' ', not the
+// '+' that follows the last section's end marker).
 func (x *run) finalLine() {
+	if err := x.tr.NewRunnerStream(); err != nil {
+		x.log.Warn("trace", slog.Any(logkey.Err, err))
+	}
 	if f := x.aborted(); f != "" && (x.failure == FailureNone || x.failure == f) {
 		x.failure = f
 		if f == FailureInterrupted {

@@ -69,7 +69,9 @@ type Trace struct {
 	opts     Options
 	clk      clock.Clock
 	prefixes []string
-	runner   *Stream
+
+	rmu    sync.Mutex // guards runner
+	runner *Stream
 
 	mu        sync.Mutex // guards the fields below and writes to out
 	out       io.Writer
@@ -170,12 +172,28 @@ func (t *Trace) Stream(number uint8, typ StreamType) *Stream {
 }
 
 // Runner returns the stream of the node's own lines (stream 00, stdout).
-func (t *Trace) Runner() *Stream { return t.runner }
+func (t *Trace) Runner() *Stream {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	return t.runner
+}
+
+// NewRunnerStream closes the stream of the node's own lines and starts a
+// new one, as gitlab-runner writes a job's last line with a new logger:
+// the new stream's first entry is never a continuation ('+') of the line
+// the old one ended with, a section end marker say.
+func (t *Trace) NewRunnerStream() error {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	err := t.runner.Close()
+	t.runner = t.Stream(StreamExecutor, Stdout)
+	return err
+}
 
 // Close flushes the runner stream and refuses later writes. Streams of the
 // job must be closed before.
 func (t *Trace) Close() error {
-	err := t.runner.Close()
+	err := t.Runner().Close()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
