@@ -140,6 +140,8 @@ func (t *Trace) write(p []byte) error {
 	return nil
 }
 
+func (t *Trace) mask() error { return t.write(maskedBytes) }
+
 func (t *Trace) emitLocked(p []byte) {
 	if t.err != nil || len(p) == 0 {
 		return
