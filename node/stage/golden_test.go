@@ -324,12 +324,30 @@ func TestGoldenTraces(t *testing.T) {
 			act:     func(h *harness, _ *Handle, _ *job.CiJob) { h.clk.Advance(5 * time.Second) },
 			failure: FailureTimeout,
 			check: func(t *testing.T, res Result, tr string) {
-				if !strings.Contains(tr, "job status timedout") {
-					t.Error("after_script did not see CI_JOB_STATUS=timedout")
+				// As gitlab-runner 19.3: the job's context ended, so no
+				// later stage runs; the warning is followed by the error.
+				if strings.Contains(tr, ":after_script\r") || strings.Contains(tr, ":cleanup_file_variables\r") {
+					t.Error("a stage ran after the job's timeout")
 				}
 				// spec: NODE-14 (the fake clock moved 5 s during the job)
 				if res.Usage.Wall != 5*time.Second {
 					t.Errorf("Usage.Wall = %v, want 5s", res.Usage.Wall)
+				}
+			},
+		},
+		{
+			// RUNNER_SCRIPT_TIMEOUT ends the script only: after_script
+			// (CI_JOB_STATUS=timedout) and cleanup still run.
+			name: "script_timeout", fixture: "job_response_long_running.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "RUNNER_SCRIPT_TIMEOUT", Value: "5s"})
+			},
+			waitFor: "$ sleep 3600",
+			act:     func(h *harness, _ *Handle, _ *job.CiJob) { h.clk.Advance(5 * time.Second) },
+			failure: FailureTimeout,
+			check: func(t *testing.T, _ Result, tr string) {
+				if !strings.Contains(tr, "job status timedout") || !strings.Contains(tr, "cleanup_file_variables") {
+					t.Error("after_script or cleanup did not run after the script's timeout")
 				}
 			},
 		},
@@ -350,8 +368,8 @@ func TestGoldenTraces(t *testing.T) {
 			act:     func(_ *harness, hd *Handle, _ *job.CiJob) { hd.Cancel(exec.Immediate) },
 			failure: FailureCanceled,
 			check: func(t *testing.T, _ Result, tr string) {
-				if strings.Contains(tr, "after_script") {
-					t.Error("after_script ran after an immediate cancel")
+				if strings.Contains(tr, "after_script") || strings.Contains(tr, "cleanup_file_variables") {
+					t.Error("a stage ran after an immediate cancel")
 				}
 			},
 		},

@@ -356,20 +356,29 @@ func (x *run) run(ctx context.Context) Result {
 	if prepared {
 		prepared = x.prepareScript(jobCtx)
 	}
+	// Once the job's own context ended (its timeout, an immediate cancel,
+	// the node stopping), gitlab-runner runs no further stage: each one
+	// returns at once on the ended context, so the trace goes straight
+	// from the interrupted stage to the last line. A graceful cancel or
+	// RUNNER_SCRIPT_TIMEOUT ends only the script, and the later stages
+	// run.
+	ended := func() bool { return x.aborted() != "" || errors.Is(context.Cause(jobCtx), errTimeout) }
 	if prepared {
 		sourcesOK := x.getSources(jobCtx) && x.restoreCache(jobCtx) && x.downloadArtifacts(jobCtx)
 		if sourcesOK {
 			x.userSteps(jobCtx)
-			x.afterScript(ctx)
+			if !ended() {
+				x.afterScript(ctx)
+			}
 		}
-		if x.aborted() == "" {
+		if !ended() {
 			x.archiveCache(ctx)
 		}
 		var outcomes []ArtifactOutcome
-		if x.aborted() == "" {
+		if !ended() {
 			outcomes = x.uploadArtifacts(ctx)
 		}
-		x.cleanupFileVariables()
+		x.cleanupFileVariables(!ended())
 		x.finalLine()
 		res := x.finish()
 		res.Artifacts = outcomes
@@ -775,6 +784,11 @@ func (x *run) userSteps(ctx context.Context) {
 			x.tr.Warningln(name + " could not run to completion because the timeout was exceeded. For more control over job and script timeouts see: " + timeoutDocsURL)
 			if !errors.Is(context.Cause(ctx), errTimeout) {
 				x.timeout = x.scriptTimeout()
+				if x.failure == FailureNone {
+					// gitlab-runner's ErrJobScriptTimeout wrapping the
+					// script context's error.
+					x.msg = "script timeout: context deadline exceeded"
+				}
 			}
 			x.fail(FailureTimeout, fmt.Errorf("%w after %v", errTimeout, x.timeout))
 		case x.aborted() != "":
@@ -937,12 +951,20 @@ func (x *run) uploadArtifacts(ctx context.Context) []ArtifactOutcome {
 	return out
 }
 
-func (x *run) cleanupFileVariables() {
-	x.section("cleanup_file_variables", "Cleaning up project directory and file based variables", func() {
+// cleanupFileVariables removes the file variables, in its own section when
+// the stage runs as gitlab-runner's would (shown), silently otherwise: the
+// files hold secrets and never outlive the job.
+func (x *run) cleanupFileVariables(shown bool) {
+	remove := func() {
 		if err := os.RemoveAll(x.ej.HostPath(x.tmpDir)); err != nil {
 			x.log.Warn("remove file variables", slog.Any(logkey.Err, err))
 		}
-	})
+	}
+	if !shown {
+		remove()
+		return
+	}
+	x.section("cleanup_file_variables", "Cleaning up project directory and file based variables", remove)
 }
 
 // finalLine writes gitlab-runner's last line for the outcome, on a new
@@ -969,6 +991,11 @@ func (x *run) finalLine() {
 	case FailureScript:
 		x.tr.Errorln("Job failed: exit status " + strconv.Itoa(x.exitCode))
 	case FailureTimeout:
+		if x.msg != "" {
+			x.tr.Errorln("Job failed: " + x.msg)
+			return
+		}
+		// gitlab-runner formats the time.Duration with %v, then "seconds".
 		x.tr.Errorln(fmt.Sprintf("Job failed: execution took longer than %v seconds", x.timeout))
 	case FailureCanceled:
 		x.tr.Errorln("Job failed: canceled")

@@ -558,6 +558,9 @@ func TestGetSourcesAttempts(t *testing.T) {
 	}
 }
 
+// RUNNER_SCRIPT_TIMEOUT ends the script; after_script still runs, and the
+// last line is gitlab-runner's for a script timeout.
+//
 // spec: FAIL-03
 func TestScriptTimeout(t *testing.T) {
 	h := newHarness(t, Config{})
@@ -574,7 +577,7 @@ func TestScriptTimeout(t *testing.T) {
 	tr := out.String()
 	if res.Failure != FailureTimeout ||
 		!strings.Contains(tr, "job status timedout") ||
-		!strings.Contains(tr, "ERROR: Job failed: execution took longer than 2s seconds") {
+		!strings.Contains(tr, "ERROR: Job failed: script timeout: context deadline exceeded") {
 		t.Errorf("result %+v; trace:\n%s", res, tr)
 	}
 }
