@@ -92,8 +92,10 @@
 //     runner token to shorten);
 //   - "Using the process executor with bash..." instead of "Using Shell
 //     (bash) executor...";
-//   - the feature-flags line lists only FF_TIMESTAMPS:false (the only flag
-//     the node reads);
+//   - the feature-flags line is gitlab-runner 19.3's (every flag of its list
+//     that the job's variables turn off its default, in its order), but the
+//     node acts only on the flags that change the trace or the script
+//     (see featureflags.go) and has no runner-level flags;
 //   - script failures say "exit status N", as gitlab-runner's shell
 //     executor does (its docker executor says "exit code N"); the process
 //     executor is the shell executor's kin;

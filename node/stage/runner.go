@@ -203,7 +203,9 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Handle, error) {
 		return nil, fmt.Errorf("%w: ID, Job and Out are required", ErrBadSpec)
 	}
 	j := s.Job
+	ff := resolveFlags(j)
 	tr := trace.New(s.Out, trace.Options{
+		GlpatOnly:     !ff[ffMaskAllDefaultTokens],
 		Clock:         r.clk,
 		Timestamps:    j.Timestamps(),
 		Sections:      j.Trace.Sections,
@@ -220,6 +222,7 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Handle, error) {
 		node:  ctx,
 		spec:  s,
 		job:   j,
+		ff:    ff,
 		tr:    tr,
 		start: r.clk.Now(),
 		log:   r.log.With(logkey.JobID, s.ID, logkey.GitLabJobID, j.Job.ID),
@@ -254,6 +257,7 @@ type run struct {
 	node  context.Context // Start's ctx: its end is the node stopping (FAIL-08)
 	spec  Spec
 	job   *job.CiJob
+	ff    map[string]bool // the job's feature flags, resolved
 	tr    *trace.Trace
 	start time.Time
 	log   *slog.Logger
@@ -424,8 +428,8 @@ func (x *run) header() {
 		}
 		x.tr.Println(line)
 	}
-	if !x.job.Timestamps() {
-		x.tr.Println("  feature flags: FF_TIMESTAMPS:false")
+	if line := flagsLine(x.ff); line != "" {
+		x.tr.Println("  feature flags: " + line)
 	}
 	for _, n := range x.job.Notices {
 		switch n.Level {
@@ -554,7 +558,13 @@ func (x *run) runScript(ctx context.Context, name, body string) (exec.RunResult,
 }
 
 func (x *run) writer() *scriptWriter {
-	w := &scriptWriter{tmpDir: x.tmpDir}
+	w := &scriptWriter{tmpDir: x.tmpDir,
+		// gitlab-runner sections multi-line commands only when GitLab
+		// asked for trace sections too.
+		scriptSections: x.ff[ffScriptSections] && x.job.Trace.Sections,
+		checkErrors:    x.ff[ffBashExitCodeCheck],
+		legacyEval:     x.ff[ffLegacyBashEval],
+	}
 	if v, _ := x.lookup("CI_DEBUG_TRACE"); v == "true" {
 		w.xtrace = true
 	}
@@ -750,7 +760,7 @@ func (x *run) userSteps(ctx context.Context) {
 		w := x.writer()
 		w.exports(x.exports("running"))
 		w.cd(x.projectDir)
-		w.commands(st.Script...)
+		w.commands("script_step", st.Script...)
 		stepCtx, stepStop := context.WithCancelCause(ctx)
 		x.h.mu.Lock()
 		x.h.current, x.h.inUserStep, x.h.stepStop = x.ej, true, stepStop
@@ -857,7 +867,7 @@ func (x *run) afterScript(ctx context.Context) {
 		w.exports(x.exports(x.jobStatus()))
 		w.cd(x.projectDir)
 		w.notice("Running after script...")
-		w.commands(st.Script...)
+		w.commands("after_script_step", st.Script...)
 		res, err = x.runScript(actx, "after_script", w.finish())
 	})
 	// Like gitlab-runner, the outcome is reported after the section ends.
@@ -1035,7 +1045,17 @@ func (x *run) exports(status string) []exportVar {
 	if x.job.ServerCAPEM == "" {
 		all = all[:len(all)-1]
 	}
+	// As gitlab-runner's GetAllVariables, every feature flag comes first
+	// with its resolved value, and the job's own FF_* variables give way.
+	flags := make([]v, 0, len(featureFlags))
+	for _, f := range featureFlags {
+		flags = append(flags, v{key: f.name, value: strconv.FormatBool(x.ff[f.name]), raw: true})
+	}
+	all = append(flags, all...)
 	for _, jv := range x.job.Variables {
+		if isFeatureFlag(jv.Key) {
+			continue
+		}
 		all = append(all, v{key: jv.Key, value: jv.Value, file: jv.File, raw: jv.Raw})
 	}
 	all = append(all, v{key: "CI_JOB_STATUS", value: status, raw: true})

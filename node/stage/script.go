@@ -12,6 +12,7 @@ const (
 	ansiReset     = "\x1b[0;m"
 	ansiBoldGreen = "\x1b[32;1m"
 	ansiYellow    = "\x1b[0;33m"
+	ansiClear     = "\x1b[0K"
 )
 
 // shellEscape quotes s for bash exactly as gitlab-runner's
@@ -80,10 +81,19 @@ var validKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // scriptWriter builds the body of a stage script the way gitlab-runner's
 // BashWriter does.
 type scriptWriter struct {
-	b       strings.Builder
-	tmpDir  string // the project's .tmp directory, for file variables
-	xtrace  bool
-	skipped []string // keys not exported (invalid names)
+	b      strings.Builder
+	tmpDir string // the project's .tmp directory, for file variables
+	xtrace bool
+	// scriptSections wraps each multi-line command in its own collapsed
+	// section (FF_SCRIPT_SECTIONS with trace sections on).
+	scriptSections bool
+	// checkErrors exits with a command's status after each one
+	// (FF_ENABLE_BASH_EXIT_CODE_CHECK).
+	checkErrors bool
+	// legacyEval runs the body as ": | eval '…'" (FF_USE_LEGACY_BASH_EVAL)
+	// instead of in a subshell with stdin closed.
+	legacyEval bool
+	skipped    []string // keys not exported (invalid names)
 }
 
 func (w *scriptWriter) line(s string) { w.b.WriteString(s + "\n") }
@@ -122,35 +132,55 @@ func (w *scriptWriter) cd(dir string) { w.line("cd " + shellEscape(dir)) }
 
 // commands writes user commands as gitlab-runner's writeCommands does: each
 // trimmed command echoed in green as `$ command` (its first line plus
-// "# collapsed multi-line command" when it has several), then the command
-// itself; an empty command becomes an empty echo.
-func (w *scriptWriter) commands(cmds ...string) {
-	for _, c := range cmds {
+// "# collapsed multi-line command" when it has several, or, with script
+// sections, the whole command as the title of its own collapsed section
+// section_<prefix>_<index>), then the command itself; an empty command
+// becomes an empty echo. With checkErrors each command is followed by an
+// exit on its status.
+func (w *scriptWriter) commands(prefix string, cmds ...string) {
+	for i, c := range cmds {
 		c = strings.TrimSpace(c)
-		if c == "" {
+		first, _, multi := strings.Cut(c, "\n")
+		switch {
+		case c == "":
 			w.line("echo")
-		} else if first, _, multi := strings.Cut(c, "\n"); multi {
+		case multi && w.scriptSections:
+			id := fmt.Sprintf("%s_%d", prefix, i)
+			w.line("printf '%b\\n' section_start:$(awk 'BEGIN{srand(); print srand()}'):section_" + id +
+				"[hide_duration=true,collapsed=true]\r" + ansiClear + shellEscape(ansiBoldGreen+"$ "+c+ansiReset))
+			w.line("printf '%b\\n' section_end:$(awk 'BEGIN{srand(); print srand()}'):section_" + id + "\r" + ansiClear)
+		case multi:
 			w.notice("$ " + first + " # collapsed multi-line command")
-		} else {
+		default:
 			w.notice("$ " + c)
 		}
 		w.line(c)
+		if w.checkErrors {
+			w.line("_runner_exit_code=$?; if [ $_runner_exit_code -ne 0 ]; then exit $_runner_exit_code; fi")
+		}
 	}
 }
 
-// finish wraps the body as gitlab-runner's BashWriter.Finish does: TERM
-// makes the script exit 1, errexit and pipefail are on, noclobber off, and
-// the body is eval'ed with stdin closed.
+// finish wraps the body as gitlab-runner 19.3's BashWriter.Finish does: a
+// TERM trap that exits 1 (in the outer shell and again in the subshell,
+// whose traps start reset), pipefail when the shell has it, errexit,
+// noclobber off, and the body eval'ed in a subshell with stdin closed (or
+// piped from ':' with FF_USE_LEGACY_BASH_EVAL).
 func (w *scriptWriter) finish() string {
+	const trap = "trap 'exit 1' TERM"
 	var b strings.Builder
 	b.WriteString("#!/usr/bin/env bash\n\n")
-	b.WriteString("trap exit 1 TERM\n\n")
+	b.WriteString(trap + "\n\n")
 	if w.xtrace {
 		b.WriteString("set -o xtrace\n")
 	}
-	b.WriteString("if set -o | grep pipefail > /dev/null; then set -o pipefail; fi; set -o errexit\n")
+	b.WriteString(`case "$(set -o)" in *"pipefail"*) set -o pipefail;; esac; set -o errexit` + "\n")
 	b.WriteString("set +o noclobber\n")
-	b.WriteString(": | eval " + shellEscape(w.b.String()) + "\n")
+	if w.legacyEval {
+		b.WriteString(": | eval " + shellEscape(w.b.String()) + "\n")
+	} else {
+		b.WriteString("(" + trap + "; eval " + shellEscape(w.b.String()) + ") < /dev/null\n")
+	}
 	b.WriteString("exit 0\n")
 	return b.String()
 }

@@ -68,7 +68,15 @@ func UniquePhrases(values []string) []string {
 // extra: the defaults plus extra, trimmed, de-duplicated, sorted by (length,
 // bytes) and cut to [MaxTokenPrefixes].
 func EffectiveTokenPrefixes(extra []string) []string {
-	all := UniquePhrases(append(append([]string(nil), extra...), DefaultTokenPrefixes...))
+	return effectiveTokenPrefixes(extra, DefaultTokenPrefixes)
+}
+
+// GlpatOnlyTokenPrefixes are the default token prefixes gitlab-runner masks
+// with FF_MASK_ALL_DEFAULT_TOKENS off: glpat- alone.
+var GlpatOnlyTokenPrefixes = []string{"glpat-"}
+
+func effectiveTokenPrefixes(extra, defaults []string) []string {
+	all := UniquePhrases(append(append([]string(nil), extra...), defaults...))
 	slices.SortFunc(all, func(a, b string) int {
 		if len(a) != len(b) {
 			return len(a) - len(b)

@@ -59,6 +59,10 @@ type Options struct {
 	// TokenPrefixes are the job's features.token_mask_prefixes; the
 	// [DefaultTokenPrefixes] are always added.
 	TokenPrefixes []string
+	// GlpatOnly keeps, of the default token prefixes, only glpat- (the
+	// job's FF_MASK_ALL_DEFAULT_TOKENS=false); the job's TokenPrefixes
+	// still apply.
+	GlpatOnly bool
 }
 
 // Trace is one job's output as GitLab will store it (NODE-10): every stream
@@ -88,7 +92,11 @@ func New(out io.Writer, o Options) *Trace {
 	if t.limit <= 0 {
 		t.limit = DefaultLimitBytes
 	}
-	t.prefixes = EffectiveTokenPrefixes(o.TokenPrefixes)
+	defaults := DefaultTokenPrefixes
+	if o.GlpatOnly {
+		defaults = GlpatOnlyTokenPrefixes
+	}
+	t.prefixes = effectiveTokenPrefixes(o.TokenPrefixes, defaults)
 	t.runner = t.Stream(StreamExecutor, Stdout)
 	return t
 }
