@@ -91,6 +91,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 	for _, n := range res.Notices {
 		res.Job.Notices = append(res.Job.Notices, job.Notice{Level: noticeLevel(n.Level), Text: n.Text})
 	}
+	res.Job.Sources.CorrelationID = j.CorrelationID
 	sub := client.JobSubmission{
 		Runner: r.Name, Admission: j.Admission, RequestID: j.SubmitRequestID, Placement: r.Placement,
 		Reservation: j.Reservation, PlaceWithinSecs: m.placeWithin(), Spec: job.NewGitLabCI(res.Job),
