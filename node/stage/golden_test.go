@@ -450,6 +450,15 @@ func TestGoldenTraces(t *testing.T) {
 			normal: func(s string) string { return strings.ReplaceAll(s, runtime.GOOS+"/"+runtime.GOARCH, "OS/ARCH") },
 		},
 		{
+			// A stage appends KEY=value to $GITLAB_ENV; the later stages
+			// export it (gitlab-runner's dotenv between stages).
+			name: "gitlab_env", fixture: "job_response_after_script.json",
+			edit: func(j *job.CiJob) {
+				setScript(j, `echo "FROM_ENV=set by script" >> "$GITLAB_ENV"`, `echo "same stage: ${FROM_ENV:-unset}"`)
+				j.Steps[1].Script = []string{`echo "after_script: $FROM_ENV"`}
+			},
+		},
+		{
 			name: "file_and_raw_variables", fixture: "job_response_successful.json",
 			edit: func(j *job.CiJob) {
 				addVar(j, job.Variable{Key: "A_FILE", Value: "file content\n", File: true})

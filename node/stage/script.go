@@ -108,9 +108,22 @@ func (w *scriptWriter) warning(text string) {
 	w.line("echo " + shellEscape(ansiYellow+text+ansiReset))
 }
 
-// exports writes the variables: plain ones as `export K=v`, file ones
-// written under tmpDir with printf and exported as their path.
+// gitlabEnvFile is the dotenv file behind GITLAB_ENV, in tmpDir
+// (gitlab-runner's gitlab_runner_env).
+const gitlabEnvFile = "gitlab_runner_env"
+
+// exports writes the variables as gitlab-runner's exportVariables does:
+// plain ones as `export K=v`, file ones written under tmpDir with printf
+// and exported as their path; then GITLAB_ENV, the file a stage appends
+// KEY=value lines to, and the lines earlier stages appended, exported.
 func (w *scriptWriter) exports(vars []exportVar) {
+	defer func() {
+		env := path.Join(w.tmpDir, gitlabEnvFile)
+		w.line("export GITLAB_ENV=" + shellEscape(env))
+		w.line(fmt.Sprintf("mkdir -p %q", w.tmpDir))
+		w.line(fmt.Sprintf("touch %q", env))
+		w.line(fmt.Sprintf(`while read -r line; do export "$line"; done < %q`, env))
+	}()
 	for _, v := range vars {
 		if !validKey.MatchString(v.Key) {
 			w.skipped = append(w.skipped, v.Key)

@@ -99,6 +99,10 @@ func TestScriptShape(t *testing.T) {
 		"mkdir -p \"/b/p.tmp\"\n" +
 		"printf '%s' data > \"/b/p.tmp/F\"\n" +
 		"export F=\"/b/p.tmp/F\"\n" +
+		"export GITLAB_ENV=/b/p.tmp/gitlab_runner_env\n" +
+		"mkdir -p \"/b/p.tmp\"\n" +
+		"touch \"/b/p.tmp/gitlab_runner_env\"\n" +
+		"while read -r line; do export \"$line\"; done < \"/b/p.tmp/gitlab_runner_env\"\n" +
 		"cd /b/p\n"
 	hi := "echo $'\\x1b[32;1m$ echo hi\\x1b[0;m'\necho hi\n"
 	collapsed := "echo $'\\x1b[32;1m$ a # collapsed multi-line command\\x1b[0;m'\na\nb\n"
