@@ -105,6 +105,27 @@ func resolveFlags(j *job.CiJob) map[string]bool {
 	return ff
 }
 
+// flagErrors returns gitlab-runner's settings warning for the job's
+// feature flag variables that strconv.ParseBool cannot read, or "": one
+// "NAME: could not parse feature flag, expected bool, got VALUE" per flag
+// in list order, the lines joined by "\n" (errors.Join). gitlab-runner
+// resolves the flags twice while building its settings and reports each
+// failure both times, so the list is written twice, as it prints it.
+func flagErrors(j *job.CiJob) string {
+	var errs []string
+	for _, f := range featureFlags {
+		if v, ok := job.Lookup(j.Variables, f.name); ok {
+			if _, err := strconv.ParseBool(v); err != nil {
+				errs = append(errs, f.name+": could not parse feature flag, expected bool, got "+v)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return ""
+	}
+	return strings.Join(append(errs, errs...), "\n")
+}
+
 // flagsLine returns what gitlab-runner prints after "  feature flags: ":
 // NAME:bool for every flag that differs from its default, in list order,
 // joined by ", "; "" when none does.

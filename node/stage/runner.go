@@ -431,6 +431,9 @@ func (x *run) header() {
 	if line := flagsLine(x.ff); line != "" {
 		x.tr.Println("  feature flags: " + line)
 	}
+	if errs := flagErrors(x.job); errs != "" {
+		x.tr.Warningln(errs) // gitlab-runner's printSettingErrors
+	}
 	for _, n := range x.job.Notices {
 		switch n.Level {
 		case "info":
