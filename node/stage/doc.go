@@ -14,9 +14,13 @@
 // prepare stage skips everything else; a failing get_sources, restore_cache
 // or download_artifacts skips the user steps and after_script; a failing
 // step skips the remaining steps but not after_script or the on_failure
-// stages. A graceful cancel sends SIGTERM to the running step (SIGKILL after
-// [Config.CancelGrace]) and still runs after_script (CI_JOB_STATUS=canceled)
-// and the on_failure stages; an immediate cancel, [Handle.Interrupt] or the
+// stages. A graceful cancel during the user steps sends SIGTERM to the
+// running step (SIGKILL after [Config.CancelGrace]) and still runs
+// after_script (CI_JOB_STATUS=canceled) and the on_failure stages; as with
+// gitlab-runner, whose cancel stops the whole build until the user scripts
+// start and only them afterwards, a graceful cancel before the user steps
+// acts as an immediate one and one after them changes nothing. An immediate
+// cancel, [Handle.Interrupt] or the
 // end of Start's context kills the step and, as gitlab-runner 19.3 does
 // once the job's context ended, runs no further stage (no after_script,
 // cache, artifacts or cleanup_file_variables section; the file variables

@@ -112,3 +112,47 @@ func TestSpecExecutorOverrideAndWarnings(t *testing.T) {
 		t.Errorf("override on a failing runner executor: failure %q, prepared %d", res.Failure, over.prepared)
 	}
 }
+
+// A graceful cancel does what gitlab-runner's does at that point of the
+// job: before the user scripts it ends the whole job (no after_script, no
+// cleanup section, like an immediate cancel); during them it stops the
+// script and after_script still runs; after them it changes nothing.
+//
+// spec: FAIL-09, STAGE-01
+func TestGracefulCancelByPhase(t *testing.T) {
+	cases := []struct {
+		at          string // the stage at whose start the cancel arrives
+		failure     Failure
+		afterScript bool
+	}{
+		{"get_sources", FailureCanceled, false},
+		{"step_script", FailureCanceled, true},
+		{"after_script", FailureNone, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.at, func(t *testing.T) {
+			handle := make(chan *Handle, 1)
+			h := newHarness(t, Config{OnStage: func(_, stage string) {
+				if stage == tc.at {
+					(<-handle).Cancel(vkexec.Graceful)
+				}
+			}})
+			j := fixtureJob(t, "job_response_after_script.json")
+			out := newWatchBuf("")
+			hd, err := h.runner.Start(t.Context(), Spec{ID: "phase-" + tc.at, Job: j, Out: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			handle <- hd
+			res := hd.Result()
+			tr := out.String()
+			ran := strings.Contains(tr, ":after_script\r")
+			if res.Failure != tc.failure || ran != tc.afterScript {
+				t.Errorf("failure %q, after_script ran %v; want %q, %v; trace:\n%s", res.Failure, ran, tc.failure, tc.afterScript, tr)
+			}
+			if tc.at == "get_sources" && strings.Contains(tr, ":cleanup_file_variables\r") {
+				t.Errorf("a stage ran after the cancel ended the job:\n%s", tr)
+			}
+		})
+	}
+}

@@ -117,8 +117,9 @@ type Handle struct {
 	res   Result
 
 	mu          sync.Mutex // guards the fields below
-	canceled    bool       // a cancel of either kind was asked
-	aborted     Failure    // FailureCanceled or FailureInterrupted when killed hard
+	canceled    bool       // a graceful cancel reached the user scripts
+	scripts     scriptPhase
+	aborted     Failure // FailureCanceled or FailureInterrupted when killed hard
 	abort       context.CancelCauseFunc
 	current     exec.Job // set while a user step runs
 	inUserStep  bool
@@ -127,6 +128,19 @@ type Handle struct {
 	cancelGrace time.Duration
 	clk         clock.Clock
 }
+
+// scriptPhase is where a job is relative to its user scripts, which decides
+// what a graceful cancel does (as gitlab-runner's trace cancel function,
+// which is the whole build's until the user scripts start, then only the
+// scripts'): before them it ends the job like an immediate cancel, during
+// them it stops the scripts, after them it changes nothing.
+type scriptPhase int
+
+const (
+	beforeScripts scriptPhase = iota
+	inScripts
+	afterScripts
+)
 
 var (
 	errCanceled    = errors.New("stage: job canceled")
@@ -140,11 +154,15 @@ var (
 func (h *Handle) Cancel(mode exec.CancelMode) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.canceled = true
-	if mode == exec.Immediate {
+	if mode == exec.Immediate || h.scripts == beforeScripts {
+		h.canceled = true
 		h.abortLocked(FailureCanceled, errCanceled)
 		return
 	}
+	if h.scripts == afterScripts {
+		return // the scripts are over: nothing left for a graceful cancel to stop
+	}
+	h.canceled = true
 	if h.inUserStep && h.current != nil && h.graceTimer == nil {
 		// SIGTERM now; after the grace the step's context ends, which
 		// kills it even if it had not started when the SIGTERM was sent.
@@ -310,6 +328,12 @@ func (x *run) aborted() Failure {
 	x.h.mu.Lock()
 	defer x.h.mu.Unlock()
 	return x.h.aborted
+}
+
+func (x *run) setScripts(p scriptPhase) {
+	x.h.mu.Lock()
+	defer x.h.mu.Unlock()
+	x.h.scripts = p
 }
 
 func (x *run) canceled() bool {
@@ -743,6 +767,8 @@ func stepRuns(when string, failed bool) bool {
 }
 
 func (x *run) userSteps(ctx context.Context) {
+	x.setScripts(inScripts)
+	defer x.setScripts(afterScripts)
 	for _, st := range x.job.Steps {
 		if st.Name == job.StepAfterScript {
 			continue
@@ -751,6 +777,11 @@ func (x *run) userSteps(ctx context.Context) {
 			return // nothing more runs after an abort or the timeout
 		}
 		if x.canceled() {
+			// Canceled between two steps: as gitlab-runner once its
+			// script context ended.
+			if x.failure != FailureCanceled {
+				x.tr.Warningln("script canceled externally (UI, API)")
+			}
 			x.fail(FailureCanceled, errCanceled)
 			return
 		}
