@@ -116,10 +116,10 @@ type Handle struct {
 	trace *trace.Trace
 	res   Result
 
-	mu          sync.Mutex // guards the fields below
-	canceled    bool       // a graceful cancel reached the user scripts
-	scripts     scriptPhase
-	aborted     Failure // FailureCanceled or FailureInterrupted when killed hard
+	mu          sync.Mutex  // guards the fields below
+	canceled    bool        // a graceful cancel reached the user scripts
+	scripts     scriptPhase // where the job is relative to its user scripts
+	aborted     Failure     // FailureCanceled or FailureInterrupted when killed hard
 	abort       context.CancelCauseFunc
 	current     exec.Job // set while a user step runs
 	inUserStep  bool
