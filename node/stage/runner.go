@@ -603,6 +603,10 @@ func (x *run) prepareScript(ctx context.Context) bool {
 	x.section("prepare_script", "Preparing environment", func() {
 		w := x.writer()
 		w.line(`echo "Running on $(hostname)..."`)
+		// As gitlab-runner's writePrepareScript: no GITLAB_ENV file or
+		// masking database is left from an earlier job.
+		w.rmFile(path.Join(x.tmpDir, gitlabEnvFile))
+		w.rmFile(path.Join(x.tmpDir, "masking.db"))
 		res, err := x.runScript(ctx, "prepare_script", w.finish())
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("%w: prepare script: exit code %d", ErrSystem, res.ExitCode)

@@ -140,8 +140,27 @@ func (w *scriptWriter) exports(vars []exportVar) {
 	}
 }
 
-// cd changes to dir (gitlab-runner's Cd: `cd <escaped>`).
-func (w *scriptWriter) cd(dir string) { w.line("cd " + shellEscape(dir)) }
+// cd changes to dir (gitlab-runner's Cd: `cd <escaped>`, a Command, so
+// followed by the exit-status check when checkErrors).
+func (w *scriptWriter) cd(dir string) {
+	w.line("cd " + shellEscape(dir))
+	w.check()
+}
+
+// rmFile removes a file (gitlab-runner's RmFile: `rm -f "<path>"`, a
+// command, so followed by the exit-status check when checkErrors).
+func (w *scriptWriter) rmFile(file string) {
+	w.line(fmt.Sprintf("rm -f %q", file))
+	w.check()
+}
+
+// check writes gitlab-runner's exit-status check (CheckForErrors) when
+// FF_ENABLE_BASH_EXIT_CODE_CHECK is on.
+func (w *scriptWriter) check() {
+	if w.checkErrors {
+		w.line("_runner_exit_code=$?; if [ $_runner_exit_code -ne 0 ]; then exit $_runner_exit_code; fi")
+	}
+}
 
 // commands writes user commands as gitlab-runner's writeCommands does: each
 // trimmed command echoed in green as `$ command` (its first line plus
@@ -168,9 +187,7 @@ func (w *scriptWriter) commands(prefix string, cmds ...string) {
 			w.notice("$ " + c)
 		}
 		w.line(c)
-		if w.checkErrors {
-			w.line("_runner_exit_code=$?; if [ $_runner_exit_code -ne 0 ]; then exit $_runner_exit_code; fi")
-		}
+		w.check()
 	}
 }
 

@@ -127,7 +127,7 @@ func TestScriptShape(t *testing.T) {
 		{"FF_SCRIPT_SECTIONS", scriptWriter{scriptSections: true}, prologue + opts +
 			"(trap 'exit 1' TERM; eval " + shellEscape(head+hi+sectioned+"echo\n\n") + ") < /dev/null\nexit 0\n"},
 		{"FF_ENABLE_BASH_EXIT_CODE_CHECK", scriptWriter{checkErrors: true}, prologue + opts +
-			"(trap 'exit 1' TERM; eval " + shellEscape(head+hi+check+collapsed+check+"echo\n\n"+check) + ") < /dev/null\nexit 0\n"},
+			"(trap 'exit 1' TERM; eval " + shellEscape(head+check+hi+check+collapsed+check+"echo\n\n"+check) + ") < /dev/null\nexit 0\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
