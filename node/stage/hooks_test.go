@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/testlog"
@@ -154,5 +155,35 @@ func TestGracefulCancelByPhase(t *testing.T) {
 				t.Errorf("a stage ran after the cancel ended the job:\n%s", tr)
 			}
 		})
+	}
+}
+
+// The job's timeout during a stage before the user steps: as gitlab-runner's
+// executeStage, the stage's timeout warning follows its section's end, and
+// no later stage runs.
+//
+// spec: FAIL-03, STAGE-01
+func TestTimeoutBeforeSteps(t *testing.T) {
+	var h *harness
+	h = newHarness(t, Config{OnStage: func(_, stage string) {
+		if stage == "get_sources" {
+			h.clk.Advance(time.Hour) // past the job's timeout
+		}
+	}})
+	j := fixtureJob(t, "job_response_after_script.json")
+	j.TimeoutSecs = 60
+	out := newWatchBuf("")
+	res, err := h.runner.Run(t.Context(), Spec{ID: "timeout-sources", Job: j, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := out.String()
+	rest := ""
+	if i := strings.LastIndex(tr, ":get_sources\r"); i >= 0 { // its section_end
+		rest = tr[i:]
+	}
+	if res.Failure != FailureTimeout || !strings.Contains(rest, "WARNING: get_sources could not run to completion because the timeout was exceeded") ||
+		strings.Contains(rest, "section_start:") || !strings.Contains(rest, "ERROR: Job failed: execution took longer than 1m0s seconds") {
+		t.Errorf("failure %q; trace:\n%s", res.Failure, tr)
 	}
 }

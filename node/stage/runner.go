@@ -357,6 +357,16 @@ func (x *run) sectionStart(name string) {
 	x.tr.SectionStart(name, trace.SectionOptions{})
 }
 
+// scriptStage is section for a stage gitlab-runner runs as a shell script
+// on the job's context (executeStage): when that context ended with the
+// job's timeout, its timeout warning follows the section's end.
+func (x *run) scriptStage(ctx context.Context, name, title string, fn func()) {
+	x.section(name, title, fn)
+	if errors.Is(context.Cause(ctx), errTimeout) {
+		x.tr.Warningln(name + " could not run to completion because the timeout was exceeded. For more control over job and script timeouts see: " + timeoutDocsURL)
+	}
+}
+
 func (x *run) section(name, title string, fn func()) {
 	x.sectionStart(name)
 	x.tr.Title(title)
@@ -600,7 +610,7 @@ func (x *run) writer() *scriptWriter {
 
 func (x *run) prepareScript(ctx context.Context) bool {
 	ok := true
-	x.section("prepare_script", "Preparing environment", func() {
+	x.scriptStage(ctx, "prepare_script", "Preparing environment", func() {
 		w := x.writer()
 		w.line(`echo "Running on $(hostname)..."`)
 		// As gitlab-runner's writePrepareScript: no GITLAB_ENV file or
@@ -634,7 +644,7 @@ func (x *run) mkProjectDir() error {
 
 func (x *run) getSources(ctx context.Context) bool {
 	ok := true
-	x.section("get_sources", "Getting source from Git repository", func() {
+	x.scriptStage(ctx, "get_sources", "Getting source from Git repository", func() {
 		var err error
 		strategy, _ := x.lookup("GIT_STRATEGY")
 		switch {
@@ -684,7 +694,7 @@ func (x *run) restoreCache(ctx context.Context) bool {
 		return true
 	}
 	ok := true
-	x.section("restore_cache", "Restoring cache", func() {
+	x.scriptStage(ctx, "restore_cache", "Restoring cache", func() {
 		if x.r.cfg.Transfers == nil {
 			x.tr.Warningln("Restoring cache is not supported on this node (no transfer service); continuing without it")
 			return
@@ -713,7 +723,7 @@ func (x *run) downloadArtifacts(ctx context.Context) bool {
 		return true
 	}
 	ok := true
-	x.section("download_artifacts", "Downloading artifacts", func() {
+	x.scriptStage(ctx, "download_artifacts", "Downloading artifacts", func() {
 		if x.r.cfg.Transfers == nil {
 			x.tr.Warningln("Downloading artifacts is not supported on this node (no transfer service); continuing without them")
 			return
