@@ -53,7 +53,7 @@ type envOptions struct {
 	// gitlabClock: gitlabfake stamps requests with the env's fake clock
 	// (Request.At in the loops' time).
 	gitlabClock bool
-	hub    realhub.Options
+	hub         realhub.Options
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
