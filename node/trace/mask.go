@@ -241,19 +241,21 @@ func (m *phraseMasker) process(p []byte, final bool) error {
 	}
 	occ := m.occurrences(data)
 	pos, covEnd, open := m.cov, m.cov, m.open
-	k := 0 // occ[:k] start before pos or were considered
+	k := 0     // occ[:k] start before pos or were considered
+	j := 0     // occ[:j] start at or before covEnd
+	reach := 0 // the furthest end among occ[:j]
 	for {
 		if open {
 			if h <= covEnd {
 				break // a phrase starting in the run may still complete
 			}
-			best := covEnd
-			for _, o := range occ {
-				if o.start > covEnd {
-					break
-				}
-				best = max(best, o.end)
+			// covEnd only grows, so occ[:j] only grows: linear in the
+			// occurrences however long the run.
+			for j < len(occ) && occ[j].start <= covEnd {
+				reach = max(reach, occ[j].end)
+				j++
 			}
+			best := max(covEnd, reach)
 			if best > covEnd {
 				if err := m.next.mask(); err != nil {
 					return err
