@@ -71,7 +71,7 @@ func render(its []item) string {
 func refPhrases(text string, phrases []string) []item {
 	type occ struct{ s, e int }
 	var all []occ
-	for i := range text {
+	for i := 0; i < len(text); i++ { // every byte offset, not only rune starts
 		for _, p := range phrases {
 			if strings.HasPrefix(text[i:], p) {
 				all = append(all, occ{i, i + len(p)})
