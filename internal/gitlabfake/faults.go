@@ -198,8 +198,11 @@ func (s *Server) wrap(route Route, h http.HandlerFunc) http.HandlerFunc {
 		rec := Request{Route: route, Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(), At: s.now()}
 		var body capBuf
 		r.Body = teeBody{io.TeeReader(r.Body, &body), r.Body}
-		// GitLab's correlation id; gitlab-runner logs it next to its own.
-		w.Header().Set("X-Request-Id", randHex(13)[:26])
+		// GitLab's correlation id: as Rails' RequestId middleware, the
+		// request's own X-Request-Id (word characters and dashes, at most
+		// 255) when it sent one, else a new one. gitlab-runner prints it
+		// in get_sources as the Gitaly correlation ID.
+		w.Header().Set("X-Request-Id", requestID(r.Header.Get("X-Request-Id")))
 		sw := &statusWriter{ResponseWriter: w}
 		logged := false
 		logIt := func() {
@@ -337,4 +340,23 @@ func leaks(r Request, toks []string) bool {
 		}
 	}
 	return false
+}
+
+// requestID is the X-Request-Id GitLab answers for a request that sent
+// sent: sent stripped of all but word characters and '-', cut to 255
+// bytes, or a new ID when nothing is left.
+func requestID(sent string) string {
+	id := strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return -1
+	}, sent)
+	if len(id) > 255 {
+		id = id[:255]
+	}
+	if id == "" {
+		id = randHex(13)[:26]
+	}
+	return id
 }

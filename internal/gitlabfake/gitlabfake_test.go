@@ -631,3 +631,48 @@ func TestCancel(t *testing.T) {
 		}
 	})
 }
+
+// A job given as a whole response is served as given, but for what ties
+// it to the fake (id, token, git_info, job_info's ids): a capture or one of
+// gitlab-runner's fixtures runs against the fake unchanged.
+func TestRawJobResponse(t *testing.T) {
+	s := start(t, Options{})
+	raw := []byte(`{"id": 7, "token": "fixture-token", "job_info": {"id": 7, "name": "raw", "project_id": 99},
+		"git_info": {"repo_url": "https://gitlab.example.com/x.git"},
+		"variables": [{"key": "FROM_FIXTURE", "value": "yes", "public": true}],
+		"steps": [{"name": "script", "script": ["echo raw"], "timeout": 60, "when": "on_success"}],
+		"features": {"trace_sections": false}}`)
+	pl := onePipeline(t, s, JobSpec{Name: "raw", Response: raw})
+	r := requestJob(t, s, s.RunnerToken(), "", nil)
+	if r.status != 201 {
+		t.Fatalf("jobs/request = %v, want 201", r)
+	}
+	var got struct {
+		ID      int64  `json:"id"`
+		Token   string `json:"token"`
+		JobInfo struct {
+			ID        int64  `json:"id"`
+			Name      string `json:"name"`
+			ProjectID int64  `json:"project_id"`
+		} `json:"job_info"`
+		GitInfo struct {
+			RepoURL string `json:"repo_url"`
+			SHA     string `json:"sha"`
+		} `json:"git_info"`
+		Variables []struct{ Key, Value string } `json:"variables"`
+		Features  map[string]any                `json:"features"`
+	}
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	ji, _ := s.Job(pl.Jobs["raw"])
+	if got.ID != pl.Jobs["raw"] || got.Token != ji.Token || got.JobInfo.ID != got.ID || got.JobInfo.Name != "raw" || got.JobInfo.ProjectID == 99 {
+		t.Errorf("identity not the fake's: %+v", got)
+	}
+	if !strings.Contains(got.GitInfo.RepoURL, "acme/demo.git") || got.GitInfo.SHA != pl.SHA {
+		t.Errorf("git_info = %+v, want the fake's project", got.GitInfo)
+	}
+	if len(got.Variables) != 1 || got.Variables[0].Key != "FROM_FIXTURE" || got.Features["trace_sections"] != false {
+		t.Errorf("the rest is not as given: %+v %v", got.Variables, got.Features)
+	}
+}

@@ -1,6 +1,7 @@
 package gitlabfake
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -64,6 +65,13 @@ type JobSpec struct {
 	Timeout time.Duration
 	// AllowFailure lets later stages run when this job fails.
 	AllowFailure bool
+	// Response, when set, is a job response (as gitlab-runner's test
+	// fixtures or a capture hold it) served in place of the rendered one,
+	// every other field ignored but Name and Stage. Only what ties it to
+	// this fake is replaced: id, token, git_info (this project's clone
+	// URL, ref and commit) and job_info's id and project; everything
+	// else, variables and steps included, is sent as given.
+	Response json.RawMessage
 }
 
 // PipelineSpec describes a pipeline to create with [Server.CreatePipeline].

@@ -410,7 +410,44 @@ func (s *Server) renderJobLocked(j *job, now time.Time) ([]byte, error) {
 		Features:     wireFeatures{TraceSections: true, FailureReasons: FailureReasons},
 		Dependencies: deps,
 	}
+	if len(j.spec.Response) > 0 {
+		return overlayResponse(j.spec.Response, resp)
+	}
 	return json.Marshal(resp)
+}
+
+// overlayResponse returns raw with what ties a job to this fake taken from
+// own: id, token, git_info, and job_info's id, project_id, project_name and
+// project_full_path.
+func overlayResponse(raw json.RawMessage, own wireJob) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("gitlabfake: JobSpec.Response: %w", err)
+	}
+	set := func(into map[string]json.RawMessage, key string, v any) error {
+		b, err := json.Marshal(v)
+		into[key] = b
+		return err
+	}
+	info := map[string]json.RawMessage{}
+	if b, ok := m["job_info"]; ok {
+		if err := json.Unmarshal(b, &info); err != nil {
+			return nil, fmt.Errorf("gitlabfake: JobSpec.Response job_info: %w", err)
+		}
+	}
+	for _, err := range []error{
+		set(m, "id", own.ID), set(m, "token", own.Token), set(m, "git_info", own.GitInfo),
+		set(info, "id", own.JobInfo.ID), set(info, "project_id", own.JobInfo.ProjectID),
+		set(info, "project_name", own.JobInfo.ProjectName), set(info, "project_full_path", own.JobInfo.ProjectFullPath),
+	} {
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := set(m, "job_info", info); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
 }
 
 const zeroSHA = "0000000000000000000000000000000000000000"

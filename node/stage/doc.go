@@ -14,14 +14,22 @@
 // prepare stage skips everything else; a failing get_sources, restore_cache
 // or download_artifacts skips the user steps and after_script; a failing
 // step skips the remaining steps but not after_script or the on_failure
-// stages. A graceful cancel sends SIGTERM to the running step (SIGKILL after
-// [Config.CancelGrace]) and still runs after_script (CI_JOB_STATUS=canceled)
-// and the on_failure stages; an immediate cancel, [Handle.Interrupt] or the
-// end of Start's context kills the step and skips to cleanup. The job's
-// timeout (timeout_secs) runs from the start; past it the step is killed,
+// stages. A graceful cancel during the user steps sends SIGTERM to the
+// running step (SIGKILL after [Config.CancelGrace]) and still runs
+// after_script (CI_JOB_STATUS=canceled) and the on_failure stages; as with
+// gitlab-runner, whose cancel stops the whole build until the user scripts
+// start and only them afterwards, a graceful cancel before the user steps
+// acts as an immediate one and one after them changes nothing. An immediate
+// cancel, [Handle.Interrupt] or the
+// end of Start's context kills the step and, as gitlab-runner 19.3 does
+// once the job's context ended, runs no further stage (no after_script,
+// cache, artifacts or cleanup_file_variables section; the file variables
+// are still removed): the trace goes straight to the last line. The job's
+// timeout (timeout_secs) runs from the start and ends the job the same way
+// (the step's timeout warning, then the error line). RUNNER_SCRIPT_TIMEOUT
+// (a Go duration) bounds each user step and ends only the script:
 // after_script runs (CI_JOB_STATUS=timedout) under its own limit
-// (RUNNER_AFTER_SCRIPT_TIMEOUT, default 5 min) and the job fails timeout.
-// RUNNER_SCRIPT_TIMEOUT (a Go duration) bounds each user step the same way.
+// (RUNNER_AFTER_SCRIPT_TIMEOUT, default 5 min), then the later stages.
 // get_sources, restore_cache and download_artifacts are tried up to
 // GET_SOURCES_ATTEMPTS, RESTORE_CACHE_ATTEMPTS and
 // ARTIFACT_DOWNLOAD_ATTEMPTS times (1–10, default 1), a warning naming each
@@ -88,8 +96,10 @@
 //     runner token to shorten);
 //   - "Using the process executor with bash..." instead of "Using Shell
 //     (bash) executor...";
-//   - the feature-flags line lists only FF_TIMESTAMPS:false (the only flag
-//     the node reads);
+//   - the feature-flags line is gitlab-runner 19.3's (every flag of its list
+//     that the job's variables turn off its default, in its order), but the
+//     node acts only on the flags that change the trace or the script
+//     (see featureflags.go) and has no runner-level flags;
 //   - script failures say "exit status N", as gitlab-runner's shell
 //     executor does (its docker executor says "exit code N"); the process
 //     executor is the shell executor's kin;

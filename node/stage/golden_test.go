@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -172,8 +173,10 @@ func removeCgroupParent(parent string) {
 }
 
 var (
-	hostnameRe = regexp.MustCompile(`Running on [^\n]*\.\.\.`)
-	dateRe     = regexp.MustCompile(`01O \w{3} \w{3} [ 0-9]\d \d\d:\d\d:\d\d \w+ \d{4}\n`)
+	hostnameRe   = regexp.MustCompile(`Running on [^\n]*\.\.\.`)
+	terminatedRe = regexp.MustCompile(`(?m)^\S+ 01E Terminated\n`)
+	awkTimeRe    = regexp.MustCompile(`(section_(?:start|end)):\d+:section_`)
+	dateRe       = regexp.MustCompile(`01O \w{3} \w{3} [ 0-9]\d \d\d:\d\d:\d\d \w+ \d{4}\n`)
 )
 
 // normalise makes a trace host-independent: the hostname and the job root.
@@ -252,7 +255,7 @@ func TestGoldenTraces(t *testing.T) {
 		},
 		{
 			name: "gitlab_complete", fixture: "job_response_gitlab_complete.json", sortIO: true,
-			failure: FailureScript, exitCode: 1, // bundle is not installed here
+			failure: FailureScript, exitCode: 127, // bundle is not installed here: command not found
 			check: func(t *testing.T, _ Result, tr string) {
 				if strings.Contains(tr, "EXAMPLEjobTOKEN") {
 					t.Error("the job token leaked")
@@ -289,7 +292,9 @@ func TestGoldenTraces(t *testing.T) {
 			edit: func(j *job.CiJob) {
 				setScript(j, "echo out1; echo err1 >&2; echo out2; echo err2 >&2", "ls /nonexistent-vk-path")
 			},
-			failure: FailureScript, exitCode: 1, // errexit inside eval exits 1, as with gitlab-runner's script
+			// gitlab-runner 19.3 evals the script in a subshell, whose
+			// errexit passes the failing command's status on (ls: 2).
+			failure: FailureScript, exitCode: 2,
 		},
 		{
 			name: "no_newline", fixture: "job_response_successful.json",
@@ -324,8 +329,10 @@ func TestGoldenTraces(t *testing.T) {
 			act:     func(h *harness, _ *Handle, _ *job.CiJob) { h.clk.Advance(5 * time.Second) },
 			failure: FailureTimeout,
 			check: func(t *testing.T, res Result, tr string) {
-				if !strings.Contains(tr, "job status timedout") {
-					t.Error("after_script did not see CI_JOB_STATUS=timedout")
+				// As gitlab-runner 19.3: the job's context ended, so no
+				// later stage runs; the warning is followed by the error.
+				if strings.Contains(tr, ":after_script\r") || strings.Contains(tr, ":cleanup_file_variables\r") {
+					t.Error("a stage ran after the job's timeout")
 				}
 				// spec: NODE-14 (the fake clock moved 5 s during the job)
 				if res.Usage.Wall != 5*time.Second {
@@ -334,8 +341,27 @@ func TestGoldenTraces(t *testing.T) {
 			},
 		},
 		{
+			// RUNNER_SCRIPT_TIMEOUT ends the script only: after_script
+			// (CI_JOB_STATUS=timedout) and cleanup still run.
+			name: "script_timeout", fixture: "job_response_long_running.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "RUNNER_SCRIPT_TIMEOUT", Value: "5s"})
+			},
+			waitFor: "$ sleep 3600",
+			act:     func(h *harness, _ *Handle, _ *job.CiJob) { h.clk.Advance(5 * time.Second) },
+			failure: FailureTimeout,
+			check: func(t *testing.T, _ Result, tr string) {
+				if !strings.Contains(tr, "job status timedout") || !strings.Contains(tr, "cleanup_file_variables") {
+					t.Error("after_script or cleanup did not run after the script's timeout")
+				}
+			},
+		},
+		{
 			name: "cancel_graceful", fixture: "job_response_long_running.json",
 			waitFor: "$ sleep 3600",
+			// Whether bash reports the SIGTERM'd sleep ("Terminated") races
+			// with its TERM trap, in gitlab-runner's script as in ours.
+			normal:  func(s string) string { return terminatedRe.ReplaceAllString(s, "") },
 			act:     func(_ *harness, hd *Handle, _ *job.CiJob) { hd.Cancel(exec.Graceful) },
 			failure: FailureCanceled,
 			check: func(t *testing.T, _ Result, tr string) {
@@ -350,8 +376,8 @@ func TestGoldenTraces(t *testing.T) {
 			act:     func(_ *harness, hd *Handle, _ *job.CiJob) { hd.Cancel(exec.Immediate) },
 			failure: FailureCanceled,
 			check: func(t *testing.T, _ Result, tr string) {
-				if strings.Contains(tr, "after_script") {
-					t.Error("after_script ran after an immediate cancel")
+				if strings.Contains(tr, "after_script") || strings.Contains(tr, "cleanup_file_variables") {
+					t.Error("a stage ran after an immediate cancel")
 				}
 			},
 		},
@@ -372,6 +398,64 @@ func TestGoldenTraces(t *testing.T) {
 			edit: func(j *job.CiJob) {
 				addVar(j, job.Variable{Key: "FF_TIMESTAMPS", Value: "false"})
 				setScript(j, "echo Hello World", "printf 'no newline'")
+			},
+		},
+		{
+			// gitlab-runner masks every default token prefix unless the
+			// job turns FF_MASK_ALL_DEFAULT_TOKENS off; glpat- is masked
+			// either way.
+			name: "tokens_all_default", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) { setScript(j, "echo glsoat-abc123 glrt-def456 glpat-ghi789") },
+		},
+		{
+			name: "ff_mask_all_default_tokens_off", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "FF_MASK_ALL_DEFAULT_TOKENS", Value: "false"})
+				setScript(j, "echo glsoat-abc123 glrt-def456 glpat-ghi789")
+			},
+		},
+		{
+			// Each multi-line command in its own collapsed section, its
+			// whole text as the title; one-line commands as usual. The
+			// shell stamps the section markers with its own clock.
+			name: "ff_script_sections", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "FF_SCRIPT_SECTIONS", Value: "true"})
+				setScript(j, "echo first\necho second", "echo one line")
+			},
+			normal: func(s string) string { return awkTimeRe.ReplaceAllString(s, "${1}:UNIX:section_") },
+		},
+		{
+			// Several flags off their defaults: the header lists them in
+			// gitlab-runner's order; an unparseable value keeps the
+			// default and is not listed.
+			name: "ff_header_line", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "FF_USE_FASTZIP", Value: "true"})
+				addVar(j, job.Variable{Key: "FF_ENABLE_BASH_EXIT_CODE_CHECK", Value: "1"})
+				addVar(j, job.Variable{Key: "FF_TIMESTAMPS", Value: "false"})
+				addVar(j, job.Variable{Key: "FF_NETWORK_PER_BUILD", Value: "maybe"})
+				setScript(j, "false || echo exit code check passes an or-list", `echo "$FF_USE_FASTZIP $FF_NETWORK_PER_BUILD"`)
+			},
+		},
+		{
+			// CI_DEBUG_TRACE shows the generated script as bash runs it:
+			// the FF_* exports first, then the node's and the job's
+			// variables, the cd and the commands.
+			name: "debug_trace", fixture: "job_response_successful.json", sortIO: true,
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "CI_DEBUG_TRACE", Value: "true"})
+				addVar(j, job.Variable{Key: "FF_ENABLE_BASH_EXIT_CODE_CHECK", Value: "true"})
+			},
+			normal: func(s string) string { return strings.ReplaceAll(s, runtime.GOOS+"/"+runtime.GOARCH, "OS/ARCH") },
+		},
+		{
+			// A stage appends KEY=value to $GITLAB_ENV; the later stages
+			// export it (gitlab-runner's dotenv between stages).
+			name: "gitlab_env", fixture: "job_response_after_script.json",
+			edit: func(j *job.CiJob) {
+				setScript(j, `echo "FROM_ENV=set by script" >> "$GITLAB_ENV"`, `echo "same stage: ${FROM_ENV:-unset}"`)
+				j.Steps[1].Script = []string{`echo "after_script: $FROM_ENV"`}
 			},
 		},
 		{

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/testlog"
@@ -110,5 +111,79 @@ func TestSpecExecutorOverrideAndWarnings(t *testing.T) {
 	}
 	if res.Failure != FailureNone || over.prepared != 2 {
 		t.Errorf("override on a failing runner executor: failure %q, prepared %d", res.Failure, over.prepared)
+	}
+}
+
+// A graceful cancel does what gitlab-runner's does at that point of the
+// job: before the user scripts it ends the whole job (no after_script, no
+// cleanup section, like an immediate cancel); during them it stops the
+// script and after_script still runs; after them it changes nothing.
+//
+// spec: FAIL-09, STAGE-01
+func TestGracefulCancelByPhase(t *testing.T) {
+	cases := []struct {
+		at          string // the stage at whose start the cancel arrives
+		failure     Failure
+		afterScript bool
+	}{
+		{"get_sources", FailureCanceled, false},
+		{"step_script", FailureCanceled, true},
+		{"after_script", FailureNone, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.at, func(t *testing.T) {
+			handle := make(chan *Handle, 1)
+			h := newHarness(t, Config{OnStage: func(_, stage string) {
+				if stage == tc.at {
+					(<-handle).Cancel(vkexec.Graceful)
+				}
+			}})
+			j := fixtureJob(t, "job_response_after_script.json")
+			out := newWatchBuf("")
+			hd, err := h.runner.Start(t.Context(), Spec{ID: "phase-" + tc.at, Job: j, Out: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			handle <- hd
+			res := hd.Result()
+			tr := out.String()
+			ran := strings.Contains(tr, ":after_script\r")
+			if res.Failure != tc.failure || ran != tc.afterScript {
+				t.Errorf("failure %q, after_script ran %v; want %q, %v; trace:\n%s", res.Failure, ran, tc.failure, tc.afterScript, tr)
+			}
+			if tc.at == "get_sources" && strings.Contains(tr, ":cleanup_file_variables\r") {
+				t.Errorf("a stage ran after the cancel ended the job:\n%s", tr)
+			}
+		})
+	}
+}
+
+// The job's timeout during a stage before the user steps: as gitlab-runner's
+// executeStage, the stage's timeout warning follows its section's end, and
+// no later stage runs.
+//
+// spec: FAIL-03, STAGE-01
+func TestTimeoutBeforeSteps(t *testing.T) {
+	var h *harness
+	h = newHarness(t, Config{OnStage: func(_, stage string) {
+		if stage == "get_sources" {
+			h.clk.Advance(time.Hour) // past the job's timeout
+		}
+	}})
+	j := fixtureJob(t, "job_response_after_script.json")
+	j.TimeoutSecs = 60
+	out := newWatchBuf("")
+	res, err := h.runner.Run(t.Context(), Spec{ID: "timeout-sources", Job: j, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := out.String()
+	rest := ""
+	if i := strings.LastIndex(tr, ":get_sources\r"); i >= 0 { // its section_end
+		rest = tr[i:]
+	}
+	if res.Failure != FailureTimeout || !strings.Contains(rest, "WARNING: get_sources could not run to completion because the timeout was exceeded") ||
+		strings.Contains(rest, "section_start:") || !strings.Contains(rest, "ERROR: Job failed: execution took longer than 1m0s seconds") {
+		t.Errorf("failure %q; trace:\n%s", res.Failure, tr)
 	}
 }

@@ -116,9 +116,10 @@ type Handle struct {
 	trace *trace.Trace
 	res   Result
 
-	mu          sync.Mutex // guards the fields below
-	canceled    bool       // a cancel of either kind was asked
-	aborted     Failure    // FailureCanceled or FailureInterrupted when killed hard
+	mu          sync.Mutex  // guards the fields below
+	canceled    bool        // a graceful cancel reached the user scripts
+	scripts     scriptPhase // where the job is relative to its user scripts
+	aborted     Failure     // FailureCanceled or FailureInterrupted when killed hard
 	abort       context.CancelCauseFunc
 	current     exec.Job // set while a user step runs
 	inUserStep  bool
@@ -127,6 +128,19 @@ type Handle struct {
 	cancelGrace time.Duration
 	clk         clock.Clock
 }
+
+// scriptPhase is where a job is relative to its user scripts, which decides
+// what a graceful cancel does (as gitlab-runner's trace cancel function,
+// which is the whole build's until the user scripts start, then only the
+// scripts'): before them it ends the job like an immediate cancel, during
+// them it stops the scripts, after them it changes nothing.
+type scriptPhase int
+
+const (
+	beforeScripts scriptPhase = iota
+	inScripts
+	afterScripts
+)
 
 var (
 	errCanceled    = errors.New("stage: job canceled")
@@ -140,11 +154,15 @@ var (
 func (h *Handle) Cancel(mode exec.CancelMode) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.canceled = true
-	if mode == exec.Immediate {
+	if mode == exec.Immediate || h.scripts == beforeScripts {
+		h.canceled = true
 		h.abortLocked(FailureCanceled, errCanceled)
 		return
 	}
+	if h.scripts == afterScripts {
+		return // the scripts are over: nothing left for a graceful cancel to stop
+	}
+	h.canceled = true
 	if h.inUserStep && h.current != nil && h.graceTimer == nil {
 		// SIGTERM now; after the grace the step's context ends, which
 		// kills it even if it had not started when the SIGTERM was sent.
@@ -203,7 +221,9 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Handle, error) {
 		return nil, fmt.Errorf("%w: ID, Job and Out are required", ErrBadSpec)
 	}
 	j := s.Job
+	ff := resolveFlags(j)
 	tr := trace.New(s.Out, trace.Options{
+		GlpatOnly:     !ff[ffMaskAllDefaultTokens],
 		Clock:         r.clk,
 		Timestamps:    j.Timestamps(),
 		Sections:      j.Trace.Sections,
@@ -220,6 +240,7 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Handle, error) {
 		node:  ctx,
 		spec:  s,
 		job:   j,
+		ff:    ff,
 		tr:    tr,
 		start: r.clk.Now(),
 		log:   r.log.With(logkey.JobID, s.ID, logkey.GitLabJobID, j.Job.ID),
@@ -254,6 +275,7 @@ type run struct {
 	node  context.Context // Start's ctx: its end is the node stopping (FAIL-08)
 	spec  Spec
 	job   *job.CiJob
+	ff    map[string]bool // the job's feature flags, resolved
 	tr    *trace.Trace
 	start time.Time
 	log   *slog.Logger
@@ -308,6 +330,12 @@ func (x *run) aborted() Failure {
 	return x.h.aborted
 }
 
+func (x *run) setScripts(p scriptPhase) {
+	x.h.mu.Lock()
+	defer x.h.mu.Unlock()
+	x.h.scripts = p
+}
+
 func (x *run) canceled() bool {
 	x.h.mu.Lock()
 	defer x.h.mu.Unlock()
@@ -327,6 +355,16 @@ func (x *run) sectionStart(name string) {
 		f(x.spec.ID, name)
 	}
 	x.tr.SectionStart(name, trace.SectionOptions{})
+}
+
+// scriptStage is section for a stage gitlab-runner runs as a shell script
+// on the job's context (executeStage): when that context ended with the
+// job's timeout, its timeout warning follows the section's end.
+func (x *run) scriptStage(ctx context.Context, name, title string, fn func()) {
+	x.section(name, title, fn)
+	if errors.Is(context.Cause(ctx), errTimeout) {
+		x.tr.Warningln(name + " could not run to completion because the timeout was exceeded. For more control over job and script timeouts see: " + timeoutDocsURL)
+	}
 }
 
 func (x *run) section(name, title string, fn func()) {
@@ -356,20 +394,29 @@ func (x *run) run(ctx context.Context) Result {
 	if prepared {
 		prepared = x.prepareScript(jobCtx)
 	}
+	// Once the job's own context ended (its timeout, an immediate cancel,
+	// the node stopping), gitlab-runner runs no further stage: each one
+	// returns at once on the ended context, so the trace goes straight
+	// from the interrupted stage to the last line. A graceful cancel or
+	// RUNNER_SCRIPT_TIMEOUT ends only the script, and the later stages
+	// run.
+	ended := func() bool { return x.aborted() != "" || errors.Is(context.Cause(jobCtx), errTimeout) }
 	if prepared {
 		sourcesOK := x.getSources(jobCtx) && x.restoreCache(jobCtx) && x.downloadArtifacts(jobCtx)
 		if sourcesOK {
 			x.userSteps(jobCtx)
-			x.afterScript(ctx)
+			if !ended() {
+				x.afterScript(ctx)
+			}
 		}
-		if x.aborted() == "" {
+		if !ended() {
 			x.archiveCache(ctx)
 		}
 		var outcomes []ArtifactOutcome
-		if x.aborted() == "" {
+		if !ended() {
 			outcomes = x.uploadArtifacts(ctx)
 		}
-		x.cleanupFileVariables()
+		x.cleanupFileVariables(!ended())
 		x.finalLine()
 		res := x.finish()
 		res.Artifacts = outcomes
@@ -415,8 +462,11 @@ func (x *run) header() {
 		}
 		x.tr.Println(line)
 	}
-	if !x.job.Timestamps() {
-		x.tr.Println("  feature flags: FF_TIMESTAMPS:false")
+	if line := flagsLine(x.ff); line != "" {
+		x.tr.Println("  feature flags: " + line)
+	}
+	if errs := flagErrors(x.job); errs != "" {
+		x.tr.Warningln(errs) // gitlab-runner's printSettingErrors
 	}
 	for _, n := range x.job.Notices {
 		switch n.Level {
@@ -545,7 +595,13 @@ func (x *run) runScript(ctx context.Context, name, body string) (exec.RunResult,
 }
 
 func (x *run) writer() *scriptWriter {
-	w := &scriptWriter{tmpDir: x.tmpDir}
+	w := &scriptWriter{tmpDir: x.tmpDir,
+		// gitlab-runner sections multi-line commands only when GitLab
+		// asked for trace sections too.
+		scriptSections: x.ff[ffScriptSections] && x.job.Trace.Sections,
+		checkErrors:    x.ff[ffBashExitCodeCheck],
+		legacyEval:     x.ff[ffLegacyBashEval],
+	}
 	if v, _ := x.lookup("CI_DEBUG_TRACE"); v == "true" {
 		w.xtrace = true
 	}
@@ -554,9 +610,13 @@ func (x *run) writer() *scriptWriter {
 
 func (x *run) prepareScript(ctx context.Context) bool {
 	ok := true
-	x.section("prepare_script", "Preparing environment", func() {
+	x.scriptStage(ctx, "prepare_script", "Preparing environment", func() {
 		w := x.writer()
 		w.line(`echo "Running on $(hostname)..."`)
+		// As gitlab-runner's writePrepareScript: no GITLAB_ENV file or
+		// masking database is left from an earlier job.
+		w.rmFile(path.Join(x.tmpDir, gitlabEnvFile))
+		w.rmFile(path.Join(x.tmpDir, "masking.db"))
 		res, err := x.runScript(ctx, "prepare_script", w.finish())
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("%w: prepare script: exit code %d", ErrSystem, res.ExitCode)
@@ -584,7 +644,7 @@ func (x *run) mkProjectDir() error {
 
 func (x *run) getSources(ctx context.Context) bool {
 	ok := true
-	x.section("get_sources", "Getting source from Git repository", func() {
+	x.scriptStage(ctx, "get_sources", "Getting source from Git repository", func() {
 		var err error
 		strategy, _ := x.lookup("GIT_STRATEGY")
 		switch {
@@ -634,7 +694,7 @@ func (x *run) restoreCache(ctx context.Context) bool {
 		return true
 	}
 	ok := true
-	x.section("restore_cache", "Restoring cache", func() {
+	x.scriptStage(ctx, "restore_cache", "Restoring cache", func() {
 		if x.r.cfg.Transfers == nil {
 			x.tr.Warningln("Restoring cache is not supported on this node (no transfer service); continuing without it")
 			return
@@ -663,7 +723,7 @@ func (x *run) downloadArtifacts(ctx context.Context) bool {
 		return true
 	}
 	ok := true
-	x.section("download_artifacts", "Downloading artifacts", func() {
+	x.scriptStage(ctx, "download_artifacts", "Downloading artifacts", func() {
 		if x.r.cfg.Transfers == nil {
 			x.tr.Warningln("Downloading artifacts is not supported on this node (no transfer service); continuing without them")
 			return
@@ -721,6 +781,8 @@ func stepRuns(when string, failed bool) bool {
 }
 
 func (x *run) userSteps(ctx context.Context) {
+	x.setScripts(inScripts)
+	defer x.setScripts(afterScripts)
 	for _, st := range x.job.Steps {
 		if st.Name == job.StepAfterScript {
 			continue
@@ -729,6 +791,11 @@ func (x *run) userSteps(ctx context.Context) {
 			return // nothing more runs after an abort or the timeout
 		}
 		if x.canceled() {
+			// Canceled between two steps: as gitlab-runner once its
+			// script context ended.
+			if x.failure != FailureCanceled {
+				x.tr.Warningln("script canceled externally (UI, API)")
+			}
 			x.fail(FailureCanceled, errCanceled)
 			return
 		}
@@ -741,7 +808,7 @@ func (x *run) userSteps(ctx context.Context) {
 		w := x.writer()
 		w.exports(x.exports("running"))
 		w.cd(x.projectDir)
-		w.commands(st.Script...)
+		w.commands("script_step", st.Script...)
 		stepCtx, stepStop := context.WithCancelCause(ctx)
 		x.h.mu.Lock()
 		x.h.current, x.h.inUserStep, x.h.stepStop = x.ej, true, stepStop
@@ -775,6 +842,11 @@ func (x *run) userSteps(ctx context.Context) {
 			x.tr.Warningln(name + " could not run to completion because the timeout was exceeded. For more control over job and script timeouts see: " + timeoutDocsURL)
 			if !errors.Is(context.Cause(ctx), errTimeout) {
 				x.timeout = x.scriptTimeout()
+				if x.failure == FailureNone {
+					// gitlab-runner's ErrJobScriptTimeout wrapping the
+					// script context's error.
+					x.msg = "script timeout: context deadline exceeded"
+				}
 			}
 			x.fail(FailureTimeout, fmt.Errorf("%w after %v", errTimeout, x.timeout))
 		case x.aborted() != "":
@@ -843,7 +915,7 @@ func (x *run) afterScript(ctx context.Context) {
 		w.exports(x.exports(x.jobStatus()))
 		w.cd(x.projectDir)
 		w.notice("Running after script...")
-		w.commands(st.Script...)
+		w.commands("after_script_step", st.Script...)
 		res, err = x.runScript(actx, "after_script", w.finish())
 	})
 	// Like gitlab-runner, the outcome is reported after the section ends.
@@ -937,16 +1009,29 @@ func (x *run) uploadArtifacts(ctx context.Context) []ArtifactOutcome {
 	return out
 }
 
-func (x *run) cleanupFileVariables() {
-	x.section("cleanup_file_variables", "Cleaning up project directory and file based variables", func() {
+// cleanupFileVariables removes the file variables, in its own section when
+// the stage runs as gitlab-runner's would (shown), silently otherwise: the
+// files hold secrets and never outlive the job.
+func (x *run) cleanupFileVariables(shown bool) {
+	remove := func() {
 		if err := os.RemoveAll(x.ej.HostPath(x.tmpDir)); err != nil {
 			x.log.Warn("remove file variables", slog.Any(logkey.Err, err))
 		}
-	})
+	}
+	if !shown {
+		remove()
+		return
+	}
+	x.section("cleanup_file_variables", "Cleaning up project directory and file based variables", remove)
 }
 
-// finalLine writes gitlab-runner's last line for the outcome.
+// finalLine writes gitlab-runner's last line for the outcome, on a new
+// runner stream as gitlab-runner does (its entry's flag is ' ', not the
+// '+' that follows the last section's end marker).
 func (x *run) finalLine() {
+	if err := x.tr.NewRunnerStream(); err != nil {
+		x.log.Warn("trace", slog.Any(logkey.Err, err))
+	}
 	if f := x.aborted(); f != "" && (x.failure == FailureNone || x.failure == f) {
 		x.failure = f
 		if f == FailureInterrupted {
@@ -964,6 +1049,11 @@ func (x *run) finalLine() {
 	case FailureScript:
 		x.tr.Errorln("Job failed: exit status " + strconv.Itoa(x.exitCode))
 	case FailureTimeout:
+		if x.msg != "" {
+			x.tr.Errorln("Job failed: " + x.msg)
+			return
+		}
+		// gitlab-runner formats the time.Duration with %v, then "seconds".
 		x.tr.Errorln(fmt.Sprintf("Job failed: execution took longer than %v seconds", x.timeout))
 	case FailureCanceled:
 		x.tr.Errorln("Job failed: canceled")
@@ -984,29 +1074,54 @@ func (x *run) failText() string {
 	return "unknown error"
 }
 
-// exports returns the variables every stage script exports (STAGE-05):
-// the node's own (CI_BUILDS_DIR, CI_PROJECT_DIR, CI_SERVER_TLS_CA_FILE …)
-// first, then the job's in order (expanded unless raw; file variables as
-// files), then CI_JOB_STATUS.
+// exports returns the variables every stage script exports (STAGE-05), in
+// gitlab-runner's GetAllVariables order: every feature flag with its
+// resolved value; CI_JOB_IMAGE when the job names one; the node's own
+// (CI_BUILDS_DIR, CI_PROJECT_DIR, CI_SERVER, CI_JOB_STATUS, CI_JOB_TIMEOUT,
+// CI_SERVER_TLS_CA_FILE as a file); the job's in order (expanded unless
+// raw; file variables as files; its FF_* give way to the resolved ones);
+// then CI_DISPOSABLE_ENVIRONMENT, the node's CI_RUNNER_VERSION and
+// CI_RUNNER_EXECUTABLE_ARCH and RUNNER_TEMP_PROJECT_DIR.
 func (x *run) exports(status string) []exportVar {
 	type v struct {
 		key, value string
 		file, raw  bool
 	}
-	all := []v{
-		{key: "CI_BUILDS_DIR", value: x.ej.BuildsDir(), raw: true},
-		{key: "CI_PROJECT_DIR", value: x.projectDir, raw: true},
-		{key: "CI_RUNNER_VERSION", value: x.r.cfg.Version, raw: true},
-		{key: "CI_RUNNER_EXECUTABLE_ARCH", value: runtime.GOOS + "/" + runtime.GOARCH, raw: true},
-		{key: "CI_SERVER_TLS_CA_FILE", value: x.job.ServerCAPEM, file: true, raw: true},
+	all := make([]v, 0, len(featureFlags)+len(x.job.Variables)+16)
+	for _, f := range featureFlags {
+		all = append(all, v{key: f.name, value: strconv.FormatBool(x.ff[f.name]), raw: true})
 	}
-	if x.job.ServerCAPEM == "" {
-		all = all[:len(all)-1]
+	if img := x.job.Image; img != nil && img.Name != "" {
+		all = append(all, v{key: "CI_JOB_IMAGE", value: img.Name, raw: true})
+	}
+	timeout := x.job.TimeoutSecs
+	if timeout <= 0 {
+		timeout = 7200
+	}
+	all = append(all,
+		v{key: "CI_BUILDS_DIR", value: x.ej.BuildsDir(), raw: true},
+		v{key: "CI_PROJECT_DIR", value: x.projectDir, raw: true},
+		v{key: "CI_SERVER", value: "yes", raw: true},
+		v{key: "CI_JOB_STATUS", value: status, raw: true},
+		v{key: "CI_JOB_TIMEOUT", value: strconv.FormatInt(timeout, 10), raw: true},
+	)
+	if x.job.ServerCAPEM != "" {
+		all = append(all, v{key: "CI_SERVER_TLS_CA_FILE", value: x.job.ServerCAPEM, file: true, raw: true})
 	}
 	for _, jv := range x.job.Variables {
+		if isFeatureFlag(jv.Key) {
+			continue
+		}
 		all = append(all, v{key: jv.Key, value: jv.Value, file: jv.File, raw: jv.Raw})
 	}
-	all = append(all, v{key: "CI_JOB_STATUS", value: status, raw: true})
+	// Each job has an environment of its own, removed after it: the
+	// disposable kind, as gitlab-runner's Docker executor says.
+	all = append(all,
+		v{key: "CI_DISPOSABLE_ENVIRONMENT", value: "true", raw: true},
+		v{key: "CI_RUNNER_VERSION", value: x.r.cfg.Version, raw: true},
+		v{key: "CI_RUNNER_EXECUTABLE_ARCH", value: runtime.GOOS + "/" + runtime.GOARCH, raw: true},
+		v{key: "RUNNER_TEMP_PROJECT_DIR", value: x.tmpDir, raw: true},
+	)
 	// Expansion sees every variable, the last of a key winning, a file
 	// variable as its path.
 	lookup := func(key string) (string, bool) {

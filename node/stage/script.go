@@ -11,6 +11,8 @@ import (
 const (
 	ansiReset     = "\x1b[0;m"
 	ansiBoldGreen = "\x1b[32;1m"
+	ansiYellow    = "\x1b[0;33m"
+	ansiClear     = "\x1b[0K"
 )
 
 // shellEscape quotes s for bash exactly as gitlab-runner's
@@ -79,10 +81,19 @@ var validKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // scriptWriter builds the body of a stage script the way gitlab-runner's
 // BashWriter does.
 type scriptWriter struct {
-	b       strings.Builder
-	tmpDir  string // the project's .tmp directory, for file variables
-	xtrace  bool
-	skipped []string // keys not exported (invalid names)
+	b      strings.Builder
+	tmpDir string // the project's .tmp directory, for file variables
+	xtrace bool
+	// scriptSections wraps each multi-line command in its own collapsed
+	// section (FF_SCRIPT_SECTIONS with trace sections on).
+	scriptSections bool
+	// checkErrors exits with a command's status after each one
+	// (FF_ENABLE_BASH_EXIT_CODE_CHECK).
+	checkErrors bool
+	// legacyEval runs the body as ": | eval '…'" (FF_USE_LEGACY_BASH_EVAL)
+	// instead of in a subshell with stdin closed.
+	legacyEval bool
+	skipped    []string // keys not exported (invalid names)
 }
 
 func (w *scriptWriter) line(s string) { w.b.WriteString(s + "\n") }
@@ -92,9 +103,27 @@ func (w *scriptWriter) notice(text string) {
 	w.line("echo " + shellEscape(ansiBoldGreen+text+ansiReset))
 }
 
-// exports writes the variables: plain ones as `export K=v`, file ones
-// written under tmpDir with printf and exported as their path.
+// warning echoes text in yellow (gitlab-runner's Warningf).
+func (w *scriptWriter) warning(text string) {
+	w.line("echo " + shellEscape(ansiYellow+text+ansiReset))
+}
+
+// gitlabEnvFile is the dotenv file behind GITLAB_ENV, in tmpDir
+// (gitlab-runner's gitlab_runner_env).
+const gitlabEnvFile = "gitlab_runner_env"
+
+// exports writes the variables as gitlab-runner's exportVariables does:
+// plain ones as `export K=v`, file ones written under tmpDir with printf
+// and exported as their path; then GITLAB_ENV, the file a stage appends
+// KEY=value lines to, and the lines earlier stages appended, exported.
 func (w *scriptWriter) exports(vars []exportVar) {
+	defer func() {
+		env := path.Join(w.tmpDir, gitlabEnvFile)
+		w.line("export GITLAB_ENV=" + shellEscape(env))
+		w.line(fmt.Sprintf("mkdir -p %q", w.tmpDir))
+		w.line(fmt.Sprintf("touch %q", env))
+		w.line(fmt.Sprintf(`while read -r line; do export "$line"; done < %q`, env))
+	}()
 	for _, v := range vars {
 		if !validKey.MatchString(v.Key) {
 			w.skipped = append(w.skipped, v.Key)
@@ -111,40 +140,77 @@ func (w *scriptWriter) exports(vars []exportVar) {
 	}
 }
 
-// cd changes to dir (gitlab-runner's Cd: `cd <escaped>`).
-func (w *scriptWriter) cd(dir string) { w.line("cd " + shellEscape(dir)) }
+// cd changes to dir (gitlab-runner's Cd: `cd <escaped>`, a Command, so
+// followed by the exit-status check when checkErrors).
+func (w *scriptWriter) cd(dir string) {
+	w.line("cd " + shellEscape(dir))
+	w.check()
+}
 
-// commands writes user commands as gitlab-runner's writeCommands does: each
-// trimmed command echoed in green as `$ command` (its first line plus
-// "# collapsed multi-line command" when it has several), then the command
-// itself; an empty command becomes an empty echo.
-func (w *scriptWriter) commands(cmds ...string) {
-	for _, c := range cmds {
-		c = strings.TrimSpace(c)
-		if c == "" {
-			w.line("echo")
-		} else if first, _, multi := strings.Cut(c, "\n"); multi {
-			w.notice("$ " + first + " # collapsed multi-line command")
-		} else {
-			w.notice("$ " + c)
-		}
-		w.line(c)
+// rmFile removes a file (gitlab-runner's RmFile: `rm -f "<path>"`, a
+// command, so followed by the exit-status check when checkErrors).
+func (w *scriptWriter) rmFile(file string) {
+	w.line(fmt.Sprintf("rm -f %q", file))
+	w.check()
+}
+
+// check writes gitlab-runner's exit-status check (CheckForErrors) when
+// FF_ENABLE_BASH_EXIT_CODE_CHECK is on.
+func (w *scriptWriter) check() {
+	if w.checkErrors {
+		w.line("_runner_exit_code=$?; if [ $_runner_exit_code -ne 0 ]; then exit $_runner_exit_code; fi")
 	}
 }
 
-// finish wraps the body as gitlab-runner's BashWriter.Finish does: TERM
-// makes the script exit 1, errexit and pipefail are on, noclobber off, and
-// the body is eval'ed with stdin closed.
+// commands writes user commands as gitlab-runner's writeCommands does: each
+// trimmed command echoed in green as `$ command` (its first line plus
+// "# collapsed multi-line command" when it has several, or, with script
+// sections, the whole command as the title of its own collapsed section
+// section_<prefix>_<index>), then the command itself; an empty command
+// becomes an empty echo. With checkErrors each command is followed by an
+// exit on its status.
+func (w *scriptWriter) commands(prefix string, cmds ...string) {
+	for i, c := range cmds {
+		c = strings.TrimSpace(c)
+		first, _, multi := strings.Cut(c, "\n")
+		switch {
+		case c == "":
+			w.line("echo")
+		case multi && w.scriptSections:
+			id := fmt.Sprintf("%s_%d", prefix, i)
+			w.line("printf '%b\\n' section_start:$(awk 'BEGIN{srand(); print srand()}'):section_" + id +
+				"[hide_duration=true,collapsed=true]\r" + ansiClear + shellEscape(ansiBoldGreen+"$ "+c+ansiReset))
+			w.line("printf '%b\\n' section_end:$(awk 'BEGIN{srand(); print srand()}'):section_" + id + "\r" + ansiClear)
+		case multi:
+			w.notice("$ " + first + " # collapsed multi-line command")
+		default:
+			w.notice("$ " + c)
+		}
+		w.line(c)
+		w.check()
+	}
+}
+
+// finish wraps the body as gitlab-runner 19.3's BashWriter.Finish does: a
+// TERM trap that exits 1 (in the outer shell and again in the subshell,
+// whose traps start reset), pipefail when the shell has it, errexit,
+// noclobber off, and the body eval'ed in a subshell with stdin closed (or
+// piped from ':' with FF_USE_LEGACY_BASH_EVAL).
 func (w *scriptWriter) finish() string {
+	const trap = "trap 'exit 1' TERM"
 	var b strings.Builder
 	b.WriteString("#!/usr/bin/env bash\n\n")
-	b.WriteString("trap exit 1 TERM\n\n")
+	b.WriteString(trap + "\n\n")
 	if w.xtrace {
 		b.WriteString("set -o xtrace\n")
 	}
-	b.WriteString("if set -o | grep pipefail > /dev/null; then set -o pipefail; fi; set -o errexit\n")
+	b.WriteString(`case "$(set -o)" in *"pipefail"*) set -o pipefail;; esac; set -o errexit` + "\n")
 	b.WriteString("set +o noclobber\n")
-	b.WriteString(": | eval " + shellEscape(w.b.String()) + "\n")
+	if w.legacyEval {
+		b.WriteString(": | eval " + shellEscape(w.b.String()) + "\n")
+	} else {
+		b.WriteString("(" + trap + "; eval " + shellEscape(w.b.String()) + ") < /dev/null\n")
+	}
 	b.WriteString("exit 0\n")
 	return b.String()
 }

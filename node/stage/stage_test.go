@@ -89,33 +89,60 @@ func TestExpand(t *testing.T) {
 	}
 }
 
+// The stage script is gitlab-runner 19.3's bash script (shells/bash.go,
+// shells/abstract.go writeCommands) byte for byte, with each feature flag
+// that changes it.
+//
 // spec: STAGE-05
 func TestScriptShape(t *testing.T) {
-	w := &scriptWriter{tmpDir: "/b/p.tmp"}
-	w.exports([]exportVar{{Key: "K", Value: "v v"}, {Key: "F", Value: "data", File: true}, {Key: "bad-key", Value: "x"}})
-	w.cd("/b/p")
-	w.commands("echo hi", "a\nb", "")
-	got := w.finish()
-	body := "export K=$'v v'\n" +
+	head := "export K=$'v v'\n" +
 		"mkdir -p \"/b/p.tmp\"\n" +
 		"printf '%s' data > \"/b/p.tmp/F\"\n" +
 		"export F=\"/b/p.tmp/F\"\n" +
-		"cd /b/p\n" +
-		"echo $'\\x1b[32;1m$ echo hi\\x1b[0;m'\n" +
-		"echo hi\n" +
-		"echo $'\\x1b[32;1m$ a # collapsed multi-line command\\x1b[0;m'\n" +
-		"a\nb\n" +
-		"echo\n\n"
-	want := "#!/usr/bin/env bash\n\ntrap exit 1 TERM\n\n" +
-		"if set -o | grep pipefail > /dev/null; then set -o pipefail; fi; set -o errexit\n" +
-		"set +o noclobber\n" +
-		": | eval " + shellEscape(body) + "\n" +
-		"exit 0\n"
-	if got != want {
-		t.Errorf("script =\n%s\nwant\n%s", got, want)
+		"export GITLAB_ENV=/b/p.tmp/gitlab_runner_env\n" +
+		"mkdir -p \"/b/p.tmp\"\n" +
+		"touch \"/b/p.tmp/gitlab_runner_env\"\n" +
+		"while read -r line; do export \"$line\"; done < \"/b/p.tmp/gitlab_runner_env\"\n" +
+		"cd /b/p\n"
+	hi := "echo $'\\x1b[32;1m$ echo hi\\x1b[0;m'\necho hi\n"
+	collapsed := "echo $'\\x1b[32;1m$ a # collapsed multi-line command\\x1b[0;m'\na\nb\n"
+	sectioned := "printf '%b\\n' section_start:$(awk 'BEGIN{srand(); print srand()}'):section_script_step_1[hide_duration=true,collapsed=true]\r\x1b[0K" +
+		"$'\\x1b[32;1m$ a\\nb\\x1b[0;m'\n" +
+		"printf '%b\\n' section_end:$(awk 'BEGIN{srand(); print srand()}'):section_script_step_1\r\x1b[0K\n" +
+		"a\nb\n"
+	check := "_runner_exit_code=$?; if [ $_runner_exit_code -ne 0 ]; then exit $_runner_exit_code; fi\n"
+	prologue := "#!/usr/bin/env bash\n\ntrap 'exit 1' TERM\n\n"
+	opts := `case "$(set -o)" in *"pipefail"*) set -o pipefail;; esac; set -o errexit` + "\nset +o noclobber\n"
+	cases := []struct {
+		name string
+		w    scriptWriter
+		want string
+	}{
+		{"default", scriptWriter{}, prologue + opts +
+			"(trap 'exit 1' TERM; eval " + shellEscape(head+hi+collapsed+"echo\n\n") + ") < /dev/null\nexit 0\n"},
+		{"FF_USE_LEGACY_BASH_EVAL", scriptWriter{legacyEval: true}, prologue + opts +
+			": | eval " + shellEscape(head+hi+collapsed+"echo\n\n") + "\nexit 0\n"},
+		{"CI_DEBUG_TRACE", scriptWriter{xtrace: true}, prologue + "set -o xtrace\n" + opts +
+			"(trap 'exit 1' TERM; eval " + shellEscape(head+hi+collapsed+"echo\n\n") + ") < /dev/null\nexit 0\n"},
+		{"FF_SCRIPT_SECTIONS", scriptWriter{scriptSections: true}, prologue + opts +
+			"(trap 'exit 1' TERM; eval " + shellEscape(head+hi+sectioned+"echo\n\n") + ") < /dev/null\nexit 0\n"},
+		{"FF_ENABLE_BASH_EXIT_CODE_CHECK", scriptWriter{checkErrors: true}, prologue + opts +
+			"(trap 'exit 1' TERM; eval " + shellEscape(head+check+hi+check+collapsed+check+"echo\n\n"+check) + ") < /dev/null\nexit 0\n"},
 	}
-	if len(w.skipped) != 1 || w.skipped[0] != "bad-key" {
-		t.Errorf("skipped = %v", w.skipped)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &tc.w
+			w.tmpDir = "/b/p.tmp"
+			w.exports([]exportVar{{Key: "K", Value: "v v"}, {Key: "F", Value: "data", File: true}, {Key: "bad-key", Value: "x"}})
+			w.cd("/b/p")
+			w.commands("script_step", "echo hi", "a\nb", "")
+			if got := w.finish(); got != tc.want {
+				t.Errorf("script =\n%q\nwant\n%q", got, tc.want)
+			}
+			if len(w.skipped) != 1 || w.skipped[0] != "bad-key" {
+				t.Errorf("skipped = %v", w.skipped)
+			}
+		})
 	}
 }
 
@@ -558,6 +585,9 @@ func TestGetSourcesAttempts(t *testing.T) {
 	}
 }
 
+// RUNNER_SCRIPT_TIMEOUT ends the script; after_script still runs, and the
+// last line is gitlab-runner's for a script timeout.
+//
 // spec: FAIL-03
 func TestScriptTimeout(t *testing.T) {
 	h := newHarness(t, Config{})
@@ -574,7 +604,7 @@ func TestScriptTimeout(t *testing.T) {
 	tr := out.String()
 	if res.Failure != FailureTimeout ||
 		!strings.Contains(tr, "job status timedout") ||
-		!strings.Contains(tr, "ERROR: Job failed: execution took longer than 2s seconds") {
+		!strings.Contains(tr, "ERROR: Job failed: script timeout: context deadline exceeded") {
 		t.Errorf("result %+v; trace:\n%s", res, tr)
 	}
 }

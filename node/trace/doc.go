@@ -11,7 +11,13 @@
 // Masking happens before stamping (TRACE-02), so stamps are never masked and
 // count towards the limit. Every masker is streaming: it holds back the
 // shortest tail of a write that could still grow into a secret, so a value
-// split across writes is masked all the same. The timestamper follows
+// split across writes is masked all the same. Every byte of every
+// occurrence of a masked value is masked, overlapping occurrences included
+// (one [Masked] per occurrence of the run's cover, so touching values read
+// "[MASKED][MASKED]" as with gitlab-runner); a mask reaches the later
+// maskers as a mask, not as bytes, and a token or URL value goes on after
+// it (glsoat-[MASKED][MASKED], never glsoat-[MASKED] followed by the rest
+// of the token). The timestamper follows
 // gitlab-runner's rules byte for byte (a header when a line starts, '+' for
 // continuations after a '\r' flush or the 8 KiB bound, a partial line
 // flushed with an added '\n' on Close). The limit cuts the write crossing it
@@ -22,6 +28,9 @@
 //   - Invalid UTF-8 is replaced per stream, before masking, rather than in
 //     the final buffer: stamps and markers are ASCII, so the bytes are the
 //     same, and streams interleaving cannot split a sequence.
+//   - A masked value overlapping another is masked whole, where
+//     gitlab-runner, masking the longest value first, leaves the other's
+//     remaining bytes (docs/gitlab-compat.md).
 //   - When two token prefixes match at the same position the shorter one
 //     (first in the (length, bytes) order) is kept; either way the value is
 //     masked.

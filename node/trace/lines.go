@@ -37,7 +37,7 @@ func (t *Trace) Title(text string) { t.Println(ansiCyan + text + ansiReset) }
 func (t *Trace) runnerLine(s string) {
 	// The runner stream never fails on its own; a writer error is kept in
 	// Err for the caller to see.
-	_, _ = t.runner.Write([]byte(s))
+	_, _ = t.Runner().Write([]byte(s))
 }
 
 // SectionOptions are the options gitlab-runner appends in brackets to a

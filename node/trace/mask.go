@@ -38,9 +38,13 @@ type filter interface {
 	flush() error
 }
 
-// sink is where a filter sends its output.
+// sink is where a filter sends its output. mask writes [Masked] for a
+// value an earlier filter masked: the later filters pass it through without
+// reading it, so a token run that a masked value interrupts goes on after
+// it (as gitlab-runner's sanitisers let an upstream "[MASKED]" through).
 type sink interface {
 	write(p []byte) error
+	mask() error
 }
 
 // UniquePhrases returns the values to mask the way gitlab-runner prepares
@@ -64,7 +68,15 @@ func UniquePhrases(values []string) []string {
 // extra: the defaults plus extra, trimmed, de-duplicated, sorted by (length,
 // bytes) and cut to [MaxTokenPrefixes].
 func EffectiveTokenPrefixes(extra []string) []string {
-	all := UniquePhrases(append(append([]string(nil), extra...), DefaultTokenPrefixes...))
+	return effectiveTokenPrefixes(extra, DefaultTokenPrefixes)
+}
+
+// GlpatOnlyTokenPrefixes are the default token prefixes gitlab-runner masks
+// with FF_MASK_ALL_DEFAULT_TOKENS off: glpat- alone.
+var GlpatOnlyTokenPrefixes = []string{"glpat-"}
+
+func effectiveTokenPrefixes(extra, defaults []string) []string {
+	all := UniquePhrases(append(append([]string(nil), extra...), defaults...))
 	slices.SortFunc(all, func(a, b string) int {
 		if len(a) != len(b) {
 			return len(a) - len(b)
@@ -77,17 +89,33 @@ func EffectiveTokenPrefixes(extra []string) []string {
 	return all
 }
 
-// phraseMasker replaces every occurrence of any phrase with [Masked],
-// leftmost first and longest at a position, across write boundaries. It
-// holds back the shortest tail that might still grow into a phrase.
+// phraseMasker replaces every byte of every occurrence of any phrase, across
+// write boundaries. Occurrences that overlap or touch form one masked run,
+// written as one [Masked] per occurrence of the run's cover: the longest
+// occurrence at the run's start, then repeatedly the occurrence reaching
+// furthest among those starting inside (or at the end of) what is covered.
+// So adjacent values read "[MASKED][MASKED]" as gitlab-runner prints them,
+// and a value overlapping another never leaves a part of itself behind
+// (gitlab-runner masks the longest first and can leave the rest of a
+// shorter one that overlaps it).
+//
+// The masker holds back the shortest tail that might still grow into a
+// phrase, so its output does not depend on how the input was split.
 type phraseMasker struct {
 	next    sink
 	phrases [][]byte
 	anchors []int     // per phrase: index of its rarest byte, searched for first
 	first   [256]bool // first bytes of phrases
 	held    []byte
+	// cov bytes at the start of held are already masked; open: a masked
+	// run ends at held[cov] and may still be extended.
+	cov     int
+	open    bool
 	scratch []byte
+	occ     []occurrence
 }
+
+type occurrence struct{ start, end int }
 
 func newPhraseMasker(next sink, phrases []string) *phraseMasker {
 	m := &phraseMasker{next: next}
@@ -159,69 +187,134 @@ func (m *phraseMasker) index(data []byte, i int) int {
 	return -1
 }
 
+// occurrences lists every occurrence of every phrase in data, overlapping
+// ones included, ordered by start and, at one start, longest first.
+func (m *phraseMasker) occurrences(data []byte) []occurrence {
+	occ := m.occ[:0]
+	for n, ph := range m.phrases {
+		for off := 0; off+len(ph) <= len(data); {
+			i := m.index(data[off:], n)
+			if i < 0 {
+				break
+			}
+			occ = append(occ, occurrence{off + i, off + i + len(ph)})
+			off += i + 1
+		}
+	}
+	slices.SortFunc(occ, func(a, b occurrence) int {
+		if a.start != b.start {
+			return a.start - b.start
+		}
+		return b.end - a.end
+	})
+	m.occ = occ
+	return occ
+}
+
 func (m *phraseMasker) write(p []byte) error {
 	if len(m.phrases) == 0 {
 		return m.next.write(p)
 	}
+	return m.process(p, false)
+}
+
+// mask: an upstream mask (there is none today: the phrase masker is first)
+// ends any run and passes through.
+func (m *phraseMasker) mask() error {
+	if err := m.flush(); err != nil {
+		return err
+	}
+	return m.next.mask()
+}
+
+// process masks held+p. Unless final, it stops where a decision needs bytes
+// not seen yet, and holds the rest.
+func (m *phraseMasker) process(p []byte, final bool) error {
 	data := p
 	if len(m.held) > 0 {
 		m.scratch = append(append(m.scratch[:0], m.held...), p...)
 		data = m.scratch
 	}
-	pos := 0
+	h := len(data)
+	if !final {
+		h = m.holdStart(data)
+	}
+	occ := m.occurrences(data)
+	pos, covEnd, open := m.cov, m.cov, m.open
+	k := 0     // occ[:k] start before pos or were considered
+	j := 0     // occ[:j] start at or before covEnd
+	reach := 0 // the furthest end among occ[:j]
 	for {
-		s, e := m.match(data, pos)
-		h := m.holdStart(data, pos)
-		if s >= 0 && s < h {
-			if s > pos {
-				if err := m.next.write(data[pos:s]); err != nil {
+		if open {
+			if h <= covEnd {
+				break // a phrase starting in the run may still complete
+			}
+			// covEnd only grows, so occ[:j] only grows: linear in the
+			// occurrences however long the run.
+			for j < len(occ) && occ[j].start <= covEnd {
+				reach = max(reach, occ[j].end)
+				j++
+			}
+			best := max(covEnd, reach)
+			if best > covEnd {
+				if err := m.next.mask(); err != nil {
 					return err
 				}
+				covEnd, pos = best, best
+				continue
 			}
-			if err := m.next.write(maskedBytes); err != nil {
+			open = false
+		}
+		for k < len(occ) && occ[k].start < pos {
+			k++
+		}
+		limit := h
+		if k < len(occ) && occ[k].start < h {
+			limit = occ[k].start
+		}
+		if limit > pos {
+			if err := m.next.write(data[pos:limit]); err != nil {
 				return err
 			}
-			pos = e
-			continue
+			pos = limit
 		}
-		if h > pos {
-			if err := m.next.write(data[pos:h]); err != nil {
+		if k < len(occ) && occ[k].start < h {
+			if err := m.next.mask(); err != nil {
 				return err
 			}
-		}
-		m.held = append(m.held[:0], data[h:]...)
-		return nil
-	}
-}
-
-// match returns the leftmost, then longest, full occurrence of a phrase in
-// data[pos:], or -1.
-func (m *phraseMasker) match(data []byte, pos int) (start, end int) {
-	start = -1
-	for n, ph := range m.phrases {
-		limit := len(data)
-		if start >= 0 {
-			limit = min(len(data), start+len(ph)-1) // only earlier starts can win
-		}
-		if limit-pos < len(ph) {
+			covEnd, pos, open = occ[k].end, occ[k].end, true
 			continue
 		}
-		i := m.index(data[pos:limit], n)
-		if i < 0 {
-			continue
-		}
-		if s := pos + i; start < 0 || s < start {
-			start, end = s, s+len(ph)
+		break
+	}
+	from := pos
+	if open {
+		// Keep what the run's next step will need: the tail that may
+		// grow into a phrase, and the occurrences that reach past the
+		// run but could not be chosen yet.
+		from = min(covEnd, h)
+		for _, o := range occ {
+			if o.start > covEnd {
+				break
+			}
+			if o.end > covEnd {
+				from = min(from, o.start)
+			}
 		}
 	}
-	return start, end
+	m.held = append(m.held[:0], data[from:]...) // data is p or m.scratch, never m.held
+	m.cov, m.open = pos-from, open
+	if final {
+		m.held, m.cov, m.open = m.held[:0], 0, false
+	}
+	return nil
 }
 
-// holdStart returns the earliest index i ≥ pos such that data[i:] is a
-// proper prefix of some phrase, or len(data).
-func (m *phraseMasker) holdStart(data []byte, pos int) int {
+// holdStart returns the earliest index i such that data[i:] is a proper
+// prefix of some phrase, or len(data).
+func (m *phraseMasker) holdStart(data []byte) int {
 	maxLen := len(m.phrases[0])
-	for i := max(pos, len(data)-maxLen+1); i < len(data); i++ {
+	for i := max(0, len(data)-maxLen+1); i < len(data); i++ {
 		if !m.first[data[i]] {
 			continue
 		}
@@ -236,12 +329,10 @@ func (m *phraseMasker) holdStart(data []byte, pos int) int {
 }
 
 func (m *phraseMasker) flush() error {
-	if len(m.held) == 0 {
+	if len(m.held) == 0 && !m.open {
 		return nil
 	}
-	err := m.next.write(m.held)
-	m.held = m.held[:0]
-	return err
+	return m.process(nil, true)
 }
 
 // valueMasker keeps a matched prefix and replaces the run of value bytes
@@ -318,6 +409,20 @@ func (m *valueMasker) write(p []byte) error {
 		m.afterPrefix = true
 	}
 	return nil
+}
+
+// mask passes an upstream mask through. Inside a value (or right after a
+// prefix) the value goes on after it, as gitlab-runner's sanitiser keeps
+// its state across an upstream "[MASKED]"; elsewhere the bytes held as a
+// possible prefix are written first.
+func (m *valueMasker) mask() error {
+	if !m.afterPrefix && !m.inValue && len(m.held) > 0 {
+		if err := m.next.write(m.held); err != nil {
+			return err
+		}
+		m.held = m.held[:0]
+	}
+	return m.next.mask()
 }
 
 func (m *valueMasker) flush() error {

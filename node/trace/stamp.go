@@ -127,6 +127,8 @@ func (s *stamper) write(p []byte) error {
 	return nil
 }
 
+func (s *stamper) mask() error { return s.write(maskedBytes) }
+
 // flush emits a buffered partial line with an added '\n', keeping its stamp.
 func (s *stamper) flush() error {
 	if len(s.buf) == 0 {

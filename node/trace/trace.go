@@ -59,6 +59,10 @@ type Options struct {
 	// TokenPrefixes are the job's features.token_mask_prefixes; the
 	// [DefaultTokenPrefixes] are always added.
 	TokenPrefixes []string
+	// GlpatOnly keeps, of the default token prefixes, only glpat- (the
+	// job's FF_MASK_ALL_DEFAULT_TOKENS=false); the job's TokenPrefixes
+	// still apply.
+	GlpatOnly bool
 }
 
 // Trace is one job's output as GitLab will store it (NODE-10): every stream
@@ -69,7 +73,9 @@ type Trace struct {
 	opts     Options
 	clk      clock.Clock
 	prefixes []string
-	runner   *Stream
+
+	rmu    sync.Mutex // guards runner
+	runner *Stream
 
 	mu        sync.Mutex // guards the fields below and writes to out
 	out       io.Writer
@@ -86,7 +92,11 @@ func New(out io.Writer, o Options) *Trace {
 	if t.limit <= 0 {
 		t.limit = DefaultLimitBytes
 	}
-	t.prefixes = EffectiveTokenPrefixes(o.TokenPrefixes)
+	defaults := DefaultTokenPrefixes
+	if o.GlpatOnly {
+		defaults = GlpatOnlyTokenPrefixes
+	}
+	t.prefixes = effectiveTokenPrefixes(o.TokenPrefixes, defaults)
 	t.runner = t.Stream(StreamExecutor, Stdout)
 	return t
 }
@@ -138,6 +148,8 @@ func (t *Trace) write(p []byte) error {
 	return nil
 }
 
+func (t *Trace) mask() error { return t.write(maskedBytes) }
+
 func (t *Trace) emitLocked(p []byte) {
 	if t.err != nil || len(p) == 0 {
 		return
@@ -170,12 +182,28 @@ func (t *Trace) Stream(number uint8, typ StreamType) *Stream {
 }
 
 // Runner returns the stream of the node's own lines (stream 00, stdout).
-func (t *Trace) Runner() *Stream { return t.runner }
+func (t *Trace) Runner() *Stream {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	return t.runner
+}
+
+// NewRunnerStream closes the stream of the node's own lines and starts a
+// new one, as gitlab-runner writes a job's last line with a new logger:
+// the new stream's first entry is never a continuation ('+') of the line
+// the old one ended with, a section end marker say.
+func (t *Trace) NewRunnerStream() error {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	err := t.runner.Close()
+	t.runner = t.Stream(StreamExecutor, Stdout)
+	return err
+}
 
 // Close flushes the runner stream and refuses later writes. Streams of the
 // job must be closed before.
 func (t *Trace) Close() error {
-	err := t.runner.Close()
+	err := t.Runner().Close()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true

@@ -109,6 +109,10 @@ func GitOptions(j *job.CiJob, dir string, gitBin string) (gitsrc.Options, error)
 		ObjectFormat: j.Sources.RepoObjectFormat,
 		Git:          gitBin,
 	}
+	// FF_USE_GITALY_CORRELATION_ID is on unless the job turns it off.
+	if v, ok := job.Lookup(j.Variables, "FF_USE_GITALY_CORRELATION_ID"); !ok || parseBoolOr(v, true) {
+		o.CorrelationID = j.Sources.CorrelationID
+	}
 	if d := lookup(j, "GIT_DEPTH"); d != "" {
 		n, err := strconv.Atoi(d)
 		if err != nil || n < 0 {
@@ -240,4 +244,14 @@ func (t *Transfers) ArchiveCache(ctx context.Context, j *job.CiJob, dir string, 
 		return t.noRegistry(j, trace)
 	}
 	return t.store().Archive(ctx, t.cacheRequest(j, dir, jobFailed, trace))
+}
+
+// parseBoolOr is strconv.ParseBool of v, or def when v is not a boolean
+// (as gitlab-runner resolves a feature flag from a job variable).
+func parseBoolOr(v string, def bool) bool {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def
+	}
+	return b
 }

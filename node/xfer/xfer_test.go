@@ -39,7 +39,7 @@ func vars(kv ...string) []job.Variable {
 
 // spec: STAGE-02
 func TestGitOptions(t *testing.T) {
-	base := job.CiJob{Token: "tok", Sources: job.Sources{RepoURL: "https://g/p.git", SHA: "abc", Depth: 20, AllowFetch: true}}
+	base := job.CiJob{Token: "tok", Sources: job.Sources{RepoURL: "https://g/p.git", SHA: "abc", Depth: 20, AllowFetch: true, CorrelationID: "cid"}}
 	tests := []struct {
 		name    string
 		vars    []job.Variable
@@ -47,7 +47,11 @@ func TestGitOptions(t *testing.T) {
 		check   func(o gitsrc.Options) bool
 		err     error
 	}{
-		{"defaults", nil, false, func(o gitsrc.Options) bool { return o.Strategy == "" && o.Depth == 20 && !o.NoCheckout }, nil},
+		{"defaults", nil, false, func(o gitsrc.Options) bool {
+			return o.Strategy == "" && o.Depth == 20 && !o.NoCheckout && o.CorrelationID == "cid"
+		}, nil},
+		{"Gitaly correlation ID off", vars("FF_USE_GITALY_CORRELATION_ID", "false"), false, func(o gitsrc.Options) bool { return o.CorrelationID == "" }, nil},
+		{"unparseable flag keeps the default", vars("FF_USE_GITALY_CORRELATION_ID", "nope"), false, func(o gitsrc.Options) bool { return o.CorrelationID == "cid" }, nil},
 		{"fetch not allowed becomes clone", vars("GIT_STRATEGY", "fetch"), true, func(o gitsrc.Options) bool { return o.Strategy == gitsrc.Clone }, nil},
 		{"none kept", vars("GIT_STRATEGY", "NONE"), true, func(o gitsrc.Options) bool { return o.Strategy == gitsrc.None }, nil},
 		{"depth var wins, last duplicate wins", vars("GIT_DEPTH", "5", "GIT_DEPTH", "3"), false, func(o gitsrc.Options) bool { return o.Depth == 3 }, nil},

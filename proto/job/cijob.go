@@ -126,4 +126,10 @@ type Sources struct {
 	// AllowFetch is the response's allow_git_fetch: the project allows the
 	// fetch strategy (SPEC-03).
 	AllowFetch bool `json:"allow_fetch,omitempty"`
+	// CorrelationID is the X-Request-Id of the job request that delivered
+	// the job, as GitLab answered it (else as the relay sent it). Unless
+	// FF_USE_GITALY_CORRELATION_ID is off, get_sources sends it to Gitaly
+	// as X-Gitaly-Correlation-ID and prints it, as gitlab-runner does;
+	// empty means none.
+	CorrelationID string `json:"correlation_id,omitempty"`
 }

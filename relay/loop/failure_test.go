@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,7 +191,9 @@ func TestCancelGraceful(t *testing.T) {
 }
 
 // An immediate cancel in GitLab (403 with Job-Status canceled) asks the hub
-// for an immediate cancel, after which nothing more is written.
+// for an immediate cancel, after which nothing more is written; the job is
+// still ended on the wire as gitlab-runner ends it (a last patch, the
+// final update, both answered 403).
 //
 // spec: GL-17, GL-12, RELAY-15
 func TestCancelImmediate(t *testing.T) {
@@ -210,19 +213,30 @@ func TestCancelImmediate(t *testing.T) {
 		t.Errorf("cancels = %v, want immediate", c)
 	}
 	ji, _ := e.gl.Job(glID)
+	// As gitlab-runner (network/trace.go): after the 403 nothing more is
+	// written, but the aborted job is still ended on the wire: at most one
+	// more patch of what is left (answered 403 again), then the final
+	// update, answered 403.
 	rejected := 0
 	for _, p := range ji.Patches {
-		if p.Status == http.StatusForbidden {
+		switch {
+		case p.Status == http.StatusForbidden:
 			rejected++
+		case rejected > 0:
+			t.Errorf("patch %+v answered after the 403", p)
 		}
 	}
-	if rejected != 1 {
-		t.Errorf("%d patches answered 403, want exactly 1 (nothing written after it)", rejected)
+	if rejected < 1 || rejected > 2 {
+		t.Errorf("%d patches answered 403, want the abort and at most one flush", rejected)
 	}
+	var final []gitlabfake.Update
 	for _, u := range ji.Updates {
 		if u.State != "running" {
-			t.Errorf("final update %+v sent for a job GitLab canceled", u)
+			final = append(final, u)
 		}
+	}
+	if len(final) != 1 || final[0].State != "failed" || final[0].Status != http.StatusForbidden {
+		t.Errorf("final updates %+v, want one failed update answered 403", final)
 	}
 	if e.store.Len() != 0 {
 		t.Errorf("record kept after settle")
@@ -435,5 +449,32 @@ func TestLapsedGrantNotClaimed(t *testing.T) {
 	}
 	if n := len(e.gl.RequestsTo(gitlabfake.RouteJobRequest)); n > accepted {
 		t.Errorf("%d GitLab requests for %d claimed grants: one on the lapsed grant", n, accepted)
+	}
+}
+
+// Output goes to GitLab in one patch per X-GitLab-Trace-Update-Interval, as
+// gitlab-runner's trace loop sends it: not in a burst when the job starts
+// nor right after a canceling answer (the hub's view changing), only the
+// final flush follows the job's end at once.
+//
+// spec: GL-10, GL-22
+func TestPatchCadence(t *testing.T) {
+	e := newEnv(t, envOptions{gitlabClock: true})
+	glID, id, _, stop := runningJob(t, e, []string{"echo start", "while [ ! -e " + filepath.Join(e.sig, "go") + " ]; do echo tick; sleep 0.02; done"})
+	e.waitTrace(glID, "tick")
+	e.waitGitLab(glID, "patches", func(ji gitlabfake.JobInfo) bool { return len(ji.Patches) >= 4 })
+	if err := e.gl.CancelJob(glID, true); err != nil { // canceling: the view changes
+		t.Fatal(err)
+	}
+	e.waitGitLab(glID, "final", func(ji gitlabfake.JobInfo) bool { return ji.State.Finished() })
+	e.settled(id)
+	stop(false)
+	patches := e.gl.RequestsTo(gitlabfake.RoutePatchTrace)
+	// The last patch is the final flush; every other one waited an
+	// interval since the one before.
+	for i := 1; i < len(patches)-1; i++ {
+		if d := patches[i].At.Sub(patches[i-1].At); d < gitlab.DefaultUpdateInterval {
+			t.Errorf("patch %d came %v after the one before, want at least %v", i, d, gitlab.DefaultUpdateInterval)
+		}
 	}
 }

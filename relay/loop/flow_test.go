@@ -195,3 +195,38 @@ func TestNoticesInSpec(t *testing.T) {
 		t.Errorf("the trace (%q) is not exactly the hub's output (%q): the daemon wrote into it", tail(ji.Trace), tail(served))
 	}
 }
+
+// Every job request carries a new X-Request-Id, as gitlab-runner's do, and
+// the one of the request that delivered the job (as GitLab answered it)
+// reaches the node in the spec, for get_sources' Gitaly correlation ID.
+//
+// spec: GL-03, SPEC-07
+func TestCorrelationIDInSpec(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	glID := e.pipeline([]string{"echo built"})
+	m := e.manager(0, 10)
+	e.gate.Set(true)
+	stop := e.run(m)
+	id := e.hub.OnlyJob(t)
+	got := e.hub.Sub(id).Spec.GitLabCI.Sources.CorrelationID
+	e.waitGitLab(glID, "final", func(ji gitlabfake.JobInfo) bool {
+		return ji.State == gitlabfake.StateSuccess || ji.State == gitlabfake.StateFailed
+	})
+	e.settled(id)
+	stop(false)
+	seen := map[string]bool{}
+	var delivered string
+	for _, r := range e.gl.RequestsTo(gitlabfake.RouteJobRequest) {
+		rid := r.Header.Get("X-Request-Id")
+		if len(rid) != 32 || seen[rid] {
+			t.Errorf("job request X-Request-Id %q: want a new 32-hex ID per request", rid)
+		}
+		seen[rid] = true
+		if r.Status == 201 {
+			delivered = rid
+		}
+	}
+	if delivered == "" || got != delivered {
+		t.Errorf("spec correlation ID %q, want the delivering request's %q", got, delivered)
+	}
+}

@@ -50,7 +50,10 @@ type env struct {
 type envOptions struct {
 	gitlab gitlabfake.Options
 	manual bool // a clock only the test advances
-	hub    realhub.Options
+	// gitlabClock: gitlabfake stamps requests with the env's fake clock
+	// (Request.At in the loops' time).
+	gitlabClock bool
+	hub         realhub.Options
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -63,6 +66,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 		o.gitlab.LongPoll = 500 * time.Millisecond
 	}
 	o.gitlab.Logger = testlog.New(t)
+	if o.gitlabClock {
+		o.gitlab.Now = clk.Now
+	}
 	gl := gitlabfake.New(o.gitlab)
 	if err := gl.Start(); err != nil {
 		t.Fatal(err)

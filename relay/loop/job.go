@@ -91,6 +91,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 	for _, n := range res.Notices {
 		res.Job.Notices = append(res.Job.Notices, job.Notice{Level: noticeLevel(n.Level), Text: n.Text})
 	}
+	res.Job.Sources.CorrelationID = j.CorrelationID
 	sub := client.JobSubmission{
 		Runner: r.Name, Admission: j.Admission, RequestID: j.SubmitRequestID, Placement: r.Placement,
 		Reservation: j.Reservation, PlaceWithinSecs: m.placeWithin(), Spec: job.NewGitLabCI(res.Job),
@@ -329,11 +330,16 @@ func (c *canceller) run(ctx context.Context) {
 				_, err := c.m.cfg.Hub.Cancel(ctx, c.hubJob, mode)
 				return err
 			})
+			// Whether a stronger request superseded this attempt is read
+			// before the attempt's context is released: cancelling it
+			// first made every attempt look superseded, and the same
+			// cancel was sent again and again until the job ended.
+			superseded := actx.Err() != nil
 			cancel()
 			if ctx.Err() != nil {
 				return
 			}
-			if actx.Err() == nil { // not superseded
+			if !superseded {
 				if err != nil {
 					c.log.Warn("cancel refused", "mode", mode, logkey.Err, err)
 				} else {

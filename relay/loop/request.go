@@ -281,6 +281,7 @@ func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reser
 		Phase:            state.PhaseTaken,
 		Taken:            now,
 		ReserveRequestID: g.requestID,
+		CorrelationID:    out.CorrelationID,
 	}
 	outcome := client.OutcomeJob
 	if out.Job != nil {

@@ -31,6 +31,9 @@ type tracer struct {
 	interval time.Duration
 	lastSent time.Time // last patch or keep-alive
 	aborted  bool      // GitLab ended the job: write nothing more (GL-17)
+	// abortCancelled: the immediate cancel that follows an abort was
+	// delivered (or refused) by the hub.
+	abortCancelled bool
 }
 
 // follow runs a submitted job until its final update reached GitLab and the
@@ -57,10 +60,16 @@ func (m *Manager) follow(ctx context.Context, r *runnerState, j state.Job, log *
 	return t.j, ok
 }
 
+// run follows the job. Like gitlab-runner's trace loop (network/trace.go
+// watch), output goes to GitLab in one patch per update interval, on the
+// interval's timer: neither the job's start nor a cancel, which change the
+// hub's view, sends one sooner. Once the job finished, everything left is
+// patched at once and the final update follows (GL-14).
 func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 	m := t.m
 	timer := m.clk.NewTimer(t.interval)
 	defer timer.Stop()
+	tick := false // the interval's timer fired since the last step
 	for {
 		v, werr := w.latest()
 		if werr != nil {
@@ -90,40 +99,49 @@ func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 				return true
 			}
 		}
-		if v != nil && (t.j.Phase == state.PhaseCommitted || v.State == client.JobFinished) && !t.aborted {
+		if v != nil && !t.aborted {
 			final := v.State == client.JobFinished
-			done, err := t.step(ctx, final)
-			if err != nil {
-				return false
-			}
-			if done && final {
-				return t.finish(ctx, v)
+			if final || (t.j.Phase == state.PhaseCommitted && tick) {
+				done, err := t.step(ctx, final)
+				if err != nil {
+					return false
+				}
+				if done && final {
+					return t.finish(ctx, v)
+				}
 			}
 		}
+		if tick {
+			// As gitlab-runner's time.After, the next interval runs
+			// from the end of this update.
+			tick = false
+			timer.Reset(t.interval)
+		}
 		if t.aborted {
-			// GL-17: nothing more is written; the hub ends the job. The
-			// immediate cancel is delivered before the record says only
-			// the settle is left.
-			err := m.retry.DoUntilAccepted(ctx, "cancel", func(ctx context.Context) error {
-				_, err := m.cfg.Hub.Cancel(ctx, t.j.HubJob, client.CancelImmediate)
-				return err
-			})
-			if ctx.Err() != nil {
-				return false
+			if !t.abortCancelled {
+				// GL-17: the hub ends the job at once.
+				err := m.retry.DoUntilAccepted(ctx, "cancel", func(ctx context.Context) error {
+					_, err := m.cfg.Hub.Cancel(ctx, t.j.HubJob, client.CancelImmediate)
+					return err
+				})
+				if ctx.Err() != nil {
+					return false
+				}
+				if err != nil {
+					t.log.Warn("immediate cancel refused", logkey.Err, err)
+				}
+				t.abortCancelled = true
 			}
-			if err != nil {
-				t.log.Warn("immediate cancel refused", logkey.Err, err)
+			if v != nil && v.State == client.JobFinished {
+				return t.finishAborted(ctx, v)
 			}
-			t.j.Phase = state.PhaseReported
-			m.put(t.r, t.j, t.log)
-			return true
 		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-w.notify:
 		case <-timer.C():
-			timer.Reset(t.interval)
+			tick = true
 		}
 	}
 }
@@ -253,6 +271,32 @@ func (t *tracer) catchUpDigest(ctx context.Context) error {
 		t.digestTo += n
 	}
 	return nil
+}
+
+// finishAborted ends a job GitLab aborted (GL-17) once the hub reports it
+// finished, as gitlab-runner ends an aborted build (network/trace.go
+// finishWithFinalUpdate): one patch of what is left, which GitLab answers
+// 403 again (whatever the answer, nothing more is patched), then the final
+// update, whose 403 ends it. GitLab stores neither; the wire is
+// gitlab-runner's (docs/gitlab-compat.md).
+func (t *tracer) finishAborted(ctx context.Context, v *client.JobView) bool {
+	out, err := t.m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.offset, 0)
+	if ctx.Err() != nil {
+		return false
+	}
+	if err == nil && len(out.Data) > 0 {
+		p, perr := t.m.cfg.GitLab.PatchTrace(ctx, t.creds, t.offset, out.Data, t.j.DebugTrace)
+		if ctx.Err() != nil {
+			return false
+		}
+		if p.Kind == gitlab.PatchSucceeded {
+			t.digest.Write(out.Data[:p.Sent])
+			t.digestTo += int64(p.Sent)
+			t.offset = p.NewOffset
+		}
+		t.log.Info("trace flushed after the abort", "status", p.Status, logkey.Err, perr)
+	}
+	return t.finish(ctx, v)
 }
 
 // finish sends the final update once the job finished, its output is

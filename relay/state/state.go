@@ -123,6 +123,9 @@ type Job struct {
 	TraceOffset int64 `json:"trace_offset,omitempty"`
 	// Taken is when GitLab gave the job (UTC).
 	Taken time.Time `json:"taken"`
+	// CorrelationID is the job request's X-Request-Id as GitLab answered
+	// it (else as sent), carried to the node for get_sources.
+	CorrelationID string `json:"correlation_id,omitempty"`
 }
 
 // file is the JSON content of a state file.

@@ -107,6 +107,10 @@ type Options struct {
 	ObjectFormat string
 	// Git is the git binary; "" means "git" from PATH.
 	Git string
+	// CorrelationID, when set, is sent with every git HTTP request as
+	// X-Gitaly-Correlation-ID and printed before the fetch, as
+	// gitlab-runner does with FF_USE_GITALY_CORRELATION_ID.
+	CorrelationID string
 }
 
 // GetSources runs the get_sources stage into trace (nil discards). It
@@ -260,6 +264,9 @@ func newGitEnv(o Options, repo *url.URL) (*gitEnv, error) {
 		{"core.hooksPath", "/dev/null"},
 		{"core.fsmonitor", "false"},
 	}
+	if o.CorrelationID != "" {
+		cfg = append(cfg, [2]string{"http.extraHeader", "X-Gitaly-Correlation-ID: " + o.CorrelationID})
+	}
 	if len(o.CAPEM) > 0 {
 		ca := filepath.Join(tmp, "ca.pem")
 		if err := os.WriteFile(ca, o.CAPEM, 0o600); err != nil {
@@ -311,6 +318,9 @@ func (g *gitEnv) ok(ctx context.Context, dir string, args ...string) bool {
 }
 
 func (g *gitEnv) fetch(ctx context.Context, o Options, repo *url.URL, trace io.Writer) error {
+	if o.CorrelationID != "" {
+		fmt.Fprintln(trace, notice("Gitaly correlation ID: "+o.CorrelationID))
+	}
 	var depthArgs []string
 	if o.Depth > 0 {
 		depthArgs = []string{"--depth", strconv.Itoa(o.Depth)}

@@ -33,6 +33,7 @@ type gitServer struct {
 
 	mu          sync.Mutex
 	requests    int
+	gitalyIDs   []string // each request's X-Gitaly-Correlation-ID
 	leakedInCmd []string
 	sawRemote   bool // a git-remote-http child was alive during a scan
 }
@@ -50,6 +51,7 @@ func newGitServerTLS(t *testing.T, useTLS bool) *gitServer {
 		s.scanCmdlines()
 		s.mu.Lock()
 		s.requests++
+		s.gitalyIDs = append(s.gitalyIDs, r.Header.Get("X-Gitaly-Correlation-ID"))
 		s.mu.Unlock()
 		u, p, ok := r.BasicAuth()
 		if !ok || u != "gitlab-ci-token" || p != testToken {
@@ -461,5 +463,42 @@ func TestSHA256Repository(t *testing.T) {
 	}
 	if got := git(t, o.Dir, "rev-parse", "HEAD"); got != sha {
 		t.Errorf("HEAD = %s, want %s", got, sha)
+	}
+}
+
+// The job request's correlation ID goes to Gitaly with every git request
+// and is printed before the fetch, as gitlab-runner's get_sources does;
+// without one, no header and no line.
+//
+// spec: STAGE-02, GL-03
+func TestGitalyCorrelationID(t *testing.T) {
+	for _, id := range []string{"0123456789abcdef0123456789abcdef", ""} {
+		s := newGitServer(t)
+		work, _ := s.makeRepo("group/app", map[string]string{"README": "zero"})
+		sha := s.push(work, "group/app", "README", "one")
+		var trace bytes.Buffer
+		o := opts(s, "group/app", sha, filepath.Join(t.TempDir(), "build"))
+		o.CorrelationID = id
+		if err := GetSources(t.Context(), o, &trace); err != nil {
+			t.Fatalf("GetSources: %v\n%s", err, trace.String())
+		}
+		line := notice("Gitaly correlation ID: " + id)
+		i, j := strings.Index(trace.String(), line), strings.Index(trace.String(), "Fetching changes")
+		if id != "" && (i < 0 || i > j) {
+			t.Errorf("trace lacks %q before the fetch:\n%s", line, trace.String())
+		}
+		if id == "" && strings.Contains(trace.String(), "Gitaly correlation ID") {
+			t.Errorf("a correlation ID line without an ID:\n%s", trace.String())
+		}
+		s.mu.Lock()
+		for _, got := range s.gitalyIDs {
+			if got != id {
+				t.Errorf("request sent X-Gitaly-Correlation-ID %q, want %q", got, id)
+			}
+		}
+		if len(s.gitalyIDs) == 0 {
+			t.Error("no git request reached the server")
+		}
+		s.mu.Unlock()
 	}
 }
