@@ -11,7 +11,6 @@ import (
 const (
 	ansiReset     = "\x1b[0;m"
 	ansiBoldGreen = "\x1b[32;1m"
-	ansiYellow    = "\x1b[0;33m"
 	ansiClear     = "\x1b[0K"
 )
 
@@ -101,11 +100,6 @@ func (w *scriptWriter) line(s string) { w.b.WriteString(s + "\n") }
 // notice echoes text in bold green (gitlab-runner's Noticef).
 func (w *scriptWriter) notice(text string) {
 	w.line("echo " + shellEscape(ansiBoldGreen+text+ansiReset))
-}
-
-// warning echoes text in yellow (gitlab-runner's Warningf).
-func (w *scriptWriter) warning(text string) {
-	w.line("echo " + shellEscape(ansiYellow+text+ansiReset))
 }
 
 // gitlabEnvFile is the dotenv file behind GITLAB_ENV, in tmpDir
