@@ -27,7 +27,14 @@ type Doc struct {
 	Text string
 }
 
-// Load reads the files named by the glob patterns, in name order.
+// quotesSpec names the docs that quote the specification's own words
+// rather than describe vk: docs/requirements.md lists every requirement
+// with its statement, and those name commands, keys and ports of the
+// spec's design (`vk gitlab prepare`) that the code need not have.
+var quotesSpec = []string{"requirements.md"}
+
+// Load reads the files named by the glob patterns, in name order, leaving
+// out the docs that quote the specification ([quotesSpec]).
 func Load(patterns ...string) ([]Doc, error) {
 	var docs []Doc
 	for _, p := range patterns {
@@ -37,6 +44,9 @@ func Load(patterns ...string) ([]Doc, error) {
 		}
 		slices.Sort(names)
 		for _, n := range names {
+			if slices.Contains(quotesSpec, filepath.Base(n)) {
+				continue
+			}
 			b, err := os.ReadFile(n)
 			if err != nil {
 				return nil, err
