@@ -24,7 +24,7 @@ func BenchmarkReserveClaimOutcome(b *testing.B) {
 		b.Run(store, func(b *testing.B) {
 			h := newHarness(b)
 			if store == "mem" {
-				h.cfg.Store = "mem:"
+				h.cfg.Store = StoreConfig{Kind: StoreMem}
 				h.restart()
 				h.enrol()
 			}

@@ -43,6 +43,7 @@ import (
 	"github.com/vk-ci/vk/hub/store"
 	_ "github.com/vk-ci/vk/hub/store/boltstore" // the default store
 	_ "github.com/vk-ci/vk/hub/store/memstore"  // "mem:"
+	_ "github.com/vk-ci/vk/hub/store/pgstore"   // "postgres:<dsn>"
 	"github.com/vk-ci/vk/hub/ui"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -131,7 +132,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, cfg.storeLocation())
+	loc, err := cfg.openLocation()
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, loc)
 	if err != nil {
 		return nil, fmt.Errorf("hub: store: %w", err)
 	}

@@ -297,6 +297,22 @@ func (s *Server) Exec(t testing.TB, db, sql string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// Dump returns the rows of every table in schema of database db as
+// pg_dump writes them (COPY text, bytea in escape form so that text kept
+// in bytea columns reads as text), for tests that search the database for
+// what must not be there.
+func (s *Server) Dump(t testing.TB, db, schema string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(s.Addr())
+	cmd := exec.Command(filepath.Join(s.bin, "pg_dump"), "--data-only", "-h", host, "-p", port, "-U", User, "-n", schema, db)
+	cmd.Env = append(os.Environ(), "PGOPTIONS=-c bytea_output=escape")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pgtest: pg_dump: %v", err)
+	}
+	return string(out)
+}
+
 // Stop shuts the server down (fast shutdown: open transactions are rolled
 // back, clients disconnected) and waits for it to exit. Stopping a stopped
 // server does nothing.
