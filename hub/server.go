@@ -43,7 +43,7 @@ import (
 	"github.com/vk-ci/vk/hub/store"
 	_ "github.com/vk-ci/vk/hub/store/boltstore" // the default store
 	_ "github.com/vk-ci/vk/hub/store/memstore"  // "mem:"
-	_ "github.com/vk-ci/vk/hub/store/pgstore"   // "postgres:<dsn>"
+	"github.com/vk-ci/vk/hub/store/pgstore"     // "postgres:<dsn>"
 	"github.com/vk-ci/vk/hub/ui"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -55,8 +55,8 @@ import (
 type Options struct {
 	// Clock is the hub's clock; nil means real time.
 	Clock clock.Clock
-	// Output overrides the output store (tests); nil means
-	// <state_dir>/output.
+	// Output overrides the output store (tests); nil means the store's
+	// database with [store] kind = "postgres", else <state_dir>/output.
 	Output output.Store
 	// WrapStore, when set, wraps the store the hub opened (tests: to
 	// inject a concurrent write at a chosen call). The wrapper's Close
@@ -140,10 +140,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	if err != nil {
 		return nil, fmt.Errorf("hub: store: %w", err)
 	}
+	out := opt.Output
+	if pg, ok := st.(*pgstore.Store); ok && out == nil {
+		out = pg.Output() // job output in the same database (docs/ha.md)
+	}
 	if opt.WrapStore != nil {
 		st = opt.WrapStore(st)
 	}
-	out := opt.Output
 	if out == nil {
 		d, err := output.Open(filepath.Join(cfg.StateDir, "output"), log)
 		if err != nil {
