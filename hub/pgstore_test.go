@@ -2,11 +2,14 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/pgstore"
 	"github.com/vk-ci/vk/internal/pgtest"
 )
@@ -62,5 +65,100 @@ func TestPostgresOutputInDatabase(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "output")); !os.IsNotExist(err) {
 		t.Fatalf("<state_dir>/output exists (%v): output went to disk", err)
+	}
+}
+
+// With store.lease, a second hub on the same database waits until the
+// first gives the lease up (a cold standby), then starts as a restart
+// does; a hub cut off from the database loses the lease and stops.
+//
+// spec: BS-10, BS-11
+func TestLeaseColdStandby(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewSchema(t)
+	_, schema, _ := strings.Cut(dsn, "search_path=")
+	const ttlMillis = 1500
+	config := func(instance, dsn string) Config {
+		c := DefaultConfig()
+		c.Addr = "127.0.0.1:0"
+		c.StateDir = t.TempDir()
+		c.Store = StoreConfig{Kind: StorePostgres, DSN: dsn, Lease: true, LeaseTTLMillis: ttlMillis, Instance: instance}
+		return c
+	}
+	a, err := Start(t.Context(), config("hub-a", dsn), nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown(context.Background())
+	if got := srv.Exec(t, "postgres", "SELECT holder || ' ' || epoch FROM "+schema+".vk_lease"); got != "hub-a 1" {
+		t.Fatalf("lease %q, want hub-a 1", got)
+	}
+
+	proxy := pgtest.NewProxy(t, srv.Addr())
+	type started struct {
+		s   *Server
+		err error
+	}
+	bDone := make(chan started, 1)
+	go func() {
+		s, err := Start(t.Context(), config("hub-b", pgtest.DSNAt(proxy.Addr(), "postgres")+" search_path="+schema), nil, Options{})
+		bDone <- started{s, err}
+	}()
+	select {
+	case b := <-bDone:
+		t.Fatalf("hub-b started while hub-a holds the lease: %v", b.err)
+	case <-time.After(2 * ttlMillis * time.Millisecond): // a bound on a non-event, not a synchronisation
+	}
+	stopAt := time.Now()
+	if err := a.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var b started
+	select {
+	case b = <-bDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("hub-b did not start within 10 s of hub-a's shutdown")
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	defer b.s.Shutdown(context.Background())
+	t.Logf("hub-b started %v after hub-a's shutdown released the lease", time.Since(stopAt).Round(time.Millisecond))
+	if got := srv.Exec(t, "postgres", "SELECT holder || ' ' || epoch FROM "+schema+".vk_lease"); got != "hub-b 2" {
+		t.Fatalf("lease %q, want hub-b 2", got)
+	}
+	if _, err := b.s.Store().AppendAudit(t.Context(), store.AuditEntry{Time: time.Now(), Actor: "test", Action: "probe"}); err != nil {
+		t.Fatalf("the leader's write: %v", err)
+	}
+
+	cutAt := time.Now()
+	proxy.Blackhole(true)
+	select {
+	case <-b.s.done:
+		t.Logf("hub-b stopped %v after its database was black-holed (ttl %d ms)", time.Since(cutAt).Round(time.Millisecond), ttlMillis)
+	case <-time.After(5 * ttlMillis * time.Millisecond):
+		t.Fatal("hub-b still running 5 TTLs after losing its database")
+	}
+	proxy.Blackhole(false)
+	// Until another instance takes the lease, the stopped hub's epoch is
+	// still the row's; once one does, its writes are refused.
+	other, err := pgstore.Open(t.Context(), dsn, pgstore.Options{Fenced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for {
+		_, _, ok, err := pgstore.NewLease(other.Pool(), pgstore.LeaseConfig{Holder: "hub-c", TTL: time.Minute}).TryAcquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // hub-b's last expiry on the database's clock
+	}
+	_, err = b.s.Store().AppendAudit(t.Context(), store.AuditEntry{Time: time.Now(), Actor: "test", Action: "late"})
+	if !errors.Is(err, pgstore.ErrFenced) {
+		t.Fatalf("deposed hub's write once another holds the lease: %v, want ErrFenced", err)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,7 +85,8 @@ type Server struct {
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	stopErr  error
-	done     chan struct{}
+	done     chan struct{} // closed (once, by fail) when the hub must stop
+	failOnce sync.Once
 }
 
 // Run starts the hub and serves until ctx ends, then shuts down
@@ -136,12 +138,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, loc)
+	var (
+		st       store.Store
+		pg       *pgstore.Store
+		leaseEnd <-chan struct{} // closed when a held lease is lost
+	)
+	if cfg.Store.Kind == StorePostgres && cfg.Store.Lease {
+		st, pg, leaseEnd, err = openLeased(ctx, strings.TrimPrefix(loc, "postgres:"), cfg.Store, log)
+	} else {
+		st, err = store.Open(ctx, loc)
+		pg, _ = st.(*pgstore.Store)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hub: store: %w", err)
 	}
 	out := opt.Output
-	if pg, ok := st.(*pgstore.Store); ok && out == nil {
+	if pg != nil && out == nil {
 		out = pg.Output() // job output in the same database (docs/ha.md)
 	}
 	if opt.WrapStore != nil {
@@ -269,9 +281,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 		err := s.http.Serve(tls.NewListener(ln, tcfg))
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serving stopped", logkey.Err, err)
-			close(s.done)
+			s.fail()
 		}
 	}()
+	if leaseEnd != nil {
+		go s.watchLease(runCtx, leaseEnd)
+	}
 	s.ln = ln
 	log.Info("hub listening", "addr", ln.Addr().String(), "state_dir", cfg.StateDir)
 	return s, nil

@@ -32,6 +32,17 @@ type StoreConfig struct {
 	// password stays out of hub.toml; it must not be readable by group or
 	// others (mode 0600 or stricter).
 	DSNFile string `toml:"dsn_file"`
+	// Lease (kind postgres) makes the hub take the leader lease before it
+	// serves, and fence every write with the lease's epoch: a second hub
+	// started on the same database waits until the first stops or loses
+	// the lease (a cold standby, docs/ha.md). A hub that loses the lease
+	// stops. Default off.
+	Lease bool `toml:"lease"`
+	// LeaseTTLMillis is the lease's lifetime on the database's clock,
+	// renewed every third of it. Default 5000.
+	LeaseTTLMillis int `toml:"lease_ttl_ms"`
+	// Instance names this hub in the lease row; empty means the host name.
+	Instance string `toml:"instance"`
 }
 
 // UnmarshalText reads the one-line form `store = "<location>"`.
@@ -42,6 +53,12 @@ func (s *StoreConfig) UnmarshalText(b []byte) error {
 
 // validate lists the [store] table's problems; bad is Validate's.
 func (s *StoreConfig) validate(bad func(string, ...any)) {
+	if (s.Lease || s.LeaseTTLMillis != 0 || s.Instance != "") && s.Kind != StorePostgres {
+		bad("store.lease, lease_ttl_ms and instance need store.kind = %q", StorePostgres)
+	}
+	if s.LeaseTTLMillis < 0 || s.LeaseTTLMillis > 0 && s.LeaseTTLMillis < 300 {
+		bad("store.lease_ttl_ms must be at least 300")
+	}
 	switch s.Kind {
 	case "", StoreBolt, StoreMem:
 		if s.DSN != "" || s.DSNFile != "" {

@@ -30,6 +30,9 @@ func TestStoreConfig(t *testing.T) {
 		{"postgres with path", "[store]\nkind = \"postgres\"\ndsn = \"x\"\npath = \"/p\"", "", "store.path is for kind"},
 		{"dsn without kind", "[store]\ndsn = \"x\"", "", "need store.kind"},
 		{"unknown kind", "[store]\nkind = \"etcd\"", "", `store.kind "etcd"`},
+		{"postgres with lease", "[store]\nkind = \"postgres\"\ndsn = \"x\"\nlease = true\nlease_ttl_ms = 3000\ninstance = \"hub-a\"", "postgres:x", ""},
+		{"lease on bolt", "[store]\nlease = true", "", "need store.kind"},
+		{"lease ttl too short", "[store]\nkind = \"postgres\"\ndsn = \"x\"\nlease = true\nlease_ttl_ms = 100", "", "at least 300"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
