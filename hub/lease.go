@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,11 @@ import (
 	"github.com/vk-ci/vk/hub/store/pgstore"
 	"github.com/vk-ci/vk/internal/logkey"
 )
+
+// ErrLostLease is returned (joined with any shutdown error) by [Run] when
+// the hub stopped because it lost the leader lease, so that the process
+// exits non-zero and its supervisor starts it again as a standby.
+var ErrLostLease = errors.New("hub: lost the leader lease")
 
 // leasedStore is the PostgreSQL store of a hub that holds the leader
 // lease (store.lease): every write is fenced with the lease's epoch, and
@@ -78,6 +84,7 @@ func openLeased(ctx context.Context, dsn string, cfg StoreConfig, log *slog.Logg
 func (s *Server) watchLease(ctx context.Context, lost <-chan struct{}) {
 	select {
 	case <-lost:
+		s.lostLease.Store(true)
 		s.log.Error("hub: lost the leader lease; stopping (writes are refused from now on)", logkey.Err, pgstore.ErrFenced)
 		s.fail()
 	case <-ctx.Done():

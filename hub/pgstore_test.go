@@ -135,6 +135,9 @@ func TestLeaseColdStandby(t *testing.T) {
 	proxy.Blackhole(true)
 	select {
 	case <-b.s.done:
+		if !b.s.lostLease.Load() {
+			t.Fatal("hub-b stopped, but not for its lost lease")
+		}
 		t.Logf("hub-b stopped %v after its database was black-holed (ttl %d ms)", time.Since(cutAt).Round(time.Millisecond), ttlMillis)
 	case <-time.After(5 * ttlMillis * time.Millisecond):
 		t.Fatal("hub-b still running 5 TTLs after losing its database")

@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vk-ci/vk/hub/admin"
@@ -87,6 +88,8 @@ type Server struct {
 	stopErr  error
 	done     chan struct{} // closed (once, by fail) when the hub must stop
 	failOnce sync.Once
+	// lostLease is set when the hub stops because it lost the lease.
+	lostLease atomic.Bool
 }
 
 // Run starts the hub and serves until ctx ends, then shuts down
@@ -103,6 +106,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.grace())
 	defer cancel()
 	err = s.Shutdown(sctx)
+	if s.lostLease.Load() {
+		err = errors.Join(ErrLostLease, err)
+	}
 	log.Info("hub stopped", logkey.Err, err)
 	return err
 }
