@@ -1,7 +1,8 @@
 // Package pgstore is a [store.Store] on PostgreSQL (location
 // "postgres:<dsn>"), for a hub whose state must outlive its machine
-// (docs/ha.md). It passes hub/store/storetest like boltstore, and holds
-// the leader lease ([Lease]) whose epoch fences every write.
+// (docs/ha.md). It passes hub/store/storetest like boltstore, keeps job
+// output too ([Output], an output.Store passing hub/output's tests), and
+// holds the leader lease ([Lease]) whose epoch fences every write.
 //
 // Records are kept as the JSON of their Go struct in a bytea column, byte
 // for byte, with key columns beside them for lookups, ordering and
