@@ -131,6 +131,14 @@ func TestLeaseColdStandby(t *testing.T) {
 		t.Fatalf("the leader's write: %v", err)
 	}
 
+	// hub-c waits as the next standby; hub-b then fails hard: cut off
+	// from the database, it cannot release the lease, so hub-c takes it
+	// only once it expired on the database's clock.
+	cDone := make(chan started, 1)
+	go func() {
+		s, err := Start(t.Context(), config("hub-c", dsn), nil, Options{})
+		cDone <- started{s, err}
+	}()
 	cutAt := time.Now()
 	proxy.Blackhole(true)
 	select {
@@ -142,23 +150,30 @@ func TestLeaseColdStandby(t *testing.T) {
 	case <-time.After(5 * ttlMillis * time.Millisecond):
 		t.Fatal("hub-b still running 5 TTLs after losing its database")
 	}
-	proxy.Blackhole(false)
-	// Until another instance takes the lease, the stopped hub's epoch is
-	// still the row's; once one does, its writes are refused.
-	other, err := pgstore.Open(t.Context(), dsn, pgstore.Options{Fenced: true})
-	if err != nil {
-		t.Fatal(err)
+	var c started
+	select {
+	case c = <-cDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("hub-c did not take over within 10 s of hub-b's failure")
 	}
-	defer other.Close()
-	for {
-		_, _, ok, err := pgstore.NewLease(other.Pool(), pgstore.LeaseConfig{Holder: "hub-c", TTL: time.Minute}).TryAcquire(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // hub-b's last expiry on the database's clock
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	defer c.s.Shutdown(context.Background())
+	took := time.Since(cutAt)
+	t.Logf("hub-c serving %v after hub-b was cut off (ttl %d ms)", took.Round(time.Millisecond), ttlMillis)
+	// The lease expires at most a TTL after hub-b's last renew, hub-c
+	// retries every third of it, then starts (3 s of slack for a loaded
+	// machine).
+	if limit := ttlMillis*time.Millisecond*4/3 + 3*time.Second; took > limit {
+		t.Errorf("takeover took %v, want at most %v", took, limit)
+	}
+	if got := srv.Exec(t, "postgres", "SELECT holder || ' ' || epoch FROM "+schema+".vk_lease"); got != "hub-c 3" {
+		t.Fatalf("lease %q, want hub-c 3", got)
+	}
+	proxy.Blackhole(false)
+	if _, err := c.s.Store().AppendAudit(t.Context(), store.AuditEntry{Time: time.Now(), Actor: "test", Action: "probe"}); err != nil {
+		t.Fatalf("the new leader's write: %v", err)
 	}
 	_, err = b.s.Store().AppendAudit(t.Context(), store.AuditEntry{Time: time.Now(), Actor: "test", Action: "late"})
 	if !errors.Is(err, pgstore.ErrFenced) {
