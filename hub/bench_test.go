@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
@@ -18,13 +19,21 @@ import (
 // → claim (204) → outcome released (204). Four requests and four TLS
 // handshakes per cycle; the node is played through the driver. "bolt" is
 // the default durable store (fsync per write: request_id answer, claimed
-// admission put and delete), "mem" shows the cost without the disk.
+// admission put and delete), "mem" shows the cost without the disk,
+// "postgres" is a local PostgreSQL cluster with fsync and synchronous
+// commit on (pgtest.Durable), as durable as bolt.
 func BenchmarkReserveClaimOutcome(b *testing.B) {
-	for _, store := range []string{"bolt", "mem"} {
+	for _, store := range []string{"bolt", "mem", "postgres"} {
 		b.Run(store, func(b *testing.B) {
-			h := newHarness(b)
+			var configure func(*Config)
+			if store == "postgres" {
+				srv := pgtest.Start(b, pgtest.Durable())
+				dsn := srv.NewSchema(b)
+				configure = func(c *Config) { c.Store = StoreConfig{Kind: StorePostgres, DSN: dsn} }
+			}
+			h := newHarness(b, configure)
 			if store == "mem" {
-				h.cfg.Store = "mem:"
+				h.cfg.Store = StoreConfig{Kind: StoreMem}
 				h.restart()
 				h.enrol()
 			}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -47,9 +46,9 @@ type Config struct {
 	// StateDir holds the store, job output and the self-made PKI. Default
 	// /var/lib/vk-hub. Created 0700 when missing.
 	StateDir string `toml:"state_dir"`
-	// Store is where records live: "mem:" (nothing survives a restart) or
-	// a bbolt file path. Empty means <state_dir>/hub.db.
-	Store string `toml:"store"`
+	// Store is where records live ([store] table, [StoreConfig]): bbolt
+	// in <state_dir>/hub.db by default, or PostgreSQL.
+	Store StoreConfig `toml:"store"`
 	// UIURL is the base URL of the hub's web UI, used to build
 	// approval_url (API-56); empty means the URL of the [ui] listener
 	// when it is on (https://<ui.addr as bound>), else no approval_url.
@@ -249,6 +248,7 @@ func (c *Config) Validate() error {
 	if c.UI.User != "" && c.UI.Token == "" {
 		bad("ui.user needs ui.token")
 	}
+	c.Store.validate(bad)
 	if c.CapacityPolicyFile != "" && c.CapacityPolicy != nil {
 		bad("set capacity_policy_file or [capacity_policy], not both")
 	}
@@ -258,14 +258,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// storeLocation returns where the store lives.
-func (c *Config) storeLocation() string {
-	if c.Store != "" {
-		return c.Store
-	}
-	return filepath.Join(c.StateDir, "hub.db")
 }
 
 func (c *Config) tick() time.Duration  { return time.Duration(c.TickMillis) * time.Millisecond }

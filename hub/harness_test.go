@@ -107,7 +107,9 @@ func (f *fakeRelay) Send(m client.RelayMessage) error {
 	return nil
 }
 
-func newHarness(t testing.TB) *harness {
+// newHarness starts a hub with the test defaults, changed by the
+// configure functions given (nil ones skipped).
+func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 	t.Helper()
 	key, err := reqsign.GenerateKey()
 	if err != nil {
@@ -123,6 +125,11 @@ func newHarness(t testing.TB) *harness {
 	// Queued reservations answer 202 at once; TestReserveImmediateWait
 	// turns the API-17 short wait on.
 	h.cfg.ImmediateWaitMillis = 0
+	for _, c := range configure {
+		if c != nil {
+			c(&h.cfg)
+		}
+	}
 	h.start()
 	h.enrol()
 	return h

@@ -22,7 +22,20 @@ import (
 //
 // spec: FAIL-19, ARB-04, ARB-40, NSESS-24, AUTH-07, API-39, DECISIONS 6
 func TestRestart(t *testing.T) {
-	h := newHarness(t)
+	testRestart(t, nil, func(h *harness) []byte {
+		raw, err := os.ReadFile(storePath(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	})
+}
+
+// testRestart is TestRestart on the store configure sets up (nil: the
+// default bbolt file); rawStore returns everything the store holds as
+// bytes, for the search for the secret.
+func testRestart(t *testing.T, configure func(*Config), rawStore func(*harness) []byte) {
+	h := newHarness(t, configure)
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
 
@@ -129,10 +142,7 @@ func TestRestart(t *testing.T) {
 	if err := h.srv.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(storePath(h))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := rawStore(h)
 	for _, form := range secretForms(canary) {
 		if strings.Contains(string(raw), form) {
 			t.Errorf("the store file holds the secret (as %q)", form)
@@ -140,7 +150,11 @@ func TestRestart(t *testing.T) {
 	}
 	// Records keep specs as JSON bytes (base64 inside the file): read
 	// them back through the store too.
-	st, err := store.Open(t.Context(), storePath(h))
+	loc, err := h.cfg.openLocation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(t.Context(), loc)
 	if err != nil {
 		t.Fatal(err)
 	}

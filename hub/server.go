@@ -31,7 +31,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vk-ci/vk/hub/admin"
@@ -43,6 +45,7 @@ import (
 	"github.com/vk-ci/vk/hub/store"
 	_ "github.com/vk-ci/vk/hub/store/boltstore" // the default store
 	_ "github.com/vk-ci/vk/hub/store/memstore"  // "mem:"
+	"github.com/vk-ci/vk/hub/store/pgstore"     // "postgres:<dsn>"
 	"github.com/vk-ci/vk/hub/ui"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -54,8 +57,8 @@ import (
 type Options struct {
 	// Clock is the hub's clock; nil means real time.
 	Clock clock.Clock
-	// Output overrides the output store (tests); nil means
-	// <state_dir>/output.
+	// Output overrides the output store (tests); nil means the store's
+	// database with [store] kind = "postgres", else <state_dir>/output.
 	Output output.Store
 	// WrapStore, when set, wraps the store the hub opened (tests: to
 	// inject a concurrent write at a chosen call). The wrapper's Close
@@ -83,7 +86,10 @@ type Server struct {
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	stopErr  error
-	done     chan struct{}
+	done     chan struct{} // closed (once, by fail) when the hub must stop
+	failOnce sync.Once
+	// lostLease is set when the hub stops because it lost the lease.
+	lostLease atomic.Bool
 }
 
 // Run starts the hub and serves until ctx ends, then shuts down
@@ -99,7 +105,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.grace())
 	defer cancel()
-	if err = s.Shutdown(sctx); err != nil {
+	err = s.Shutdown(sctx)
+	if s.lostLease.Load() {
+		err = errors.Join(ErrLostLease, err)
+	}
+	if err != nil {
 		log.Error("hub stopped: "+err.Error(), logkey.Component, "hub")
 		return err
 	}
@@ -134,14 +144,31 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, cfg.storeLocation())
+	loc, err := cfg.openLocation()
+	if err != nil {
+		return nil, err
+	}
+	var (
+		st       store.Store
+		pg       *pgstore.Store
+		leaseEnd <-chan struct{} // closed when a held lease is lost
+	)
+	if cfg.Store.Kind == StorePostgres && cfg.Store.Lease {
+		st, pg, leaseEnd, err = openLeased(ctx, strings.TrimPrefix(loc, "postgres:"), cfg.Store, log)
+	} else {
+		st, err = store.Open(ctx, loc)
+		pg, _ = st.(*pgstore.Store)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hub: store: %w", err)
+	}
+	out := opt.Output
+	if pg != nil && out == nil {
+		out = pg.Output() // job output in the same database (docs/ha.md)
 	}
 	if opt.WrapStore != nil {
 		st = opt.WrapStore(st)
 	}
-	out := opt.Output
 	if out == nil {
 		d, err := output.Open(filepath.Join(cfg.StateDir, "output"), log)
 		if err != nil {
@@ -264,9 +291,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 		err := s.http.Serve(tls.NewListener(ln, tcfg))
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serving stopped", logkey.Err, err)
-			close(s.done)
+			s.fail()
 		}
 	}()
+	if leaseEnd != nil {
+		go s.watchLease(runCtx, leaseEnd)
+	}
 	s.ln = ln
 	log.Info("hub listening", "addr", ln.Addr().String(), "state_dir", cfg.StateDir)
 	return s, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -363,7 +364,10 @@ func testWait(t *testing.T, im impl) {
 func TestAppendProperty(t *testing.T) { forEach(t, testAppendProperty) }
 
 func testAppendProperty(t *testing.T, im impl) {
+	runs := 0
 	rapid.Check(t, func(rt *rapid.T) {
+		runs++
+		job := fmt.Sprint("job-", runs) // a store may be shared across runs
 		dir, err := os.MkdirTemp(t.TempDir(), "prop")
 		if err != nil {
 			rt.Fatal(err)
@@ -375,7 +379,7 @@ func testAppendProperty(t *testing.T, im impl) {
 				rt.Fatal(err)
 			}
 		} else {
-			d = NewMem()
+			d = im.new(t, dir)
 		}
 		defer func() { d.Close() }()
 		stream := rapid.SliceOfN(rapid.Byte(), 1, 3000).Draw(rt, "stream")
@@ -390,7 +394,7 @@ func testAppendProperty(t *testing.T, im impl) {
 			}
 			off := rapid.Int64Range(0, int64(len(stream))).Draw(rt, "offset")
 			n := rapid.Int64Range(0, int64(len(stream))-off).Draw(rt, "n")
-			got, err := d.Append(ctx, "job", off, stream[off:off+n])
+			got, err := d.Append(ctx, job, off, stream[off:off+n])
 			switch {
 			case off > length:
 				if !errors.Is(err, ErrGap) {
@@ -404,7 +408,7 @@ func testAppendProperty(t *testing.T, im impl) {
 					rt.Fatalf("step %d: Append = %d, want %d", i, got, length)
 				}
 			}
-			content := readAll(t, d, "job")
+			content := readAll(t, d, job)
 			if !bytes.Equal(content, stream[:length]) {
 				rt.Fatalf("step %d: output is not the stream's prefix of %d bytes", i, length)
 			}
