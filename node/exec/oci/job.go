@@ -219,6 +219,12 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 			res.Signal = ws.Signal().String() // runc itself was killed
 		}
 	}
+	if ctx.Err() != nil && res.Signal == "" {
+		// ctx ended while runc exec was still starting the script: runc
+		// then fails with its own status (255) rather than the script's
+		// 128+9, but the script was killed all the same.
+		res.ExitCode, res.Signal = -1, syscall.SIGKILL.String()
+	}
 	return res, nil
 }
 

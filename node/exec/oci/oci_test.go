@@ -624,3 +624,16 @@ func TestConcurrentJobs(t *testing.T) {
 		}
 	}
 }
+
+// A context that has ended before runc exec could start the script still
+// reports the script killed, not runc's own failure status.
+func TestTimeoutBeforeScriptStarts(t *testing.T) {
+	e := newEnv(t, nil)
+	j := e.prepare(t, vkexec.Size{}, base)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, res := run(t, j, ctx, `echo started`)
+	if res.ExitCode != -1 || res.Signal != "killed" {
+		t.Fatalf("result %+v, want killed", res)
+	}
+}
