@@ -17,8 +17,9 @@
 // ([Restore].NextID).
 //
 // Decisions cost index look-ups, not scans: each placement keeps its waiting
-// requests per class in a B-tree of tenants ordered by share (held/weight)
-// then age, and its nodes with room in a B-tree ordered by load, then most
+// requests per class in a B-tree of tenants ordered by weighted dominant
+// share (DECISIONS 13) then age, one pass compares the heads of the
+// placements competing for freed room, and its nodes with room in a B-tree ordered by load, then most
 // room, then node ID (github.com/tidwall/btree). Deadlines (offer answers,
 // leases, ticket idleness, backoff, place_within) are data in one ordered
 // set, fired by every Step.

@@ -101,6 +101,22 @@ func (c *Core) Held(t TenantID) int {
 	return 0
 }
 
+// Share returns a tenant's weighted dominant share in a pool: the larger
+// of the vCPUs and the memory it holds there (envelopes of its tickets
+// offered, granted or claimed, and of its unfinished jobs) as fractions of
+// the pool's capacity, divided by its weight (DECISIONS 13). It is the key
+// the tenant's waiting requests are ordered by within a class. The
+// fractions are of the pool's reference capacity, which follows the live
+// capacity whenever the pool's ratio of memory to vCPUs moves by more than
+// 1 %; 0 for an unknown tenant or pool.
+func (c *Core) Share(t TenantID, pool string) float64 {
+	x, ps := c.tenants[t], c.pstat[pool]
+	if x == nil || ps == nil {
+		return 0
+	}
+	return c.share(x, ps)
+}
+
 // NextDeadline returns the earliest pending deadline, so a driver may sleep
 // until then instead of ticking; ok false when none.
 func (c *Core) NextDeadline() (time.Time, bool) {
@@ -288,6 +304,7 @@ func (c *Core) CheckInvariants() []string {
 			bad("tenant ", u(id), " holds ", itoa(t.held), ", recomputed ", itoa(tenantHeld[t]))
 		}
 	}
+	errs = append(errs, c.checkHolds()...)
 	open, ropen := 0, map[*runner]int{}
 	for _, tk := range c.tickets {
 		if tk.state != tkClaimed && tk.state != tkEnded {
@@ -379,6 +396,78 @@ func (c *Core) checkWide() []string {
 	for _, k := range sortedKeys(c.pqs) {
 		if p := c.pqs[k]; p.drain != nil && p.drain.autoDrain != p {
 			errs = append(errs, "placement "+k+" names a drain its node does not hold")
+		}
+	}
+	return errs
+}
+
+// checkHolds recomputes what every runner and tenant holds for fair share
+// from the charged tickets, admissions and jobs, and checks every waiting
+// queue is keyed by its tenant's current share (DECISIONS 13).
+func (c *Core) checkHolds() []string {
+	var errs []string
+	rwant := map[*runner][]poolHold{}
+	add := func(r *runner, p *pq, k int64) {
+		if p != nil && k != 0 {
+			rwant[r] = holdsAdd(rwant[r], p.ps, p.pl.Envelope, k)
+		}
+	}
+	for _, tk := range c.tickets {
+		if tk.charged {
+			add(tk.runner, tk.chp, 1)
+		}
+	}
+	for _, a := range c.adms {
+		if a.charged {
+			add(a.runner, a.chp, 1)
+		}
+	}
+	for _, jb := range c.jobs {
+		if jb.charged && !jb.idle {
+			add(jb.runner, jb.p, 1)
+		}
+	}
+	for _, r := range c.runners {
+		add(r, r.unadmP, int64(r.unadmitted))
+	}
+	same := func(a, b []poolHold) bool {
+		if len(a) != len(b) {
+			return false
+		}
+		for _, h := range a {
+			cpu, mem := holdIn(b, h.ps)
+			if cpu != h.cpu || mem != h.mem {
+				return false
+			}
+		}
+		return true
+	}
+	twant := map[*tenant][]poolHold{}
+	for _, id := range sortedKeys(c.runners) {
+		r := c.runners[id]
+		if !same(r.holds, rwant[r]) {
+			errs = append(errs, "runner "+u(id)+" fair-share holdings stale")
+		}
+		if r.tenant != nil {
+			for _, h := range r.holds {
+				twant[r.tenant] = holdsAddRaw(twant[r.tenant], h, 1)
+			}
+		}
+	}
+	for _, id := range sortedKeys(c.tenants) {
+		if t := c.tenants[id]; !same(t.holds, twant[t]) {
+			errs = append(errs, "tenant "+u(id)+" fair-share holdings stale")
+		}
+	}
+	if len(c.rekeys) > 0 {
+		return errs // keys are refreshed at the next pass
+	}
+	for _, k := range sortedKeys(c.pqs) {
+		p := c.pqs[k]
+		for _, q := range p.tqList {
+			if q.inTree && q.kShare != c.share(q.t, p.ps) {
+				errs = append(errs, "placement "+k+" keys tenant "+u(q.t.id)+" by a stale share")
+			}
 		}
 	}
 	return errs

@@ -27,6 +27,12 @@ func TestScriptProbeBurst(t *testing.T) { runScript(t, "arb_07_probe_burst.txt")
 // spec: ARB-09, ARB-10
 func TestScriptFairShare(t *testing.T) { runScript(t, "arb_09_fair_share.txt") }
 
+// spec: ARB-05, ARB-09, BS-28
+func TestScriptFairShareAcrossEnvelopes(t *testing.T) { runScript(t, "arb_09_drf_envelopes.txt") }
+
+// spec: ARB-09, BS-28
+func TestScriptFairShareByMemory(t *testing.T) { runScript(t, "arb_09_drf_memory.txt") }
+
 // spec: ARB-11, ARB-13
 func TestScriptCaps(t *testing.T) { runScript(t, "arb_11_caps.txt") }
 

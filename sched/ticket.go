@@ -95,6 +95,8 @@ func (c *Core) endTicket(tk *ticket, why string) {
 	c.dropTimer(&tk.idleTm)
 	if tk.charged {
 		tk.charged = false
+		c.hold(tk.runner, tk.chp, -1)
+		tk.chp = nil
 		c.charge(tk.runner, -1)
 	}
 	c.probeDone(tk)
@@ -134,6 +136,8 @@ func (c *Core) offerFailed(rs *reservation) {
 	tk.state, tk.immediate = tkQueued, false
 	if tk.charged {
 		tk.charged = false
+		c.hold(tk.runner, tk.chp, -1)
+		tk.chp = nil
 		c.charge(tk.runner, -1)
 	}
 	c.probeDone(tk)
@@ -202,6 +206,7 @@ func (c *Core) onClaimed(id AdmissionID) {
 			c.dropTimer(&tk.idleTm)
 			if tk.charged {
 				tk.charged, a.charged = false, true
+				a.chp, tk.chp = tk.chp, nil
 			}
 		}
 		c.verdict(VerdictOK, "")
@@ -288,6 +293,8 @@ func (c *Core) endAdmission(a *admission, why string) {
 	c.admissionEnded(a)
 	if a.charged {
 		a.charged = false
+		c.hold(a.runner, a.chp, -1)
+		a.chp = nil
 		c.charge(a.runner, -1)
 	}
 	if tk := a.ticket; tk != nil {

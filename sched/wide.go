@@ -41,12 +41,20 @@ type poolStat struct {
 	// shapes counts the pool's serving nodes by capacity (a fleet has few
 	// shapes), so "is this envelope wide on any node" costs no node scan
 	shapes map[Resources]int
+
+	name string
+	// refCPU and refMem are the reference capacity fair shares are
+	// fractions of (share.go); seenCPU and seenMem the capacity last
+	// compared with it; rekey: the pool waits in Core.rekeys.
+	refCPU, refMem   float64
+	seenCPU, seenMem int64
+	rekey            bool
 }
 
 func (c *Core) poolStat(pool string) *poolStat {
 	ps := c.pstat[pool]
 	if ps == nil {
-		ps = &poolStat{}
+		ps = &poolStat{name: pool}
 		c.pstat[pool] = ps
 	}
 	return ps
