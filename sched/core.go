@@ -318,9 +318,9 @@ func (c *Core) leavePass(i int) {
 	c.pass[i], c.pass[last] = c.pass[last], nil
 	c.pass = c.pass[:last]
 	p.inPass = false
-	if !p.starved && !p.hdBlock && p.drain != nil {
+	if !p.starved && !p.hdBlock && len(p.drains) > 0 {
 		// nobody of the placement may go and waits for room any more
-		c.liftAutoDrain(p)
+		c.liftAutoDrains(p)
 	}
 	aside := p.aside
 	p.aside = nil
@@ -329,6 +329,8 @@ func (c *Core) leavePass(i int) {
 	}
 	clear(aside)
 	p.aside = aside[:0]
+	c.trimDrains(p)
+	c.noteWideWait(p)
 	// The aside waiters made p dirty again; nothing changed for them.
 	if p.dirty {
 		c.dirty.Delete(p)
@@ -369,7 +371,7 @@ func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
 	}
 	if n := c.autoDrainFits(p, w); n != nil && !(isNormalClass(cls) && c.headroomBlocksUndrained(n, p)) {
 		// BS-22: the node emptied enough; the first waiter claims it
-		c.liftAutoDrain(p)
+		c.liftDrain(n)
 		c.place(p, w, cls, n)
 		return false
 	}

@@ -24,8 +24,9 @@
 // leases, ticket idleness, backoff, place_within) are data in one ordered
 // set, fired by every Step.
 //
-// Wide jobs (BS-20..25) are served by packing above a pool utilization
-// and by drain reservations on the node predicted, from per-job-name
+// Wide jobs (BS-20..25) are served by default, by packing while wide work
+// waits (or above a pool utilization) and by drain reservations, one per
+// waiting wide request, on the node predicted, from per-job-name
 // runtime statistics, to empty first; nothing is ever preempted. Readers on
 // other goroutines get point-in-time views through [Core.Snapshot], cloned
 // copy-on-write from the node indexes (BS-05).

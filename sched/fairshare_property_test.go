@@ -28,6 +28,8 @@ type fsModel struct {
 	running        map[sched.JobID]sched.NodeID
 	heldCPU        map[sched.TenantID]int64
 	heldMem        map[sched.TenantID]int64
+	// drained: nodes drained for wide work before the step (BS-22)
+	drained map[sched.NodeID]bool
 }
 
 func (m *fsModel) share(t sched.TenantID) float64 {
@@ -48,6 +50,9 @@ func (m *fsModel) start(a sched.Start) string {
 	var bad string
 	st := m.share(t)
 	for j := range m.waiting {
+		if m.drained[a.Node] {
+			break // held for its placement's wide work (BS-22)
+		}
 		if j == a.Job {
 			continue
 		}
@@ -87,7 +92,8 @@ func (m *fsModel) finish(j sched.JobID) {
 // finish at random. Whenever the Core starts a job, no other tenant of a
 // lower weighted dominant share (computed by the test from what it saw
 // start and finish) had a waiting job that fitted on that node, and the
-// Core's invariants hold after every step (DECISIONS 13).
+// Core's invariants hold after every step (DECISIONS 13). A node drained
+// for wide work (BS-22) is exempt: it is held for its placement's waiters.
 func TestPropertyFairShareAcrossPlacements(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		m := &fsModel{
@@ -137,7 +143,8 @@ func TestPropertyFairShareAcrossPlacements(t *testing.T) {
 		h.ConnectRelay(1, 0, runners...)
 		failed()
 		nextJob := sched.JobID(1)
-		apply := func(acts []sched.Action) {
+		apply := func(acts []sched.Action, drained map[sched.NodeID]bool) {
+			m.drained = drained
 			for _, a := range acts {
 				if s, ok := a.(sched.Start); ok {
 					if bad := m.start(s); bad != "" {
@@ -152,18 +159,33 @@ func TestPropertyFairShareAcrossPlacements(t *testing.T) {
 				ids := slices.Sorted(maps.Keys(m.running))
 				j := ids[rapid.IntRange(0, len(ids)-1).Draw(t, "which")]
 				m.finish(j)
-				apply(h.Step(sched.JobFinished{Job: j}))
+				drained := drainedNodes(h.Core)
+				acts := h.Step(sched.JobFinished{Job: j})
+				apply(acts, drained)
 			} else {
 				ri := runners[rapid.IntRange(0, len(runners)-1).Draw(t, "runner")]
 				j := nextJob
 				nextJob++
 				m.jobRunner[j] = ri.Runner
 				m.waiting[j] = true
-				apply(h.Step(sched.JobSubmitted{Job: j, Runner: ri.Runner}))
+				drained := drainedNodes(h.Core)
+				acts := h.Step(sched.JobSubmitted{Job: j, Runner: ri.Runner})
+				apply(acts, drained)
 			}
 			failed()
 		}
 	})
+}
+
+// drainedNodes returns the nodes drained for wide work now.
+func drainedNodes(c *sched.Core) map[sched.NodeID]bool {
+	out := map[sched.NodeID]bool{}
+	for _, n := range c.Nodes() {
+		if n.DrainFor != "" || n.DrainJob != 0 {
+			out[n.ID] = true
+		}
+	}
+	return out
 }
 
 func addRes(a, b sched.Resources, sign int64) sched.Resources {

@@ -153,8 +153,8 @@ func (c *Core) pqReason(p *pq, cls int) Reason {
 	switch {
 	case p.hdBlock && isNormalClass(cls):
 		return Reason{Code: ReasonHeadroom}
-	case p.drain != nil && (p.starved || p.nodes.Len() == 0):
-		return Reason{Code: ReasonDrain, N: int(p.drain.id)}
+	case len(p.drains) > 0 && (p.starved || p.nodes.Len() == 0):
+		return Reason{Code: ReasonDrain, N: int(p.drains[0].id)}
 	case p.starved || p.nodes.Len() == 0:
 		return Reason{Code: ReasonNoRoom}
 	}
@@ -366,7 +366,7 @@ func (c *Core) checkWide() []string {
 			}
 		}
 		if p := n.autoDrain; p != nil {
-			if p.drain != n {
+			if !slices.Contains(p.drains, n) {
 				errs = append(errs, "node "+u(id)+" drained for "+p.key+", which holds another drain")
 			}
 			ps := want[p.pl.Pool]
@@ -394,8 +394,21 @@ func (c *Core) checkWide() []string {
 		}
 	}
 	for _, k := range sortedKeys(c.pqs) {
-		if p := c.pqs[k]; p.drain != nil && p.drain.autoDrain != p {
-			errs = append(errs, "placement "+k+" names a drain its node does not hold")
+		p := c.pqs[k]
+		for _, n := range p.drains {
+			if n.autoDrain != p {
+				errs = append(errs, "placement "+k+" names a drain its node does not hold")
+			}
+		}
+		if len(p.drains) > p.nwait {
+			errs = append(errs, "placement "+k+" holds more drains than waiters")
+		}
+		n := 0
+		for _, q := range p.tqList {
+			n += q.waiters.Len()
+		}
+		if n != p.nwait {
+			errs = append(errs, "placement "+k+" counts "+strconv.Itoa(p.nwait)+" waiters, recomputed "+strconv.Itoa(n))
 		}
 	}
 	return errs

@@ -14,12 +14,17 @@ type pq struct {
 	tqList  []*tenantQ // the same, in creation order
 	ps      *poolStat  // its pool's
 	nodes   *btree.BTreeG[nodeEntry]
-	fits    int   // sum of room over indexed nodes (API-13)
-	dirty   bool  // in Core.dirty
-	starved bool  // last pass found no node with room
-	hdBlock bool  // last pass found only headroom for normal work
-	rulesNo bool  // last pass: a job's rules refused nodes with room
-	drain   *node // automatic drain reservation held for its first waiter (BS-22)
+	fits    int  // sum of room over indexed nodes (API-13)
+	dirty   bool // in Core.dirty
+	starved bool // last pass found no node with room
+	hdBlock bool // last pass found only headroom for normal work
+	rulesNo bool // last pass: a job's rules refused nodes with room
+	// drains are the automatic drain reservations held for its waiters,
+	// in the order placed, at most one per waiter indexed (BS-22)
+	drains []*node
+	nwait  int // waiters indexed, every class
+	// wideWait: its last pass found its wide work waiting for a node
+	wideWait bool
 
 	// arbitration pass state (Core.schedule)
 	inPass     bool
@@ -132,7 +137,11 @@ func (c *Core) indexWaiter(w *waiter, p *pq, t *tenant, cls int) {
 	q := c.tenantQ(p, t, cls)
 	q.waiters.Set(w)
 	w.tq = q
+	p.nwait++
 	c.tqSync(q)
+	if p.wideWait {
+		c.markDirty(p) // one more waiter of starved wide work: a drain more
+	}
 }
 
 func (c *Core) unindexWaiter(w *waiter) {
@@ -142,9 +151,10 @@ func (c *Core) unindexWaiter(w *waiter) {
 	}
 	q.waiters.Delete(w)
 	w.tq = nil
+	q.p.nwait--
 	c.tqSync(q)
-	if q.p.drain != nil {
-		c.markDirty(q.p) // its drain may have lost its waiter
+	if len(q.p.drains) > 0 || q.p.wideWait {
+		c.markDirty(q.p) // its drains may have lost their waiter
 	}
 }
 

@@ -109,3 +109,6 @@ func TestScriptSnapshotRanked(t *testing.T) { runScript(t, "bs_05_snapshot.txt")
 func TestScriptSubmissionRefusedCancelCeilingZero(t *testing.T) {
 	runScript(t, "api_34_refused.txt")
 }
+
+// spec: BS-20, BS-21, BS-22, BS-25
+func TestScriptWideDemand(t *testing.T) { runScript(t, "bs_22_wide_demand.txt") }
