@@ -423,7 +423,7 @@ func (c *Core) reindex(w *waiter) {
 			return
 		}
 		r := tk.runner
-		if r.indexed {
+		if r.indexed && (!r.indexedLead || len(r.waiting) > 0 && r.waiting[0] == tk) {
 			c.indexWaiter(w, r.p, r.tenant, r.indexedCls)
 		}
 		return
@@ -469,6 +469,13 @@ func (c *Core) place(p *pq, w *waiter, cls int, n *node) {
 		c.alloc(n, env, +1)
 		tk.state, tk.res = tkOffered, rs
 		c.runnerDropWaiting(r, tk)
+		if c.backedOff(r) {
+			tk.lead = true
+			r.leadOut++
+			if r.leadOut > 1 {
+				c.violate("a backed-off runner has two lead requests out")
+			}
+		}
 		if isProbeClass(cls) {
 			tk.probe = true
 			c.probesOut++

@@ -139,6 +139,9 @@ func (c *Core) ticketReason(tk *ticket) Reason {
 	if why := c.runnerBlock(r); why.Code != ReasonNone {
 		return why
 	}
+	if c.backedOff(r) && (len(r.waiting) == 0 || r.waiting[0] != tk) {
+		return Reason{Code: ReasonBackoff} // only the lead request goes
+	}
 	if cp := c.pol.tenantCap(r.tenant.id); cp > 0 && r.tenant.held >= cp {
 		return Reason{Code: ReasonTenantCap, N: cp}
 	}

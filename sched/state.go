@@ -164,7 +164,10 @@ type runner struct {
 	production   bool
 	lastJob      time.Time // zero: never took a job
 	backoffN     int
-	backoffEnd   time.Time
+	backoffEnd   time.Time // its requests but the lead wait until then
+	leadEnd      time.Time // its lead request waits until then (backoff)
+	leadOut      int       // lead requests out: offered to answered (0 or 1)
+	indexedLead  bool      // indexed while backed off: the oldest ticket only
 	probesOut    int
 	waiting      []*ticket // queued tickets not parked, in seq order
 	tickets      map[TicketID]*ticket
@@ -189,6 +192,7 @@ type ticket struct {
 	state    ticketState
 	lastPoll time.Time
 	probe    bool
+	lead     bool // the runner's lead request while it is backed off
 	charged  bool
 	chp      *pq // placement it is charged under while charged
 	res      *reservation

@@ -140,12 +140,13 @@ func (c *Core) offerFailed(rs *reservation) {
 		tk.chp = nil
 		c.charge(tk.runner, -1)
 	}
-	c.probeDone(tk)
 	if tk.skip == nil {
 		tk.skip = map[NodeID]bool{}
 	}
 	tk.skip[n.id] = true
+	// back in line first, so a lead request ending here leads again
 	c.runnerAddWaiting(tk.runner, tk)
+	c.probeDone(tk)
 }
 
 func (c *Core) onOfferReplied(e OfferReplied) {
