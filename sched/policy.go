@@ -23,7 +23,9 @@ type Policy struct {
 	// BusySecs: a runner that took no job within this many seconds makes
 	// probes (ARB-18). Default 60.
 	BusySecs int
-	// ProbeLimit: probes outstanding fleet-wide (ARB-19). Default 1; a
+	// ProbeLimit: probes outstanding fleet-wide (ARB-19). Default 16
+	// (DECISIONS 14: the spec's 1 made idle runners take turns, so after an
+	// idle spell a job waited about a round trip per idle runner); a
 	// negative value means no probe may be outstanding.
 	ProbeLimit int
 	// BackoffInitialSecs and BackoffMaxSecs bound the empty/error backoff
@@ -201,7 +203,7 @@ func (p Policy) withDefaults() Policy {
 		}
 	}
 	def(&p.BusySecs, 60)
-	def(&p.ProbeLimit, 1)
+	def(&p.ProbeLimit, 16)
 	def(&p.BackoffInitialSecs, 1)
 	def(&p.BackoffMaxSecs, 60)
 	def(&p.ProductionProbeBurst, 1)
