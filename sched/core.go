@@ -25,7 +25,10 @@ type Core struct {
 	tickets map[TicketID]*ticket
 	res     map[ReservationID]*reservation
 	adms    map[AdmissionID]*admission
-	jobs    map[JobID]*job
+	// liveAdms is adms without the ended ones remembered for
+	// AdmissionMemory, so invariant checks need not walk them
+	liveAdms map[AdmissionID]*admission
+	jobs     map[JobID]*job
 	// admJobs maps admissions that became jobs to them; the admission
 	// record itself is dropped then (memory: one per running job).
 	admJobs map[AdmissionID]JobID
@@ -101,6 +104,7 @@ func New(policy Policy, seed uint64) *Core {
 		tickets:    map[TicketID]*ticket{},
 		res:        map[ReservationID]*reservation{},
 		adms:       map[AdmissionID]*admission{},
+		liveAdms:   map[AdmissionID]*admission{},
 		jobs:       map[JobID]*job{},
 		admJobs:    map[AdmissionID]JobID{},
 		jobAff:     map[JobID]string{},

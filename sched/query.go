@@ -239,7 +239,7 @@ func (c *Core) Nodes() []NodeView {
 }
 
 // CheckInvariants recomputes the Core's bookkeeping from scratch and
-// returns every inconsistency, nil when sound. It is O(state) and meant for
+// returns every inconsistency, sorted, nil when sound. It is O(state) and meant for
 // tests and the simulator, never for the hub's hot path. It also returns
 // violations the Core noticed while deciding (a placement without room,
 // normal work into headroom, a tenant over its cap).
@@ -253,8 +253,7 @@ func (c *Core) CheckInvariants() []string {
 		errs = append(errs, s)
 	}
 	itoa := strconv.Itoa
-	for _, id := range sortedKeys(c.nodes) {
-		n := c.nodes[id]
+	for id, n := range c.nodes {
 		var used Resources
 		placed := 0
 		for _, rs := range n.res {
@@ -274,70 +273,88 @@ func (c *Core) CheckInvariants() []string {
 				", recomputed ", used.String(), " ", itoa(placed))
 		}
 	}
-	held := map[*runner]int{}
+	// one walk over the charged requests recounts what every runner and
+	// tenant holds, in requests (ARB-11) and in resources (DECISIONS 13)
+	for _, r := range c.runners {
+		r.chk.held, r.chk.open, r.chk.holds = 0, 0, r.chk.holds[:0]
+	}
+	for _, t := range c.tenants {
+		t.chk.held, t.chk.holds = 0, t.chk.holds[:0]
+	}
+	addHold := func(r *runner, p *pq, k int64) {
+		if p != nil && k != 0 {
+			r.chk.holds = holdsAdd(r.chk.holds, p.ps, p.pl.Envelope, k)
+		}
+	}
+	open, probes := 0, 0
 	for _, tk := range c.tickets {
 		if tk.charged {
-			held[tk.runner]++
+			tk.runner.chk.held++
+			addHold(tk.runner, tk.chp, 1)
 		}
-	}
-	for _, a := range c.adms {
-		if a.charged {
-			held[a.runner]++
-		}
-	}
-	for _, jb := range c.jobs {
-		if jb.charged {
-			held[jb.runner]++
-		}
-	}
-	tenantHeld := map[*tenant]int{}
-	for _, id := range sortedKeys(c.runners) {
-		r := c.runners[id]
-		want := held[r] + r.unadmitted
-		if r.held != want {
-			bad("runner ", u(id), " holds ", itoa(r.held), ", recomputed ", itoa(want))
-		}
-		if r.tenant != nil {
-			tenantHeld[r.tenant] += r.held
-		}
-	}
-	for _, id := range sortedKeys(c.tenants) {
-		t := c.tenants[id]
-		if t.held != tenantHeld[t] {
-			bad("tenant ", u(id), " holds ", itoa(t.held), ", recomputed ", itoa(tenantHeld[t]))
-		}
-	}
-	errs = append(errs, c.checkHolds()...)
-	open, ropen := 0, map[*runner]int{}
-	for _, tk := range c.tickets {
 		if tk.state != tkClaimed && tk.state != tkEnded {
 			open++
-			ropen[tk.runner]++
+			tk.runner.chk.open++
 		}
-	}
-	if open != c.open {
-		bad("open tickets ", itoa(c.open), ", recomputed ", itoa(open))
-	}
-	for _, id := range sortedKeys(c.runners) {
-		if r := c.runners[id]; r.open != ropen[r] {
-			bad("runner ", u(id), " open tickets ", itoa(r.open), ", recomputed ", itoa(ropen[r]))
-		}
-	}
-	probes := 0
-	for _, tk := range c.tickets {
 		if tk.probe {
 			probes++
 		}
 	}
-	for _, a := range c.adms {
+	for _, a := range c.liveAdms {
+		if a.charged {
+			a.runner.chk.held++
+			addHold(a.runner, a.chp, 1)
+		}
 		if a.ticket != nil && a.ticket.probe && c.tickets[a.ticket.id] != a.ticket {
 			probes++
 		}
+	}
+	errs = append(errs, c.checkAdms()...)
+	for _, jb := range c.jobs {
+		if jb.charged {
+			jb.runner.chk.held++
+			if !jb.idle {
+				addHold(jb.runner, jb.p, 1)
+			}
+		}
+	}
+	for id, r := range c.runners {
+		addHold(r, r.unadmP, int64(r.unadmitted))
+		if want := r.chk.held + r.unadmitted; r.held != want {
+			bad("runner ", u(id), " holds ", itoa(r.held), ", recomputed ", itoa(want))
+		}
+		if r.open != r.chk.open {
+			bad("runner ", u(id), " open tickets ", itoa(r.open), ", recomputed ", itoa(r.chk.open))
+		}
+		if !sameHolds(r.holds, r.chk.holds) {
+			bad("runner ", u(id), " fair-share holdings stale")
+		}
+		if t := r.tenant; t != nil {
+			t.chk.held += r.held
+			for _, h := range r.holds {
+				t.chk.holds = holdsAddRaw(t.chk.holds, h, 1)
+			}
+		}
+	}
+	for id, t := range c.tenants {
+		if t.held != t.chk.held {
+			bad("tenant ", u(id), " holds ", itoa(t.held), ", recomputed ", itoa(t.chk.held))
+		}
+		if !sameHolds(t.holds, t.chk.holds) {
+			bad("tenant ", u(id), " fair-share holdings stale")
+		}
+	}
+	errs = append(errs, c.checkShareKeys()...)
+	if open != c.open {
+		bad("open tickets ", itoa(c.open), ", recomputed ", itoa(open))
 	}
 	if probes != c.probesOut {
 		bad("probes out ", itoa(c.probesOut), ", recomputed ", itoa(probes))
 	}
 	errs = append(errs, c.checkWide()...)
+	// maps were walked in no order: sort what was found, after the
+	// violations noticed while deciding (in their order)
+	slices.Sort(errs[len(c.violations):])
 	return errs
 }
 
@@ -346,8 +363,7 @@ func (c *Core) CheckInvariants() []string {
 func (c *Core) checkWide() []string {
 	var errs []string
 	want := map[string]*poolStat{}
-	for _, id := range sortedKeys(c.nodes) {
-		n := c.nodes[id]
+	for id, n := range c.nodes {
 		if n.uIn != n.serving() {
 			errs = append(errs, "node "+u(id)+" utilization membership stale")
 		}
@@ -380,8 +396,8 @@ func (c *Core) checkWide() []string {
 			ps.drains++
 		}
 	}
-	for _, pool := range sortedKeys(c.pstat) {
-		got, w := *c.pstat[pool], poolStat{}
+	for pool, ps := range c.pstat {
+		got, w := *ps, poolStat{}
 		if want[pool] != nil {
 			w = *want[pool]
 		}
@@ -396,8 +412,7 @@ func (c *Core) checkWide() []string {
 			errs = append(errs, "pool "+pool+" holds more drains than drains_per_pool")
 		}
 	}
-	for _, k := range sortedKeys(c.pqs) {
-		p := c.pqs[k]
+	for k, p := range c.pqs {
 		for _, n := range p.drains {
 			if n.autoDrain != p {
 				errs = append(errs, "placement "+k+" names a drain its node does not hold")
@@ -417,74 +432,62 @@ func (c *Core) checkWide() []string {
 	return errs
 }
 
-// checkHolds recomputes what every runner and tenant holds for fair share
-// from the charged tickets, admissions and jobs, and checks every waiting
-// queue is keyed by its tenant's current share (DECISIONS 13).
-func (c *Core) checkHolds() []string {
-	var errs []string
-	rwant := map[*runner][]poolHold{}
-	add := func(r *runner, p *pq, k int64) {
-		if p != nil && k != 0 {
-			rwant[r] = holdsAdd(rwant[r], p.ps, p.pl.Envelope, k)
-		}
+// sameHolds reports whether a and b hold the same per pool.
+func sameHolds(a, b []poolHold) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	for _, tk := range c.tickets {
-		if tk.charged {
-			add(tk.runner, tk.chp, 1)
-		}
-	}
-	for _, a := range c.adms {
-		if a.charged {
-			add(a.runner, a.chp, 1)
-		}
-	}
-	for _, jb := range c.jobs {
-		if jb.charged && !jb.idle {
-			add(jb.runner, jb.p, 1)
-		}
-	}
-	for _, r := range c.runners {
-		add(r, r.unadmP, int64(r.unadmitted))
-	}
-	same := func(a, b []poolHold) bool {
-		if len(a) != len(b) {
+	for _, h := range a {
+		if cpu, mem := holdIn(b, h.ps); cpu != h.cpu || mem != h.mem {
 			return false
 		}
-		for _, h := range a {
-			cpu, mem := holdIn(b, h.ps)
-			if cpu != h.cpu || mem != h.mem {
-				return false
-			}
-		}
-		return true
 	}
-	twant := map[*tenant][]poolHold{}
-	for _, id := range sortedKeys(c.runners) {
-		r := c.runners[id]
-		if !same(r.holds, rwant[r]) {
-			errs = append(errs, "runner "+u(id)+" fair-share holdings stale")
-		}
-		if r.tenant != nil {
-			for _, h := range r.holds {
-				twant[r.tenant] = holdsAddRaw(twant[r.tenant], h, 1)
-			}
-		}
-	}
-	for _, id := range sortedKeys(c.tenants) {
-		if t := c.tenants[id]; !same(t.holds, twant[t]) {
-			errs = append(errs, "tenant "+u(id)+" fair-share holdings stale")
-		}
-	}
+	return true
+}
+
+// checkShareKeys checks every waiting queue is keyed by its tenant's
+// current share (DECISIONS 13).
+func (c *Core) checkShareKeys() []string {
+	var errs []string
 	if len(c.rekeys) > 0 {
 		return errs // keys are refreshed at the next pass
 	}
-	for _, k := range sortedKeys(c.pqs) {
-		p := c.pqs[k]
+	for k, p := range c.pqs {
 		for _, q := range p.tqList {
 			if q.inTree && q.kShare != c.share(q.t, p.ps) {
 				errs = append(errs, "placement "+k+" keys tenant "+u(q.t.id)+" by a stale share")
 			}
 		}
 	}
+	return errs
+}
+
+// checkAdms checks the live admissions are the admissions not ended. The
+// ended ones remembered for AdmissionMemory can number thousands on a busy
+// fleet; they are walked (each must be uncharged and hold no probe) only
+// while there are at most 1024, so a check per step stays cheap.
+func (c *Core) checkAdms() []string {
+	var errs []string
+	for id, a := range c.liveAdms {
+		if c.adms[id] != a || a.state == admEnded {
+			errs = append(errs, "live admission "+u(id)+" ended or unknown")
+		}
+	}
+	if len(c.adms) > 1024 {
+		return errs
+	}
+	live := 0
+	for _, a := range c.adms {
+		switch {
+		case a.state != admEnded:
+			live++
+		case a.charged || a.ticket != nil && a.ticket.probe:
+			errs = append(errs, "ended admission "+u(a.id)+" still charged or probing")
+		}
+	}
+	if live != len(c.liveAdms) {
+		errs = append(errs, "live admissions "+strconv.Itoa(len(c.liveAdms))+", recomputed "+strconv.Itoa(live))
+	}
+	slices.Sort(errs)
 	return errs
 }

@@ -240,6 +240,7 @@ func (c *Core) onRestore(e Restore) {
 		a := &admission{id: ra.Admission, runner: r, state: admClaimed, claimedAt: c.now, restored: true, charged: true,
 			chp: c.pqFor(ra.Placement)}
 		c.adms[a.id] = a
+		c.liveAdms[a.id] = a
 		r.relay.adms[a.id] = a
 		c.hold(r, a.chp, +1)
 		c.charge(r, +1)

@@ -135,6 +135,10 @@ type tenant struct {
 	// caps (ARB-35) but hold no node room, so they are not in holds.
 	holds []poolHold
 	tqs   []*tenantQ
+	chk   struct { // scratch of CheckInvariants
+		held  int
+		holds []poolHold
+	}
 }
 
 type relay struct {
@@ -150,17 +154,21 @@ type relay struct {
 }
 
 type runner struct {
-	id           RunnerID
-	relay        *relay
-	tenant       *tenant
-	p            *pq
-	limit        int
-	reqConc      int // request_concurrency; 0 means no bound here
-	open         int // unclaimed tickets (API-20)
-	held         int
-	unadmitted   int
-	unadmP       *pq        // placement its unadmitted jobs are held under
-	holds        []poolHold // what it holds for fair share, per pool
+	id         RunnerID
+	relay      *relay
+	tenant     *tenant
+	p          *pq
+	limit      int
+	reqConc    int // request_concurrency; 0 means no bound here
+	open       int // unclaimed tickets (API-20)
+	held       int
+	unadmitted int
+	unadmP     *pq        // placement its unadmitted jobs are held under
+	holds      []poolHold // what it holds for fair share, per pool
+	chk        struct {   // scratch of CheckInvariants
+		held, open int
+		holds      []poolHold
+	}
 	production   bool
 	lastJob      time.Time // zero: never took a job
 	backoffN     int

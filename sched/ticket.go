@@ -172,6 +172,7 @@ func (c *Core) onOfferReplied(e OfferReplied) {
 	a := &admission{id: AdmissionID(c.mintID()), runner: tk.runner, state: admGranted, res: rs, ticket: tk}
 	rs.adm = a
 	c.adms[a.id] = a
+	c.liveAdms[a.id] = a
 	if tk.runner.relay != nil {
 		tk.runner.relay.adms[a.id] = a
 	}
@@ -320,6 +321,7 @@ func (c *Core) admissionEnded(a *admission) {
 		return
 	}
 	a.state = admEnded
+	delete(c.liveAdms, a.id)
 	c.forgetAdmission(a)
 	c.addTimer(c.now.Add(AdmissionMemory), tmForget, uint64(a.id))
 }
