@@ -40,6 +40,7 @@ import (
 	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/edkey"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/reqsign"
@@ -261,6 +262,9 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) error
 		}
 		if pr.Kind != store.KindRelay {
 			return nil, fmt.Errorf("principal of kind %q may not use the client API", pr.Kind)
+		}
+		if err := edkey.Check(pr.PublicKey); err != nil {
+			return nil, fmt.Errorf("stored key refused: %w", err)
 		}
 		kind = pr.Kind
 		return ed25519.PublicKey(pr.PublicKey), nil

@@ -57,6 +57,7 @@ import (
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/edkey"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
 )
@@ -280,6 +281,11 @@ func publicKey(s string) (ed25519.PublicKey, error) {
 	b, err := base64.StdEncoding.Strict().DecodeString(s)
 	if err != nil || len(b) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("%w: public_key must be a base64 ed25519 public key (%d bytes)", ErrInvalid, ed25519.PublicKeySize)
+	}
+	// A weak key (identity, small order, non-canonical) would let a
+	// constant signature authenticate without any private key.
+	if err := edkey.Check(b); err != nil {
+		return nil, fmt.Errorf("%w: public_key refused: %v; generate a fresh key", ErrInvalid, err)
 	}
 	return ed25519.PublicKey(b), nil
 }

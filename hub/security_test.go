@@ -1,0 +1,73 @@
+package hub
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/hub/session"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/reqsign"
+)
+
+// plainClient returns an HTTPS client that trusts h's hub and signs
+// nothing (an attacker's client).
+func plainClient(h *harness) *http.Client {
+	h.t.Helper()
+	cfg, err := pki.ClientConfig(h.srv.CAPEM(), "127.0.0.1")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// TestStoredIdentityKeyRefused: a principal whose stored key is the
+// identity point (enrolled before join checked keys) cannot authenticate
+// with the constant signature that verifies against it for any message.
+//
+// spec: AUTH-13
+func TestStoredIdentityKeyRefused(t *testing.T) {
+	h := newHarness(t)
+	identity := make([]byte, 32)
+	identity[0] = 1
+	if err := h.srv.Store().CreatePrincipal(t.Context(), store.Principal{ID: "relay-weak", Kind: store.KindRelay, PublicKey: identity, Created: testStart}); err != nil {
+		t.Fatal(err)
+	}
+	sig := make([]byte, 64)
+	sig[0] = 1 // R = identity, S = 0
+	req, _ := http.NewRequest("GET", h.srv.URL()+"/v1/jobs/j-0000000000000001", nil)
+	req.Header.Set(reqsign.HeaderPrincipal, "relay-weak")
+	req.Header.Set(reqsign.HeaderTime, strconv.FormatInt(h.clk.Now().Unix(), 10))
+	req.Header.Set(reqsign.HeaderSignature, base64.StdEncoding.EncodeToString(sig))
+	resp, err := plainClient(h).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("forged request with a stored identity key = %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestSessionLookupRefusesWeakKey: a node or relay whose stored key is
+// weak reads as unknown to the session servers, so its session is refused.
+//
+// spec: AUTH-06
+func TestSessionLookupRefusesWeakKey(t *testing.T) {
+	h := newHarness(t)
+	if err := h.srv.Store().CreatePrincipal(t.Context(), store.Principal{ID: "node-weak", Kind: store.KindNode, PublicKey: make([]byte, 32), Created: testStart}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := principalLookup{h.srv.Store()}.LookupPrincipal(t.Context(), session.KindNode, "node-weak")
+	if !errors.Is(err, session.ErrUnknownPrincipal) {
+		t.Fatalf("lookup of a node with the all-zeros key = %v, want ErrUnknownPrincipal", err)
+	}
+	h.enrolNode("node-good")
+	if _, err := (principalLookup{h.srv.Store()}).LookupPrincipal(t.Context(), session.KindNode, "node-good"); err != nil {
+		t.Fatalf("lookup of a real node key = %v", err)
+	}
+}
