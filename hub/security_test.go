@@ -2,6 +2,7 @@ package hub
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/vk-ci/vk/hub/pki"
 	"github.com/vk-ci/vk/hub/session"
 	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/reqsign"
 )
 
@@ -69,5 +71,61 @@ func TestSessionLookupRefusesWeakKey(t *testing.T) {
 	h.enrolNode("node-good")
 	if _, err := (principalLookup{h.srv.Store()}).LookupPrincipal(t.Context(), session.KindNode, "node-good"); err != nil {
 		t.Fatalf("lookup of a real node key = %v", err)
+	}
+}
+
+// TestV1ErrorShape: every error answer under /v1/, the mux's own
+// included (unknown route, wrong method, a path it would redirect), is
+// the API's JSON error body with a code; nothing redirects.
+//
+// spec: API-55, API-46, API-50
+func TestV1ErrorShape(t *testing.T) {
+	h := newHarness(t)
+	hc := plainClient(h)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		code         client.Code
+	}{
+		{"GET", "/v1/nope", 404, client.CodeNotFound},
+		{"GET", "/v1", 404, client.CodeNotFound},
+		{"GET", "/v1/", 404, client.CodeNotFound},
+		{"GET", "/v1/jobs", 405, client.CodeInvalid},
+		{"DELETE", "/v1/capacity", 405, client.CodeInvalid},
+		{"GET", "/v1/join", 405, client.CodeInvalid},
+		{"POST", "/v1/node/session", 405, client.CodeInvalid},
+		{"GET", "/v1//jobs/j-1", 404, client.CodeNotFound},
+		{"GET", "/v1/reservations/../jobs/j-1", 404, client.CodeNotFound},
+		{"GET", "/v1/./jobs/j-1", 404, client.CodeNotFound},
+		{"GET", "/v1/jobs/j-1", 401, client.CodeUnauthorized},
+		{"GET", "/v1/node/session", 401, client.CodeUnauthorized},
+	} {
+		req, _ := http.NewRequest(tc.method, h.srv.URL()+"/", nil)
+		req.URL.Path, req.URL.RawPath = tc.path, tc.path
+		req.URL.Opaque = "//" + h.srv.Addr() + tc.path // send the path as written, uncleaned
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e client.Error
+		derr := json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || derr != nil || e.Code != tc.code || e.Error == "" ||
+			resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("Location") != "" {
+			t.Errorf("%s %s = %d %q %+v (%v), want %d with code %s", tc.method, tc.path, resp.StatusCode,
+				resp.Header.Get("Content-Type"), e, derr, tc.status, tc.code)
+		}
+		if tc.status == 405 && resp.Header.Get("Allow") == "" {
+			t.Errorf("%s %s: 405 without Allow", tc.method, tc.path)
+		}
+	}
+	// Outside /v1 nothing changes.
+	resp, err := hc.Get(h.srv.URL() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/healthz = %d", resp.StatusCode)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vk-ci/vk/internal/connlimit"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/internal/wsconn"
 )
@@ -186,6 +187,9 @@ func (srv *server[S, H, M]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		<-srv.pending
 		return
 	}
+	// The upgrade's signature verified: the connection no longer counts
+	// against its address's unauthenticated cap.
+	connlimit.Authenticated(r.Context())
 	log := srv.log.With(srv.idKey, principal)
 	s, l, err := srv.handshake(c, principal, log)
 	<-srv.pending
