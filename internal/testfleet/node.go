@@ -101,6 +101,9 @@ func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) 
 	// not share one.
 	cfg.Executor.CgroupParent = "vk-" + n.ID
 	cfg.Executor.Backend = ns.Executor
+	// The fleet runs as root (cgroups, runc) and its process backend runs
+	// job scripts as the test's user: allowed explicitly.
+	cfg.Executor.AllowRootJobs = true
 	if containers {
 		// Imageless jobs run in the process backend, confined in
 		// cgroups under <CgroupParent> (the node's default, kept

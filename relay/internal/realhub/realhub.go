@@ -162,6 +162,7 @@ func (h *Hub) StartNode() {
 	cfg.Node.ShutdownTimeoutSecs = 5
 	cfg.Resources = node.ResourcesConfig{CPUs: h.cpus, Mem: 4 << 30, Disk: 20 << 30}
 	cfg.Executor.CgroupParent = "vk-" + res.ID
+	cfg.Executor.AllowRootJobs = true // tests run as root with the process backend
 	a, err := node.Start(context.Background(), cfg, testlog.New(t).With("component", "node"), node.Options{})
 	if err != nil {
 		t.Fatalf("realhub: node.Start: %v", err)
