@@ -140,10 +140,17 @@ type LimitsConfig struct {
 	// 8 s by default). Default 4.
 	BodySecsPerMiB int `toml:"body_secs_per_mib"`
 	// UnauthBodyBudgetBytes bounds the body bytes being read before their
-	// requests are authenticated, over all peers (each request reserves its
-	// declared length); past it a request answers 503 unavailable. Default
-	// 64 MiB.
+	// requests are authenticated, over all untrusted peers (each request
+	// reserves its declared length); past it a request answers 503
+	// unavailable. Default 16 MiB.
 	UnauthBodyBudgetBytes int64 `toml:"unauth_body_budget_bytes"`
+	// UnauthBodyPerPeerBytes bounds one untrusted address's share of it.
+	// Default 4 MiB.
+	UnauthBodyPerPeerBytes int64 `toml:"unauth_body_per_peer_bytes"`
+	// TrustedBodyBudgetBytes is the pool of addresses that sent a request
+	// whose signature verified in the last 10 minutes (a relay's host):
+	// strangers cannot spend it. Default 32 MiB.
+	TrustedBodyBudgetBytes int64 `toml:"trusted_body_budget_bytes"`
 	// MaxPendingHellos caps, per session endpoint, the sessions upgraded
 	// but still before their hello. Default 256.
 	MaxPendingHellos int `toml:"max_pending_hellos"`
@@ -155,7 +162,9 @@ const (
 	DefaultMaxUnauthPerPeer      = 64
 	DefaultHeaderTimeoutSecs     = 10
 	DefaultBodySecsPerMiB        = 4
-	DefaultUnauthBodyBudgetBytes = 64 << 20
+	DefaultUnauthBodyBudgetBytes = 16 << 20
+	DefaultUnauthBodyPerPeer     = 4 << 20
+	DefaultTrustedBodyBudget     = 32 << 20
 	DefaultMaxPendingHellos      = 256
 	DefaultUIMaxConns            = 256
 	DefaultUIMaxConnsPerPeer     = 32
@@ -171,6 +180,12 @@ func orDefault[T int | int64](v, def T) T {
 // connLimits are the API listener's caps.
 func (l LimitsConfig) connLimits() connlimit.Limits {
 	return connlimit.Limits{MaxConns: orDefault(l.MaxConns, DefaultMaxConns), MaxUnauthPerPeer: orDefault(l.MaxUnauthPerPeer, DefaultMaxUnauthPerPeer)}
+}
+
+// budget is the unauthenticated body budget's pools.
+func (l LimitsConfig) budget() connlimit.BudgetLimits {
+	return connlimit.BudgetLimits{General: orDefault(l.UnauthBodyBudgetBytes, DefaultUnauthBodyBudgetBytes),
+		PerPeer: orDefault(l.UnauthBodyPerPeerBytes, DefaultUnauthBodyPerPeer), Trusted: orDefault(l.TrustedBodyBudgetBytes, DefaultTrustedBodyBudget)}
 }
 
 func (l LimitsConfig) headerTimeout() time.Duration {
@@ -246,7 +261,8 @@ func DefaultConfig() Config {
 		Auth:     AuthConfig{SkewSecs: DefaultSkewSecs},
 		Limits: LimitsConfig{PerPrincipal: client.MaxUnendedPerPrincipal, PerHub: client.MaxUnendedPerHub, MaxBodyBytes: DefaultMaxBodyBytes,
 			MaxConns: DefaultMaxConns, MaxUnauthPerPeer: DefaultMaxUnauthPerPeer, HeaderTimeoutSecs: DefaultHeaderTimeoutSecs,
-			BodySecsPerMiB: DefaultBodySecsPerMiB, UnauthBodyBudgetBytes: DefaultUnauthBodyBudgetBytes, MaxPendingHellos: DefaultMaxPendingHellos},
+			BodySecsPerMiB: DefaultBodySecsPerMiB, UnauthBodyBudgetBytes: DefaultUnauthBodyBudgetBytes, UnauthBodyPerPeerBytes: DefaultUnauthBodyPerPeer,
+			TrustedBodyBudgetBytes: DefaultTrustedBodyBudget, MaxPendingHellos: DefaultMaxPendingHellos},
 		UI:                UIConfig{MaxConns: DefaultUIMaxConns, MaxConnsPerPeer: DefaultUIMaxConnsPerPeer},
 		Sessions:          SessionsConfig{NodeHeartbeatSecs: 5, UnreachableAfterMissed: 3, JobLostAfterSecs: DefaultJobLostAfterSecs},
 		Jobs:              JobsConfig{PlaceWithinSecs: DefaultPlaceWithinSecs},
@@ -303,11 +319,14 @@ func (c *Config) Validate() error {
 		bad("limits.max_body_bytes must be at least 1 MiB")
 	}
 	if c.Limits.MaxConns < 0 || c.Limits.MaxUnauthPerPeer < 0 || c.Limits.HeaderTimeoutSecs < 0 || c.Limits.BodySecsPerMiB < 0 ||
-		c.Limits.UnauthBodyBudgetBytes < 0 || c.Limits.MaxPendingHellos < 0 || c.UI.MaxConns < 0 || c.UI.MaxConnsPerPeer < 0 {
+		c.Limits.UnauthBodyBudgetBytes < 0 || c.Limits.UnauthBodyPerPeerBytes < 0 || c.Limits.TrustedBodyBudgetBytes < 0 || c.Limits.MaxPendingHellos < 0 || c.UI.MaxConns < 0 || c.UI.MaxConnsPerPeer < 0 {
 		bad("limits.max_conns, max_unauth_per_peer, header_timeout_secs, body_secs_per_mib, unauth_body_budget_bytes, max_pending_hellos and ui.max_conns, max_conns_per_peer must not be negative")
 	}
-	if b := c.Limits.UnauthBodyBudgetBytes; b > 0 && b < c.Limits.MaxBodyBytes {
-		bad("limits.unauth_body_budget_bytes must be at least limits.max_body_bytes")
+	for name, b := range map[string]int64{"unauth_body_budget_bytes": c.Limits.UnauthBodyBudgetBytes,
+		"unauth_body_per_peer_bytes": c.Limits.UnauthBodyPerPeerBytes, "trusted_body_budget_bytes": c.Limits.TrustedBodyBudgetBytes} {
+		if b > 0 && b < c.Limits.MaxBodyBytes {
+			bad("limits.%s must be at least limits.max_body_bytes", name)
+		}
 	}
 	if c.Sessions.JobLostAfterSecs <= 0 || c.Sessions.NodeHeartbeatSecs <= 0 || c.Sessions.UnreachableAfterMissed <= 0 {
 		bad("sessions.node_heartbeat_secs, unreachable_after_missed and job_lost_after_secs must be > 0")

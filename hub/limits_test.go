@@ -218,8 +218,10 @@ func TestBodyDeadline(t *testing.T) {
 }
 
 // TestUnauthBodyBudget: request bodies being read before authentication
-// share one byte budget; a request that would pass it answers 503
-// unavailable at once, and the budget frees when the holder ends.
+// from untrusted addresses share one byte budget; a request that would
+// pass it answers 503 unavailable at once, and the budget frees when the
+// holder ends. Once the address authenticated, its requests draw on the
+// trusted pool instead and pass while strangers hold the general one.
 //
 // spec: API-54
 func TestUnauthBodyBudget(t *testing.T) {
@@ -231,7 +233,7 @@ func TestUnauthBodyBudget(t *testing.T) {
 	startRequest(t, hold, h.relay, h.clk.Now(), 2<<20-1, []byte("{"))
 	// Once the holder's headers passed, its body's declared length is
 	// reserved: the next big body is refused without being read.
-	waitFor(t, "holder's reservation", func() bool { return h.srv.budget.Used() == 2<<20-1 })
+	waitFor(t, "holder's reservation", func() bool { g, _ := h.srv.budget.Used(); return g == 2<<20-1 })
 	c, err := rawTLS(t, h, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +250,14 @@ func TestUnauthBodyBudget(t *testing.T) {
 	waitStats(t, h, "holder gone", func(open, unauth int) bool { return open == 0 })
 	var v client.Capacity
 	h.relayUp(1)
+	h.want(http.StatusOK, &v, "POST", "/v1/capacity", client.CapacityRequest{Placement: testPlacement})
+	// 127.0.0.1 is trusted now; a stranger takes the general pool again.
+	stranger, err := rawTLS(t, h, attackerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRequest(t, stranger, h.relay, h.clk.Now(), 2<<20-1, []byte("{"))
+	waitFor(t, "stranger's reservation", func() bool { g, _ := h.srv.budget.Used(); return g == 2<<20-1 })
 	h.want(http.StatusOK, &v, "POST", "/v1/capacity", client.CapacityRequest{Placement: testPlacement})
 }
 

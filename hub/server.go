@@ -195,7 +195,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	s.relays = session.NewRelayServer(scfg, h)
 
 	mux := http.NewServeMux()
-	budget := connlimit.NewBudget(orDefault(cfg.Limits.UnauthBodyBudgetBytes, DefaultUnauthBodyBudgetBytes))
+	budget := connlimit.NewBudget(cfg.Limits.budget())
 	s.budget = budget
 	api.New(api.Config{Backend: drv, Store: st, Output: out, Clock: clk, Log: log, Skew: cfg.skew(),
 		MaxBody: cfg.Limits.MaxBodyBytes, BodyPerMiB: cfg.Limits.bodyPerMiB(), Budget: budget, Observe: met.observe}).Register(mux)

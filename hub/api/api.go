@@ -165,7 +165,7 @@ type Config struct {
 	// its length (at least one MiB); 0 means DefaultBodyPerMiB.
 	BodyPerMiB time.Duration
 	// Budget bounds the body bytes being read before their requests are
-	// authenticated, over all requests; nil means no bound.
+	// authenticated (connlimit pools); nil means no bound.
 	Budget *connlimit.Budget
 	// Observe, when set, is called once per request.
 	Observe Observer
@@ -340,15 +340,25 @@ func (a *API) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if n < 0 {
 		n = a.cfg.MaxBody
 	}
-	if !a.cfg.Budget.Acquire(n) {
+	release, ok := a.cfg.Budget.Acquire(r.Context(), n)
+	if !ok {
 		return nil, &Error{Code: client.CodeUnavailable, Msg: "too many request bodies being received", RetryAfter: 1}
 	}
-	defer a.cfg.Budget.Release(n)
+	defer release()
 	rc := http.NewResponseController(w)
 	if err := rc.SetReadDeadline(time.Now().Add(connlimit.BodyDeadline(n, a.cfg.BodyPerMiB))); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return nil, &Error{Code: client.CodeInternal, Msg: "internal error", Err: err}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBody))
+	var body []byte
+	var err error
+	if r.ContentLength > 0 {
+		// Exactly the declared length (already reserved): no growth, no
+		// garbage copies.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBody))
+	}
 	// The server's background read (which notices a client going away)
 	// must not inherit the body deadline: a long poll outlives it.
 	rc.SetReadDeadline(time.Time{})

@@ -254,14 +254,15 @@ func (e *Enroller) serve(w http.ResponseWriter, r *http.Request) (hubclient.Join
 	if r.ContentLength > MaxJoinBody {
 		return hubclient.JoinResponse{}, tooLarge
 	}
-	if !e.bud.Acquire(MaxJoinBody) {
+	release, ok := e.bud.Acquire(r.Context(), MaxJoinBody)
+	if !ok {
 		return hubclient.JoinResponse{}, &httpError{code: client.CodeUnavailable, msg: "too many request bodies being received; retry"}
 	}
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(e.bodyT))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJoinBody))
 	rc.SetReadDeadline(time.Time{})
-	e.bud.Release(MaxJoinBody)
+	release()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -1,7 +1,8 @@
 // Package connlimit bounds what unauthenticated peers can make a server
 // hold: a listener that caps its open connections and, per peer address,
 // the connections not yet authenticated; a byte budget for request bodies
-// read before their signature is checked; and the body read deadline.
+// read before their signature is checked, with a pool of its own for
+// addresses that recently authenticated; and the body read deadline.
 //
 // A connection counts as unauthenticated from accept until the handler
 // serving it calls [Authenticated] with the request's context (after the
@@ -43,13 +44,44 @@ type Listener struct {
 
 	mu      sync.Mutex
 	open    int
-	unauth  map[string]int // by peer IP; entries at zero are deleted
+	unauth  map[string]int       // by peer IP; entries at zero are deleted
+	trust   map[string]time.Time // peer IP → when its last request authenticated
 	refused atomic.Int64
+}
+
+// TrustFor is how long an address stays trusted after a request from it
+// authenticated; maxTrusted bounds how many addresses are remembered.
+const (
+	TrustFor   = 10 * time.Minute
+	maxTrusted = 1 << 16
+)
+
+func (l *Listener) trusted(peer string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.trust[peer]
+	return ok && time.Since(t) < TrustFor
+}
+
+// remember marks peer trusted now; l.mu held. When the table is full,
+// expired entries go first; if none expired, the address is not added.
+func (l *Listener) rememberLocked(peer string) {
+	if _, ok := l.trust[peer]; !ok && len(l.trust) >= maxTrusted {
+		for p, t := range l.trust {
+			if time.Since(t) >= TrustFor {
+				delete(l.trust, p)
+			}
+		}
+		if len(l.trust) >= maxTrusted {
+			return
+		}
+	}
+	l.trust[peer] = time.Now()
 }
 
 // NewListener wraps ln with lim.
 func NewListener(ln net.Listener, lim Limits) *Listener {
-	return &Listener{Listener: ln, lim: lim, unauth: map[string]int{}}
+	return &Listener{Listener: ln, lim: lim, unauth: map[string]int{}, trust: map[string]time.Time{}}
 }
 
 // Accept returns the next connection within the caps; connections past a
@@ -137,10 +169,12 @@ func (c *Conn) Close() error {
 	return c.Conn.Close()
 }
 
-// authenticate stops counting c against its peer's unauthenticated cap.
+// authenticate stops counting c against its peer's unauthenticated cap
+// and trusts its peer for [TrustFor].
 func (c *Conn) authenticate() {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
+	c.l.rememberLocked(c.peer)
 	if !c.authed {
 		c.authed = true
 		c.l.dropUnauth(c.peer)
@@ -162,7 +196,9 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 }
 
 // Authenticated marks the connection serving the request of ctx as
-// authenticated. It does nothing for a connection not from a [Listener].
+// authenticated, and its peer address as trusted for [TrustFor] (its
+// next requests draw on the trusted body pool). It does nothing for a
+// connection not from a [Listener].
 func Authenticated(ctx context.Context) {
 	if c, ok := ctx.Value(ctxKey{}).(*Conn); ok {
 		c.authenticate()
@@ -170,51 +206,88 @@ func Authenticated(ctx context.Context) {
 }
 
 // Budget bounds the bytes of request bodies read before their request
-// is authenticated, over all connections. The zero Budget and a nil one
-// admit everything.
+// is authenticated. Requests arriving from an address that recently sent
+// a request whose signature verified (a trusted peer: a relay's host)
+// draw on a pool of their own, so strangers, however many, cannot starve
+// them; the others share the general pool, each address at most
+// PerPeer bytes of it. A nil Budget admits everything.
 type Budget struct {
-	max int64
+	lim BudgetLimits
 
-	mu   sync.Mutex
-	used int64
+	mu      sync.Mutex
+	general int64
+	trusted int64
+	byPeer  map[string]int64
 }
 
-// NewBudget returns a budget of max bytes; max <= 0 means no bound.
-func NewBudget(max int64) *Budget { return &Budget{max: max} }
-
-// Acquire reserves n bytes; false when that would pass the budget. A
-// true answer must be followed by Release(n).
-func (b *Budget) Acquire(n int64) bool {
-	if b == nil || b.max <= 0 {
-		return true
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.max {
-		return false
-	}
-	b.used += n
-	return true
+// BudgetLimits are a [Budget]'s pools in bytes; a zero field means no
+// bound.
+type BudgetLimits struct {
+	// General bounds the body bytes of untrusted peers together.
+	General int64
+	// PerPeer bounds one untrusted address's share of General.
+	PerPeer int64
+	// Trusted bounds the body bytes of trusted peers together.
+	Trusted int64
 }
 
-// Release returns n bytes to the budget.
-func (b *Budget) Release(n int64) {
-	if b == nil || b.max <= 0 {
-		return
-	}
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
+// NewBudget returns a budget with lim.
+func NewBudget(lim BudgetLimits) *Budget {
+	return &Budget{lim: lim, byPeer: map[string]int64{}}
 }
 
-// Used returns the bytes reserved now.
-func (b *Budget) Used() int64 {
+// Acquire reserves n bytes for the request of ctx; ok is false when that
+// would pass its pool. When ok, release must be called once the body is
+// read.
+func (b *Budget) Acquire(ctx context.Context, n int64) (release func(), ok bool) {
 	if b == nil {
-		return 0
+		return func() {}, true
+	}
+	peer, trusted := "", false
+	if c, isConn := ctx.Value(ctxKey{}).(*Conn); isConn {
+		peer, trusted = c.peer, c.l.trusted(c.peer)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.used
+	if trusted && (b.lim.Trusted <= 0 || b.trusted+n <= b.lim.Trusted) {
+		b.trusted += n
+		return b.releaser(func() { b.trusted -= n }), true
+	}
+	if b.lim.General > 0 && b.general+n > b.lim.General {
+		return nil, false
+	}
+	if b.lim.PerPeer > 0 && !trusted && b.byPeer[peer]+n > b.lim.PerPeer {
+		return nil, false
+	}
+	b.general += n
+	b.byPeer[peer] += n
+	return b.releaser(func() {
+		b.general -= n
+		if b.byPeer[peer] -= n; b.byPeer[peer] <= 0 {
+			delete(b.byPeer, peer)
+		}
+	}), true
+}
+
+func (b *Budget) releaser(undo func()) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			undo()
+			b.mu.Unlock()
+		})
+	}
+}
+
+// Used returns the bytes reserved now in the general and trusted pools.
+func (b *Budget) Used() (general, trusted int64) {
+	if b == nil {
+		return 0, 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.general, b.trusted
 }
 
 // BodyDeadline is how long reading a body of n bytes may take at

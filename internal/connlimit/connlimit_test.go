@@ -104,17 +104,52 @@ func TestMaxConns(t *testing.T) {
 	io.WriteString(d, "x")
 }
 
+// TestBudget: untrusted peers share the general pool, each within its
+// per-peer share; a peer that authenticated draws on the trusted pool,
+// which strangers cannot touch.
 func TestBudget(t *testing.T) {
-	b := NewBudget(10)
-	if !b.Acquire(6) || b.Acquire(5) || !b.Acquire(4) {
-		t.Fatal("budget of 10: 6 then 5 (refused) then 4")
+	l, got := serve(t, Limits{})
+	conn := func(ip net.IP) context.Context {
+		dial(t, l, ip)
+		return ConnContext(context.Background(), <-got)
 	}
-	b.Release(6)
-	if b.Used() != 4 || !b.Acquire(6) {
-		t.Fatalf("used %d after release", b.Used())
+	b := NewBudget(BudgetLimits{General: 10, PerPeer: 6, Trusted: 10})
+	s1, s2, s3 := conn(net.IPv4(127, 0, 0, 2)), conn(net.IPv4(127, 0, 0, 3)), conn(net.IPv4(127, 0, 0, 4))
+	r1, ok := b.Acquire(s1, 6)
+	if !ok {
+		t.Fatal("first 6 refused")
+	}
+	if _, ok := b.Acquire(s1, 1); ok {
+		t.Fatal("a peer passed its share")
+	}
+	r2, ok := b.Acquire(s2, 4)
+	if !ok {
+		t.Fatal("second peer refused within the pool")
+	}
+	if _, ok := b.Acquire(s3, 1); ok {
+		t.Fatal("general pool passed")
+	}
+	// A peer that authenticated uses the trusted pool though the general
+	// one is spent.
+	legit := conn(net.IPv4(127, 0, 0, 1))
+	Authenticated(legit)
+	next := conn(net.IPv4(127, 0, 0, 1))
+	rl, ok := b.Acquire(next, 10)
+	if !ok {
+		t.Fatal("trusted peer refused while strangers hold the general pool")
+	}
+	if g, tr := b.Used(); g != 10 || tr != 10 {
+		t.Fatalf("used %d general, %d trusted", g, tr)
+	}
+	r1()
+	r1() // once only
+	r2()
+	rl()
+	if g, tr := b.Used(); g != 0 || tr != 0 {
+		t.Fatalf("after release: %d, %d", g, tr)
 	}
 	var none *Budget
-	if !none.Acquire(1 << 40) {
+	if _, ok := none.Acquire(context.Background(), 1<<40); !ok {
 		t.Fatal("nil budget refused")
 	}
 	if BodyDeadline(0, time.Second) != time.Second || BodyDeadline(2<<20-1, 4*time.Second) != 8*time.Second {
