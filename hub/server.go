@@ -17,6 +17,11 @@
 // approvals.required; API keys are not built, so POST /v1/clients refuses
 // every caller (API-09). The admin socket (hub/admin) and the enrolment
 // route (hub/enrol) are served too; the driver implements admin.Backend.
+//
+// What an unauthenticated peer can make the hub hold is bounded on both
+// listeners (internal/connlimit: connection caps per listener and per
+// address, header and body deadlines, a body budget; docs/security.md),
+// and every error under /v1/ is the API's JSON body (api.JSONErrors).
 package hub
 
 import (
