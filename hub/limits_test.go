@@ -282,3 +282,38 @@ func TestJoinBodyLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestUILimits: the UI listener caps its connections per peer address
+// (closing the extra one at accept) and closes a stalled one at its
+// header deadline.
+func TestUILimits(t *testing.T) {
+	h := limitedHarness(t, func(c *Config) {
+		c.UI.Addr = "127.0.0.1:0"
+		c.UI.MaxConnsPerPeer = 2
+		c.Limits.HeaderTimeoutSecs = 1
+	})
+	d := &net.Dialer{LocalAddr: attackerAddr, Timeout: 5 * time.Second}
+	var held []net.Conn
+	for range 3 {
+		c, err := d.Dial("tcp", h.srv.UIAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		held = append(held, c)
+	}
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		_, err := io.ReadAll(c)
+		var ne net.Error
+		return !(errors.As(err, &ne) && ne.Timeout())
+	}
+	// The third is closed at accept; the first two at the header deadline
+	// (they never start TLS). Either way all three end.
+	for i, c := range held {
+		if !closed(c) {
+			t.Fatalf("UI connection %d still open after 20 s", i)
+		}
+	}
+	waitFor(t, "UI counts", func() bool { _, ui := h.srv.ConnStats(); return ui.Open == 0 && ui.Refused >= 1 })
+}
