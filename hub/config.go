@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/conffile"
+	"github.com/vk-ci/vk/internal/connlimit"
 	"github.com/vk-ci/vk/proto/client"
 )
 
@@ -117,6 +118,81 @@ type LimitsConfig struct {
 	// MaxBodyBytes bounds a request body; larger is 413 too_large.
 	// Default 2 MiB (a spec may be 512 KiB, API-35).
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
+
+	// What an unauthenticated peer can make the hub hold (docs/security.md);
+	// 0 means the default.
+
+	// MaxConns caps the open connections of the API and session listener
+	// (addr), node sessions included: keep it above the fleet's node count
+	// plus the relays' concurrent requests. Past it new connections are
+	// closed at accept. Default 40000.
+	MaxConns int `toml:"max_conns"`
+	// MaxUnauthPerPeer caps, per peer IP address, the connections of that
+	// listener not yet authenticated (TLS handshake, headers and body
+	// before the signature verified; a join throughout). Default 64.
+	MaxUnauthPerPeer int `toml:"max_unauth_per_peer"`
+	// HeaderTimeoutSecs bounds the TLS handshake and the read of a
+	// request's headers, on both listeners. Default 10.
+	HeaderTimeoutSecs int `toml:"header_timeout_secs"`
+	// BodySecsPerMiB bounds the read of a request body: this many seconds
+	// per started MiB of its length (at least one MiB; a 2 MiB body gets
+	// 8 s by default). Default 4.
+	BodySecsPerMiB int `toml:"body_secs_per_mib"`
+	// UnauthBodyBudgetBytes bounds the body bytes being read before their
+	// requests are authenticated, over all untrusted peers (each request
+	// reserves its declared length); past it a request answers 503
+	// unavailable. Default 16 MiB.
+	UnauthBodyBudgetBytes int64 `toml:"unauth_body_budget_bytes"`
+	// UnauthBodyPerPeerBytes bounds one untrusted address's share of it.
+	// Default 4 MiB.
+	UnauthBodyPerPeerBytes int64 `toml:"unauth_body_per_peer_bytes"`
+	// TrustedBodyBudgetBytes is the pool of addresses that sent a request
+	// whose signature verified in the last 10 minutes (a relay's host):
+	// strangers cannot spend it. Default 32 MiB.
+	TrustedBodyBudgetBytes int64 `toml:"trusted_body_budget_bytes"`
+	// MaxPendingHellos caps, per session endpoint, the sessions upgraded
+	// but still before their hello. Default 256.
+	MaxPendingHellos int `toml:"max_pending_hellos"`
+}
+
+// Defaults of the pre-authentication limits (docs/security.md).
+const (
+	DefaultMaxConns              = 40000
+	DefaultMaxUnauthPerPeer      = 64
+	DefaultHeaderTimeoutSecs     = 10
+	DefaultBodySecsPerMiB        = 4
+	DefaultUnauthBodyBudgetBytes = 16 << 20
+	DefaultUnauthBodyPerPeer     = 4 << 20
+	DefaultTrustedBodyBudget     = 32 << 20
+	DefaultMaxPendingHellos      = 256
+	DefaultUIMaxConns            = 256
+	DefaultUIMaxConnsPerPeer     = 32
+)
+
+func orDefault[T int | int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// connLimits are the API listener's caps.
+func (l LimitsConfig) connLimits() connlimit.Limits {
+	return connlimit.Limits{MaxConns: orDefault(l.MaxConns, DefaultMaxConns), MaxUnauthPerPeer: orDefault(l.MaxUnauthPerPeer, DefaultMaxUnauthPerPeer)}
+}
+
+// budget is the unauthenticated body budget's pools.
+func (l LimitsConfig) budget() connlimit.BudgetLimits {
+	return connlimit.BudgetLimits{General: orDefault(l.UnauthBodyBudgetBytes, DefaultUnauthBodyBudgetBytes),
+		PerPeer: orDefault(l.UnauthBodyPerPeerBytes, DefaultUnauthBodyPerPeer), Trusted: orDefault(l.TrustedBodyBudgetBytes, DefaultTrustedBodyBudget)}
+}
+
+func (l LimitsConfig) headerTimeout() time.Duration {
+	return time.Duration(orDefault(l.HeaderTimeoutSecs, DefaultHeaderTimeoutSecs)) * time.Second
+}
+
+func (l LimitsConfig) bodyPerMiB() time.Duration {
+	return time.Duration(orDefault(l.BodySecsPerMiB, DefaultBodySecsPerMiB)) * time.Second
 }
 
 // SessionsConfig configures node liveness (FAIL-16) and the periods the
@@ -152,6 +228,18 @@ type UIConfig struct {
 	Token string `toml:"token"`
 	// User, when set with Token, is the only Basic user name accepted.
 	User string `toml:"user"`
+	// MaxConns caps the UI listener's open connections. Default 256.
+	MaxConns int `toml:"max_conns"`
+	// MaxConnsPerPeer caps the UI connections of one peer IP address (a
+	// browser opens a handful). Default 32.
+	MaxConnsPerPeer int `toml:"max_conns_per_peer"`
+}
+
+// connLimits are the UI listener's caps. The UI authenticates each
+// request, not the connection, so every UI connection counts against its
+// peer.
+func (u UIConfig) connLimits() connlimit.Limits {
+	return connlimit.Limits{MaxConns: orDefault(u.MaxConns, DefaultUIMaxConns), MaxUnauthPerPeer: orDefault(u.MaxConnsPerPeer, DefaultUIMaxConnsPerPeer)}
 }
 
 // ApprovalsConfig configures approvals.
@@ -166,11 +254,15 @@ type ApprovalsConfig struct {
 // DefaultConfig returns the configuration with every default filled in.
 func DefaultConfig() Config {
 	return Config{
-		Version:           ConfigVersion,
-		Addr:              DefaultAddr,
-		StateDir:          DefaultStateDir,
-		Auth:              AuthConfig{SkewSecs: DefaultSkewSecs},
-		Limits:            LimitsConfig{PerPrincipal: client.MaxUnendedPerPrincipal, PerHub: client.MaxUnendedPerHub, MaxBodyBytes: DefaultMaxBodyBytes},
+		Version:  ConfigVersion,
+		Addr:     DefaultAddr,
+		StateDir: DefaultStateDir,
+		Auth:     AuthConfig{SkewSecs: DefaultSkewSecs},
+		Limits: LimitsConfig{PerPrincipal: client.MaxUnendedPerPrincipal, PerHub: client.MaxUnendedPerHub, MaxBodyBytes: DefaultMaxBodyBytes,
+			MaxConns: DefaultMaxConns, MaxUnauthPerPeer: DefaultMaxUnauthPerPeer, HeaderTimeoutSecs: DefaultHeaderTimeoutSecs,
+			BodySecsPerMiB: DefaultBodySecsPerMiB, UnauthBodyBudgetBytes: DefaultUnauthBodyBudgetBytes, UnauthBodyPerPeerBytes: DefaultUnauthBodyPerPeer,
+			TrustedBodyBudgetBytes: DefaultTrustedBodyBudget, MaxPendingHellos: DefaultMaxPendingHellos},
+		UI:                UIConfig{MaxConns: DefaultUIMaxConns, MaxConnsPerPeer: DefaultUIMaxConnsPerPeer},
 		Sessions:          SessionsConfig{NodeHeartbeatSecs: 5, UnreachableAfterMissed: 3, JobLostAfterSecs: DefaultJobLostAfterSecs},
 		Jobs:              JobsConfig{PlaceWithinSecs: DefaultPlaceWithinSecs},
 		TickMillis:        DefaultTickMillis,
@@ -224,6 +316,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxBodyBytes < 1<<20 {
 		bad("limits.max_body_bytes must be at least 1 MiB")
+	}
+	if c.Limits.MaxConns < 0 || c.Limits.MaxUnauthPerPeer < 0 || c.Limits.HeaderTimeoutSecs < 0 || c.Limits.BodySecsPerMiB < 0 ||
+		c.Limits.UnauthBodyBudgetBytes < 0 || c.Limits.UnauthBodyPerPeerBytes < 0 || c.Limits.TrustedBodyBudgetBytes < 0 || c.Limits.MaxPendingHellos < 0 || c.UI.MaxConns < 0 || c.UI.MaxConnsPerPeer < 0 {
+		bad("limits.max_conns, max_unauth_per_peer, header_timeout_secs, body_secs_per_mib, unauth_body_budget_bytes, max_pending_hellos and ui.max_conns, max_conns_per_peer must not be negative")
+	}
+	for name, b := range map[string]int64{"unauth_body_budget_bytes": c.Limits.UnauthBodyBudgetBytes,
+		"unauth_body_per_peer_bytes": c.Limits.UnauthBodyPerPeerBytes, "trusted_body_budget_bytes": c.Limits.TrustedBodyBudgetBytes} {
+		if b > 0 && b < c.Limits.MaxBodyBytes {
+			bad("limits.%s must be at least limits.max_body_bytes", name)
+		}
 	}
 	if c.Sessions.JobLostAfterSecs <= 0 || c.Sessions.NodeHeartbeatSecs <= 0 || c.Sessions.UnreachableAfterMissed <= 0 {
 		bad("sessions.node_heartbeat_secs, unreachable_after_missed and job_lost_after_secs must be > 0")

@@ -371,10 +371,16 @@ func testSpec(gitlabJob int64) job.JobSpec {
 		Token:       canary + "-token",
 		Sources:     job.Sources{RepoURL: "https://gitlab.example.com/acme/web.git", Ref: "main"},
 		TimeoutSecs: 3600,
-		Variables:   []job.Variable{{Key: "DEPLOY_KEY", Value: canary + "-var", Masked: true}, {Key: "PLAIN", Value: "visible"}},
-		Steps:       []job.Step{{Name: "script", Script: []string{"echo hi"}}},
-		Trace:       job.TraceSettings{LimitBytes: 4 << 20},
-		ServerURL:   "https://gitlab.example.com",
+		Variables: []job.Variable{{Key: "DEPLOY_KEY", Value: canary + "-var", Masked: true}, {Key: "PLAIN", Value: "visible", Public: true},
+			// GitLab sends the job token inside this URL, neither public nor masked.
+			{Key: "CI_REPOSITORY_URL", Value: "https://gitlab-ci-token:" + canary + "-token@gitlab.example.com/acme/web.git"},
+			{Key: "PRIVATE", Value: canary + "-private"}, {Key: "KEY_FILE", Value: canary + "-file", File: true, Public: true}},
+		Steps:               []job.Step{{Name: "script", Script: []string{"echo hi"}}},
+		Services:            []job.Image{{Name: "postgres:16", Variables: []job.Variable{{Key: "POSTGRES_PASSWORD", Value: canary + "-svc", Masked: true}}}},
+		RegistryCredentials: []job.RegistryCredential{{URL: "registry.example.com", Username: "gitlab-ci-token", Password: canary + "-registry"}},
+		Dependencies:        []job.Dependency{{ID: 7, Name: "build", Token: canary + "-dep"}},
+		Trace:               job.TraceSettings{LimitBytes: 4 << 20},
+		ServerURL:           "https://gitlab.example.com",
 	})
 }
 

@@ -2,8 +2,11 @@ package hub
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -148,6 +151,28 @@ func testRestart(t *testing.T, configure func(*Config), rawStore func(*harness) 
 			t.Errorf("the store file holds the secret (as %q)", form)
 		}
 	}
+	// Every file under the state dir (store, output, pki, …), in plain,
+	// base64 and JSON-escaped forms.
+	scanned := 0
+	err = filepath.WalkDir(h.dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		scanned++
+		for _, form := range secretForms(canary) {
+			if strings.Contains(string(raw), form) {
+				t.Errorf("%s holds the secret (as %q)", path, form)
+			}
+		}
+		return nil
+	})
+	if err != nil || scanned == 0 {
+		t.Fatalf("scanning the state dir: %d files, %v", scanned, err)
+	}
 	// Records keep specs as JSON bytes (base64 inside the file): read
 	// them back through the store too.
 	loc, err := h.cfg.openLocation()
@@ -171,19 +196,14 @@ func testRestart(t *testing.T, configure func(*Config), rawStore func(*harness) 
 	if strings.Contains(h.logs.String(), canary) {
 		t.Error("the logs hold the secret")
 	}
-	outs, _ := os.ReadDir(h.dir + "/output")
-	for _, e := range outs {
-		b, _ := os.ReadFile(h.dir + "/output/" + e.Name())
-		if strings.Contains(string(b), canary) {
-			t.Errorf("output file %s holds the secret", e.Name())
-		}
-	}
 }
 
-// secretForms returns s and the parts of its base64 encoding that appear
-// whatever its alignment in a longer encoded byte string.
+// secretForms returns s, its JSON-escaped form and the parts of its
+// base64 encoding that appear whatever its alignment in a longer encoded
+// byte string.
 func secretForms(s string) []string {
-	out := []string{s}
+	esc, _ := json.Marshal(s)
+	out := []string{s, string(esc[1 : len(esc)-1])}
 	for i := 0; i < 3; i++ {
 		enc := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("x", i) + s))
 		g := (i + 2) / 3

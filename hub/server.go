@@ -17,6 +17,11 @@
 // approvals.required; API keys are not built, so POST /v1/clients refuses
 // every caller (API-09). The admin socket (hub/admin) and the enrolment
 // route (hub/enrol) are served too; the driver implements admin.Backend.
+//
+// What an unauthenticated peer can make the hub hold is bounded on both
+// listeners (internal/connlimit: connection caps per listener and per
+// address, header and body deadlines, a body budget; docs/security.md),
+// and every error under /v1/ is the API's JSON body (api.JSONErrors).
 package hub
 
 import (
@@ -48,6 +53,7 @@ import (
 	"github.com/vk-ci/vk/hub/store/pgstore"     // "postgres:<dsn>"
 	"github.com/vk-ci/vk/hub/ui"
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/connlimit"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
 )
@@ -82,6 +88,11 @@ type Server struct {
 	relays *session.RelayServer
 	uiLn   net.Listener // nil without [ui] addr
 	uiHTTP *http.Server // nil without [ui] addr
+	// apiLimit and uiLimit enforce the connection caps (limits.max_conns,
+	// max_unauth_per_peer; ui.max_conns, max_conns_per_peer).
+	apiLimit *connlimit.Listener
+	uiLimit  *connlimit.Listener // nil without [ui] addr
+	budget   *connlimit.Budget   // limits.unauth_body_budget_bytes
 
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -212,17 +223,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	}
 
 	scfg := session.Config{Lookup: principalLookup{st}, Logger: log, Clock: clk, Skew: cfg.skew(),
-		HeartbeatSecs: cfg.Sessions.NodeHeartbeatSecs, MissedHeartbeats: cfg.Sessions.UnreachableAfterMissed}
+		HeartbeatSecs: cfg.Sessions.NodeHeartbeatSecs, MissedHeartbeats: cfg.Sessions.UnreachableAfterMissed,
+		MaxPendingHellos: cfg.Limits.MaxPendingHellos}
 	h := sessionHandler{d: drv, ctx: runCtx}
 	s.nodes = session.NewNodeServer(scfg, h)
 	s.relays = session.NewRelayServer(scfg, h)
 
 	mux := http.NewServeMux()
+	budget := connlimit.NewBudget(cfg.Limits.budget())
+	s.budget = budget
 	api.New(api.Config{Backend: drv, Store: st, Output: out, Clock: clk, Log: log, Skew: cfg.skew(),
-		MaxBody: cfg.Limits.MaxBodyBytes, Observe: met.observe}).Register(mux)
+		MaxBody: cfg.Limits.MaxBodyBytes, BodyPerMiB: cfg.Limits.bodyPerMiB(), Budget: budget, Observe: met.observe}).Register(mux)
 	mux.Handle("GET /v1/node/session", s.nodes)
 	mux.Handle(client.RouteRelaySession, s.relays)
-	enr, err := enrol.New(enrol.Config{Store: st, CAPEM: caPEM, Clock: clk, Log: log})
+	enr, err := enrol.New(enrol.Config{Store: st, CAPEM: caPEM, Clock: clk, Log: log, BodyTimeout: cfg.Limits.bodyPerMiB(), Budget: budget})
 	if err != nil {
 		return abort(fmt.Errorf("hub: enrolment: %w", err))
 	}
@@ -245,15 +259,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 		drv.cfg.UIURL = "https://" + uiLn.Addr().String()
 	}
 	s.uiLn, s.uiHTTP = uiLn, uiSrv
+	s.apiLimit = connlimit.NewListener(ln, cfg.Limits.connLimits())
+	if uiLn != nil {
+		s.uiLimit = connlimit.NewListener(uiLn, cfg.UI.connLimits())
+	}
 	mux.Handle("GET /metrics", met)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 
 	s.http = &http.Server{
-		Handler:           mux,
+		Handler:           api.JSONErrors(mux),
 		TLSConfig:         tcfg,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.Limits.headerTimeout(),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return runCtx },
+		ConnContext:       connlimit.ConnContext,
 	}
 	// One request per TLS connection: signatures bind to the connection's
 	// exporter (AUTH-14).
@@ -264,7 +283,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			err := s.uiHTTP.Serve(tls.NewListener(uiLn, tcfg))
+			err := s.uiHTTP.Serve(tls.NewListener(s.uiLimit, tcfg))
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("web UI stopped", logkey.Err, err)
 			}
@@ -288,7 +307,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Ser
 	}()
 	go func() {
 		defer s.wg.Done()
-		err := s.http.Serve(tls.NewListener(ln, tcfg))
+		err := s.http.Serve(tls.NewListener(s.apiLimit, tcfg))
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serving stopped", logkey.Err, err)
 			s.fail()
@@ -346,7 +365,11 @@ func startUI(ctx context.Context, cfg Config, st store.Store, drv *Driver, clk c
 	if err != nil {
 		return nil, nil, fmt.Errorf("hub: ui listen: %w", err)
 	}
-	return ln, &http.Server{Handler: h, TLSConfig: tcfg, ReadHeaderTimeout: 10 * time.Second,
+	// The UI reads only small forms: one deadline covers handshake,
+	// headers and body; idle browser connections are closed after a
+	// minute.
+	return ln, &http.Server{Handler: h, TLSConfig: tcfg, ReadHeaderTimeout: cfg.Limits.headerTimeout(),
+		ReadTimeout: cfg.Limits.headerTimeout() + cfg.Limits.bodyPerMiB(), IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}, nil
 }
 
@@ -403,6 +426,16 @@ func (s *Server) pruneAnswers(ctx context.Context, clk clock.Clock) {
 		case <-t.C():
 		}
 	}
+}
+
+// ConnStats returns the API listener's and the UI listener's connection
+// counts (the UI's zero without a UI).
+func (s *Server) ConnStats() (apiStats, uiStats connlimit.Stats) {
+	apiStats = s.apiLimit.Stats()
+	if s.uiLimit != nil {
+		uiStats = s.uiLimit.Stats()
+	}
+	return apiStats, uiStats
 }
 
 // Addr returns the listener's address (host:port).

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vk-ci/vk/hub/session"
 	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/edkey"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
@@ -74,6 +75,11 @@ func (l principalLookup) LookupPrincipal(ctx context.Context, kind session.Kind,
 	}
 	if p.Kind != want {
 		return session.Principal{}, fmt.Errorf("%w: %s is a %s, not a %s", session.ErrUnknownPrincipal, id, p.Kind, kind)
+	}
+	if err := edkey.Check(p.PublicKey); err != nil {
+		// A weak stored key (enrolled before keys were checked) would
+		// let a constant signature pass: treat the principal as unknown.
+		return session.Principal{}, fmt.Errorf("%w: %s: stored key refused: %v", session.ErrUnknownPrincipal, id, err)
 	}
 	return session.Principal{Key: p.PublicKey, Removed: p.Removed}, nil
 }

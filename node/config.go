@@ -66,8 +66,19 @@ const (
 	BackendOCI = "oci"
 	// BackendAuto runs a job in a container when it names an image (or
 	// the node has a default image) and the container backend is
-	// available here (oci.Available), else in the process backend.
+	// available here (oci.Available), else an imageless job in the process
+	// backend; a job naming an image fails configuration without a
+	// container backend unless [ExecutorConfig.ImageFallback] is "host".
 	BackendAuto = "auto"
+)
+
+// Values of [ExecutorConfig.ImageFallback].
+const (
+	// ImageFallbackFail fails an image job configuration when auto has no
+	// container backend (the default).
+	ImageFallbackFail = "fail"
+	// ImageFallbackHost runs it on the host, its image ignored.
+	ImageFallbackHost = "host"
 )
 
 // Guest credential modes of [RegistryConfig.GuestCredential] (XFER-15).
@@ -168,8 +179,20 @@ type ExecutorConfig struct {
 	// BuildsDir is where jobs' directories are made; "" means
 	// <state_dir>/builds.
 	BuildsDir string `toml:"builds_dir"`
-	// User runs job scripts as "uid:gid"; "" means the node's own user.
+	// User runs job scripts of the process backend as "uid:gid"; "" means
+	// the node's own user. When that is root (the shipped systemd unit
+	// runs the node as root), the node refuses to start unless
+	// AllowRootJobs is set: a job script as root owns the host.
 	User string `toml:"user"`
+	// AllowRootJobs lets the process backend run job scripts as root.
+	// Default false.
+	AllowRootJobs bool `toml:"allow_root_jobs"`
+	// ImageFallback is what backend auto does with a job that names an
+	// image when the container backend is unavailable here: "" or "fail"
+	// (the default) fails it configuration with a trace line saying what
+	// to install; "host" runs it on the host, its image ignored, with a
+	// warning.
+	ImageFallback string `toml:"image_fallback"`
 	// CgroupParent is the cgroup jobs' cgroups are made under; "" means the
 	// backend's default.
 	CgroupParent string `toml:"cgroup_parent"`
@@ -316,6 +339,11 @@ func (c Config) Validate() error {
 	case BackendProcess, BackendOCI, BackendAuto:
 	default:
 		bad("[executor] backend %q: want process, oci or auto", c.Executor.Backend)
+	}
+	switch c.Executor.ImageFallback {
+	case "", ImageFallbackFail, ImageFallbackHost:
+	default:
+		bad("[executor] image_fallback %q: want fail or host", c.Executor.ImageFallback)
 	}
 	if c.Executor.User != "" && !userRe.MatchString(c.Executor.User) {
 		bad("[executor] user %q: want uid:gid", c.Executor.User)

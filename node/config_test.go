@@ -96,6 +96,13 @@ pull_policy = "if-not-present"
 		{name: "unknown key names it", file: "version = 1\n[node]\nnmae = \"x\"\n", wantErr: "nmae"},
 		{name: "missing version", file: "[node]\nname = \"x\"\n", wantErr: "version"},
 		{name: "bad runner", file: "version = 1\n[node]\nrunner = \"maybe\"\n", wantErr: "runner"},
+		{name: "bad image_fallback", file: "version = 1\n[executor]\nimage_fallback = \"vm\"\n", wantErr: "image_fallback"},
+		{name: "isolation keys", file: "version = 1\n[executor]\nbackend = \"auto\"\nimage_fallback = \"host\"\nallow_root_jobs = true\n",
+			check: func(t *testing.T, c Config) {
+				if c.Executor.ImageFallback != ImageFallbackHost || !c.Executor.AllowRootJobs {
+					t.Errorf("executor = %+v", c.Executor)
+				}
+			}},
 		{name: "metrics off loopback", file: "version = 1\n[node]\nmetrics_listen = \"0.0.0.0:9101\"\n", wantErr: "metrics_listen"},
 		{name: "bad backend and user listed together", file: "version = 1\n[executor]\nbackend = \"vm\"\nuser = \"root\"\n", wantErr: "user"},
 		{name: "spool limit under the window", file: "version = 1\n[output]\nspool_limit = \"1M\"\n", wantErr: "spool_limit"},

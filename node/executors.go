@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -30,7 +31,17 @@ type backends struct {
 	ociRoot   string            // <state_dir>/oci
 	ociParent string            // the oci backend's cgroup parent
 	procCg    string            // the process backend's cgroup parent; "" without cgroups
+	// imageOnHost: auto without a container backend runs image jobs on
+	// the host (image_fallback = "host").
+	imageOnHost bool
 }
+
+// ErrRootJobs: the process backend would run job scripts as root and the
+// operator did not allow it.
+var ErrRootJobs = errors.New("node: [executor] the process backend would run job scripts as root, and a job script as root owns this host. " +
+	"Create an unprivileged user for jobs (useradd --system --user-group --no-create-home --shell /usr/sbin/nologin vk-job) " +
+	"and set [executor] user = \"<uid>:<gid>\" (from id -u vk-job and id -g vk-job), " +
+	"or set [executor] allow_root_jobs = true to accept the risk")
 
 // imageIdle is image_cache_idle_secs; 0 means the default 1800 s.
 func (c Config) imageIdle() time.Duration {
@@ -123,8 +134,13 @@ func (a *Agent) newBackends() (*backends, error) {
 			return nil, fmt.Errorf("node: [executor] backend = \"oci\": %w", err)
 		}
 		b.oci, b.images, b.ociReason = nil, nil, err
-		a.log.Warn("container backend unavailable: every job runs in the process backend", logkey.Err, err)
+		if cfg.Executor.ImageFallback == ImageFallbackHost {
+			a.log.Warn("container backend unavailable: every job runs in the process backend (image_fallback = host)", logkey.Err, err)
+		} else {
+			a.log.Warn("container backend unavailable: jobs naming an image fail configuration; imageless ones run in the process backend", logkey.Err, err)
+		}
 	}
+	b.imageOnHost = cfg.Executor.ImageFallback == ImageFallbackHost
 	b.chooser = &oci.Chooser{Process: b.process, OCI: b.oci, DefaultImage: cfg.Executor.DefaultImage, RequireImage: cfg.Executor.RequireImage}
 	return b, nil
 }
@@ -132,12 +148,17 @@ func (a *Agent) newBackends() (*backends, error) {
 func (a *Agent) newProcess() (exec.Executor, error) {
 	pc := process.Config{Root: a.cfg.buildsDir(), CgroupParent: a.cfg.processCgroupParent(),
 		NoCgroups: !a.cfg.Executor.Cgroups, Clock: a.opts.Clock, Log: a.log}
+	uid := uint32(os.Geteuid())
 	if a.cfg.Executor.User != "" {
-		uid, gid, err := parseUser(a.cfg.Executor.User)
+		u, gid, err := parseUser(a.cfg.Executor.User)
 		if err != nil {
 			return nil, err
 		}
-		pc.User = &process.User{UID: uid, GID: gid}
+		uid = u
+		pc.User = &process.User{UID: u, GID: gid}
+	}
+	if uid == 0 && !a.cfg.Executor.AllowRootJobs {
+		return nil, ErrRootJobs
 	}
 	if err := os.MkdirAll(pc.Root, 0o755); err != nil {
 		return nil, fmt.Errorf("node: builds dir: %w", err)
@@ -169,7 +190,14 @@ func (b *backends) choose(j *job.CiJob) (exec.Executor, string, []string) {
 		return b.process, BackendProcess, warns
 	}
 	if b.oci == nil && b.process != nil && !b.chooser.RequireImage {
-		// auto without a container runtime: the host runs everything.
+		// auto without a container runtime: a job that asked for an
+		// image is not run on the host unless the operator said so.
+		if img := jobImage(j); img != "" && !b.imageOnHost {
+			return refuseExecutor{fmt.Errorf("%w: the job names image %s but this node cannot run containers (%v): "+
+				"install runc and enable cgroup v1 on the node (or use a node that has them), "+
+				"or set [executor] image_fallback = \"host\" to run such jobs on the host", exec.ErrConfiguration, img, b.ociReason)}, BackendOCI, nil
+		}
+		// The host runs the rest.
 		var warns []string
 		if img := jobImage(j); img != "" || b.chooser.DefaultImage != "" {
 			warns = append(warns, fmt.Sprintf("the container executor is unavailable on this node (%v): the job's image is ignored and it runs on the host", b.ociReason))

@@ -2,6 +2,8 @@ package node
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
+	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
@@ -141,10 +144,19 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
+// noRunc makes the node's backend auto with a runc that does not exist,
+// so the container backend is unavailable, and the given image_fallback.
+func noRunc(fallback string) func(*Config) {
+	return func(c *Config) {
+		c.Executor.Backend, c.Executor.Runc, c.Executor.ImageFallback = BackendAuto, "/nonexistent/runc", fallback
+	}
+}
+
 // Backend choice per job without a container runtime in play: the
 // process backend notes an ignored image; require_image refuses an
-// imageless job with configuration (FAIL-05); backend oci without a
-// default image refuses one too.
+// imageless job with configuration (FAIL-05); backend auto without a
+// container runtime fails a job naming an image with configuration and a
+// trace line saying what to install, unless image_fallback = "host".
 //
 // spec: FAIL-05, SPEC-13
 func TestBackendChoice(t *testing.T) {
@@ -162,6 +174,15 @@ func TestBackendChoice(t *testing.T) {
 		{"require_image refuses an imageless job", func(c *Config) {
 			c.Executor.Backend, c.Executor.RequireImage = BackendAuto, true
 		}, "", client.FailureConfiguration, "this node runs jobs only in containers and the job names no image"},
+		// auto on a node without a container runtime (runc missing here).
+		{"no runc, image", noRunc(""), "ruby:3.3", client.FailureConfiguration,
+			"the job names image ruby:3.3 but this node cannot run containers"},
+		{"no runc, remedy", noRunc(""), "ruby:3.3", client.FailureConfiguration,
+			`install runc and enable cgroup v1 on the node (or use a node that has them), or set [executor] image_fallback = "host"`},
+		{"no runc, no image", noRunc(""), "", "",
+			"Using the process executor with bash..."},
+		{"fallback host", noRunc(ImageFallbackHost), "ruby:3.3", "",
+			"the job's image is ignored and it runs on the host"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,5 +274,42 @@ func TestImageCacheSweptWhenIdle(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(images); len(ents) != 0 {
 		t.Errorf("images after the sweep: %v", ents)
+	}
+}
+
+// The process backend refuses to start when it would run job scripts as
+// root without allow_root_jobs, naming how to make the unprivileged user;
+// with allow_root_jobs, or a user that is not root, it starts.
+func TestProcessBackendRefusesRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the refusal concerns a node running as root")
+	}
+	for _, tc := range []struct {
+		name    string
+		mod     func(*Config)
+		refused bool
+	}{
+		{"root, not allowed", func(c *Config) { c.Executor.AllowRootJobs = false }, true},
+		{"explicit 0:0, not allowed", func(c *Config) { c.Executor.AllowRootJobs, c.Executor.User = false, "0:0" }, true},
+		{"auto, not allowed", func(c *Config) { c.Executor.AllowRootJobs, c.Executor.Backend = false, BackendAuto }, true},
+		{"root, allowed", func(c *Config) { c.Executor.AllowRootJobs = true }, false},
+		{"unprivileged user", func(c *Config) { c.Executor.AllowRootJobs, c.Executor.User = false, "65534:65534" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startHub(t)
+			cfg := testConfig(t, t.TempDir())
+			tc.mod(&cfg)
+			opts := Options{Identity: &Identity{NodeID: testNode, Key: testKey, HubURL: h.url}, TLSConfig: h.cliTLS}
+			a, err := Start(t.Context(), cfg, testlog.New(t), opts)
+			if a != nil {
+				defer a.Shutdown(context.Background())
+			}
+			if tc.refused != errors.Is(err, ErrRootJobs) {
+				t.Fatalf("Start = %v, want refused %v", err, tc.refused)
+			}
+			if tc.refused && (!strings.Contains(err.Error(), "useradd") || !strings.Contains(err.Error(), "allow_root_jobs = true")) {
+				t.Fatalf("refusal %q does not say how to create the user or allow root", err)
+			}
+		})
 	}
 }

@@ -288,6 +288,8 @@ func testConfig(t testing.TB, dir string) Config {
 	cfg.Node.Labels = []string{"linux"}
 	cfg.Resources = ResourcesConfig{Mem: 8 * client.GiB, Disk: 20 * client.GiB, CPUs: 4}
 	cfg.Executor.Cgroups = false
+	// Tests run as root with the process backend: say so explicitly.
+	cfg.Executor.AllowRootJobs = true
 	cfg.Registry.URL = "https://registry.example.com"
 	return cfg
 }

@@ -163,6 +163,14 @@ func runNode(ctx context.Context, cfg node.Config, log *slog.Logger) error {
 	return a.Shutdown(sctx)
 }
 
+// jobUserHint is join's last word: the process backend refuses to run
+// job scripts as root (the node's user under systemd) unless told to.
+const jobUserHint = `next: jobs of the process backend must not run as root. Create their user and name it in the node's config:
+  useradd --system --user-group --no-create-home --shell /usr/sbin/nologin vk-job
+  [executor] user = "<uid>:<gid>"   (id -u vk-job; id -g vk-job)
+or set [executor] allow_root_jobs = true to accept root jobs (the node refuses to start otherwise).
+`
+
 func nodeJoinCommand() *cobra.Command {
 	var token, caFile, stateDir, name, configPath string
 	var replace bool
@@ -209,6 +217,7 @@ func nodeJoinCommand() *cobra.Command {
 			if res.TOFU {
 				fmt.Fprintf(out, "hub CA trusted on first use: fingerprint %s\ncompare it with the one vk-hub printed\n", res.CAFingerprint)
 			}
+			fmt.Fprint(out, jobUserHint)
 			return nil
 		},
 	}

@@ -106,6 +106,9 @@ func TestNodeJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(out, "useradd --system") || !strings.Contains(out, "allow_root_jobs = true") {
+		t.Errorf("join output does not tell how to create the job user:\n%s", out)
+	}
 	if !strings.Contains(out, id.NodeID) || id.HubURL != srv.URL || !bytes.Equal(id.CAPEM, b.CACertPEM) {
 		t.Errorf("join printed %q; identity %+v", out, id)
 	}

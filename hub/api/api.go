@@ -2,11 +2,14 @@
 // over TLS 1.3, every route under /v1/, registered with method patterns on
 // an [http.ServeMux] (STYLE C10).
 //
-// Every request passes one wrapper ([API.handle]) that reads the body
-// (bounded; larger is 413 too_large), checks the request signature with
-// reqsign.VerifyRequest against the hub's store (an unknown, removed or
-// non-relay principal, a stale time or a bad signature is 401
-// unauthorized, AUTH-13), runs the handler — func(w, r, principal, body)
+// Every request passes one wrapper ([API.handle]) that first checks what
+// the headers tell (signature headers present, the principal an enrolled,
+// not removed relay with a sound key, the time within the skew; else 401
+// unauthorized, AUTH-13; a declared length over the limit is 413
+// too_large), only then reads the body (bounded in size, in time by the
+// body deadline and in memory by the unauthenticated body budget), checks
+// the signature over it (401 when bad), marks the connection
+// authenticated (internal/connlimit), runs the handler — func(w, r, principal, body)
 // error — and maps a returned error through ONE writer: an [*Error]
 // found with errors.As becomes the spec's {error, code,
 // retry_after_secs?, approval_url?} body with Msg to the client and Err
@@ -40,6 +43,8 @@ import (
 	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/connlimit"
+	"github.com/vk-ci/vk/internal/edkey"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/reqsign"
@@ -81,6 +86,9 @@ func (e *Error) status() int {
 	}
 	return e.Code.Status()
 }
+
+// DefaultBodyPerMiB is the default body deadline per started MiB.
+const DefaultBodyPerMiB = 4 * time.Second
 
 // Principal is the authenticated caller of a request.
 type Principal struct {
@@ -153,6 +161,12 @@ type Config struct {
 	Skew time.Duration
 	// MaxBody bounds request bodies in bytes; 0 means 2 MiB.
 	MaxBody int64
+	// BodyPerMiB is how long reading a body may take per started MiB of
+	// its length (at least one MiB); 0 means DefaultBodyPerMiB.
+	BodyPerMiB time.Duration
+	// Budget bounds the body bytes being read before their requests are
+	// authenticated (connlimit pools); nil means no bound.
+	Budget *connlimit.Budget
 	// Observe, when set, is called once per request.
 	Observe Observer
 }
@@ -172,6 +186,9 @@ func New(cfg Config) *API {
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 2 << 20
+	}
+	if cfg.BodyPerMiB <= 0 {
+		cfg.BodyPerMiB = DefaultBodyPerMiB
 	}
 	return &API{cfg: cfg, clk: clock.Or(cfg.Clock), log: cfg.Log}
 }
@@ -219,6 +236,9 @@ func (s *statusWriter) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
@@ -242,34 +262,114 @@ func (a *API) handle(route string, h handlerFunc) http.Handler {
 }
 
 func (a *API) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &Error{Code: client.CodeTooLarge, Msg: fmt.Sprintf("request body over %d bytes", a.cfg.MaxBody)}
-		}
-		return &Error{Code: client.CodeInvalid, Msg: "reading the request body failed", Err: err}
-	}
-	var kind store.PrincipalKind
-	lookup := func(ctx context.Context, id string) (ed25519.PublicKey, error) {
-		pr, err := a.cfg.Store.GetPrincipal(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if pr.Removed {
-			return nil, errors.New("principal removed")
-		}
-		if pr.Kind != store.KindRelay {
-			return nil, fmt.Errorf("principal of kind %q may not use the client API", pr.Kind)
-		}
-		kind = pr.Kind
-		return ed25519.PublicKey(pr.PublicKey), nil
-	}
-	id, err := reqsign.VerifyRequest(r, body, lookup, a.clk.Now(), a.cfg.Skew)
+	// Everything the headers can refuse is refused before a byte of the
+	// body is read: missing or malformed signature headers, an unknown,
+	// removed or weak-keyed principal, a time outside the skew, a declared
+	// length over the limit.
+	hdr, err := reqsign.ParseHeaders(r.Header)
 	if err != nil {
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
 	}
-	return h(w, r, Principal{ID: id, Kind: kind}, body)
+	pub, kind, err := a.principalKey(r.Context(), hdr.Principal)
+	if err != nil {
+		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: fmt.Errorf("principal %q: %w", hdr.Principal, err)}
+	}
+	now := a.clk.Now()
+	if d := now.Sub(hdr.Time).Abs(); d > a.skew() {
+		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused",
+			Err: fmt.Errorf("%w: %s off (allowed %s)", reqsign.ErrSkew, d.Round(time.Second), a.skew())}
+	}
+	body, err := a.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	ekm, err := reqsign.Exporter(r.TLS)
+	if err != nil {
+		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
+	}
+	target := r.RequestURI
+	if target == "" {
+		target = r.URL.RequestURI()
+	}
+	if err := reqsign.Verify(pub, hdr.Principal, r.Method, target, body, hdr.Time, ekm, hdr.Signature, now, a.cfg.Skew); err != nil {
+		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
+	}
+	connlimit.Authenticated(r.Context())
+	return h(w, r, Principal{ID: hdr.Principal, Kind: kind}, body)
+}
+
+func (a *API) skew() time.Duration {
+	if a.cfg.Skew > 0 {
+		return a.cfg.Skew
+	}
+	return reqsign.DefaultSkew
+}
+
+// principalKey returns the key of an enrolled relay that is not removed
+// and whose stored key is not weak (AUTH-13).
+func (a *API) principalKey(ctx context.Context, id string) (ed25519.PublicKey, store.PrincipalKind, error) {
+	pr, err := a.cfg.Store.GetPrincipal(ctx, id)
+	if err != nil {
+		return nil, "", err
+	}
+	if pr.Removed {
+		return nil, "", errors.New("principal removed")
+	}
+	if pr.Kind != store.KindRelay {
+		return nil, "", fmt.Errorf("principal of kind %q may not use the client API", pr.Kind)
+	}
+	if err := edkey.Check(pr.PublicKey); err != nil {
+		return nil, "", fmt.Errorf("stored key refused: %w", err)
+	}
+	return ed25519.PublicKey(pr.PublicKey), pr.Kind, nil
+}
+
+// readBody reads the request body of a request whose headers passed:
+// bounded in size (413 too_large, refused from Content-Length before
+// reading when it says so), in time (the body deadline, from the declared
+// length or the limit), and in memory over all requests (the
+// unauthenticated body budget; 503 unavailable when it is spent).
+func (a *API) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength == 0 {
+		return nil, nil
+	}
+	if r.ContentLength > a.cfg.MaxBody {
+		return nil, &Error{Code: client.CodeTooLarge, Msg: fmt.Sprintf("request body over %d bytes", a.cfg.MaxBody)}
+	}
+	n := r.ContentLength
+	if n < 0 {
+		n = a.cfg.MaxBody
+	}
+	release, ok := a.cfg.Budget.Acquire(r.Context(), n)
+	if !ok {
+		return nil, &Error{Code: client.CodeUnavailable, Msg: "too many request bodies being received", RetryAfter: 1}
+	}
+	defer release()
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(connlimit.BodyDeadline(n, a.cfg.BodyPerMiB))); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return nil, &Error{Code: client.CodeInternal, Msg: "internal error", Err: err}
+	}
+	var body []byte
+	var err error
+	if r.ContentLength > 0 {
+		// Exactly the declared length (already reserved): no growth, no
+		// garbage copies.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBody))
+	}
+	// The server's background read (which notices a client going away)
+	// must not inherit the body deadline: a long poll outlives it.
+	rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &Error{Code: client.CodeTooLarge, Msg: fmt.Sprintf("request body over %d bytes", a.cfg.MaxBody)}
+		}
+		return nil, &Error{Code: client.CodeInvalid, Msg: "reading the request body failed (or took longer than its deadline)", Err: err}
+	}
+	return body, nil
 }
 
 // writeError is the one place errors become answers (STYLE C9).

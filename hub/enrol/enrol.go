@@ -56,6 +56,8 @@ import (
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/connlimit"
+	"github.com/vk-ci/vk/internal/edkey"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
 )
@@ -102,7 +104,16 @@ type Config struct {
 	Log *slog.Logger
 	// Rand supplies token and ID randomness; nil means crypto/rand.
 	Rand io.Reader
+	// BodyTimeout bounds the read of a join body (it is at most
+	// MaxJoinBody); 0 means DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// Budget bounds the body bytes being read before their requests are
+	// authenticated, shared with the client API; nil means no bound.
+	Budget *connlimit.Budget
 }
+
+// DefaultBodyTimeout is the default deadline of a join body's read.
+const DefaultBodyTimeout = 4 * time.Second
 
 // Enroller mints tokens and serves joins. Create it with [New]. Safe for
 // concurrent use.
@@ -112,6 +123,8 @@ type Enroller struct {
 	clk   clock.Clock
 	log   *slog.Logger
 	rand  io.Reader
+	bodyT time.Duration
+	bud   *connlimit.Budget
 }
 
 // New returns an Enroller over cfg.
@@ -119,7 +132,11 @@ func New(cfg Config) (*Enroller, error) {
 	if cfg.Store == nil || len(cfg.CAPEM) == 0 {
 		return nil, errors.New("enrol: Config needs Store and CAPEM")
 	}
-	e := &Enroller{st: cfg.Store, caPEM: cfg.CAPEM, clk: clock.Or(cfg.Clock), log: cfg.Log, rand: cfg.Rand}
+	e := &Enroller{st: cfg.Store, caPEM: cfg.CAPEM, clk: clock.Or(cfg.Clock), log: cfg.Log, rand: cfg.Rand,
+		bodyT: cfg.BodyTimeout, bud: cfg.Budget}
+	if e.bodyT <= 0 {
+		e.bodyT = DefaultBodyTimeout
+	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -229,11 +246,26 @@ func (e *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Enroller) serve(w http.ResponseWriter, r *http.Request) (client.JoinResponse, error) {
+	// A join is unauthenticated until its token is spent: refuse a
+	// declared length over the limit unread, and bound the read in time
+	// and, with the client API's, in memory.
+	tooLarge := &httpError{code: client.CodeTooLarge, msg: fmt.Sprintf("join body over %d bytes", MaxJoinBody)}
+	if r.ContentLength > MaxJoinBody {
+		return client.JoinResponse{}, tooLarge
+	}
+	release, ok := e.bud.Acquire(r.Context(), MaxJoinBody)
+	if !ok {
+		return client.JoinResponse{}, &httpError{code: client.CodeUnavailable, msg: "too many request bodies being received; retry"}
+	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(e.bodyT))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJoinBody))
+	rc.SetReadDeadline(time.Time{})
+	release()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return client.JoinResponse{}, &httpError{code: client.CodeTooLarge, msg: fmt.Sprintf("join body over %d bytes", MaxJoinBody)}
+			return client.JoinResponse{}, tooLarge
 		}
 		return client.JoinResponse{}, &httpError{code: client.CodeInvalid, msg: "reading the body failed", err: err}
 	}
@@ -279,6 +311,11 @@ func publicKey(s string) (ed25519.PublicKey, error) {
 	b, err := base64.StdEncoding.Strict().DecodeString(s)
 	if err != nil || len(b) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("%w: public_key must be a base64 ed25519 public key (%d bytes)", ErrInvalid, ed25519.PublicKeySize)
+	}
+	// A weak key (identity, small order, non-canonical) would let a
+	// constant signature authenticate without any private key.
+	if err := edkey.Check(b); err != nil {
+		return nil, fmt.Errorf("%w: public_key refused: %v; generate a fresh key", ErrInvalid, err)
 	}
 	return ed25519.PublicKey(b), nil
 }

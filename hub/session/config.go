@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,7 @@ const (
 	DefaultQueueFrames         = 1024
 	DefaultResumeWindow        = 5 * time.Minute
 	DefaultHelloTimeout        = 10 * time.Second
+	DefaultMaxPendingHellos    = 256
 )
 
 // Config configures the session servers. Lookup is required; every other
@@ -93,8 +95,14 @@ type Config struct {
 	// session may be resumed; 0 means 5 minutes. Later, the node gets a
 	// new session.
 	ResumeWindow time.Duration
-	// HelloTimeout bounds the wait for the peer's hello; 0 means 10 s.
+	// HelloTimeout bounds the wait for the peer's hello; 0 means 10 s. A
+	// peer silent that long gets an error frame of code protocol and close
+	// 1002.
 	HelloTimeout time.Duration
+	// MaxPendingHellos caps the connections of one session server that
+	// are upgraded but have not sent their hello yet; 0 means 256. Past
+	// it, an upgrade request answers 503 unavailable before any upgrade.
+	MaxPendingHellos int
 	// NodeVersions is the node-session range the hub speaks; zero means
 	// dispatch.HubVersions (3..6).
 	NodeVersions dispatch.Range
@@ -132,6 +140,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HelloTimeout <= 0 {
 		c.HelloTimeout = DefaultHelloTimeout
+	}
+	if c.MaxPendingHellos <= 0 {
+		c.MaxPendingHellos = DefaultMaxPendingHellos
 	}
 	if c.NodeVersions == (dispatch.Range{}) {
 		c.NodeVersions = dispatch.HubVersions
@@ -185,15 +196,45 @@ func newHandle() string {
 	return hex.EncodeToString(b[:])
 }
 
-// readHello reads the first frame with the hello deadline.
-func readHello(cfg Config, c *wsconn.Conn) ([]byte, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	t := cfg.Clock.AfterFunc(cfg.HelloTimeout, cancel)
-	defer t.Stop()
-	b, err := c.ReadFrame(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("session: waiting for hello: %w", err)
+// errNoHello: the peer sent no frame within the hello deadline.
+var errNoHello = errors.New("session: no hello within the hello deadline")
+
+// readHello reads the first frame with the hello deadline. When the
+// deadline passes first, onTimeout runs while the connection is still
+// open (to send the error frame and close it), and readHello returns an
+// error wrapping errNoHello. The read itself is not given the deadline:
+// cancelling a WebSocket read closes the connection at once, before any
+// frame could say why.
+func readHello(cfg Config, c *wsconn.Conn, onTimeout func()) ([]byte, error) {
+	type result struct {
+		b   []byte
+		err error
 	}
-	return b, nil
+	got := make(chan result, 1)
+	go func() {
+		b, err := c.ReadFrame(context.Background())
+		got <- result{b, err}
+	}()
+	expired := make(chan struct{})
+	t := cfg.Clock.AfterFunc(cfg.HelloTimeout, func() { close(expired) })
+	defer t.Stop()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			return nil, fmt.Errorf("session: waiting for hello: %w", r.err)
+		}
+		return r.b, nil
+	case <-expired:
+		onTimeout() // closes c, which ends the read above
+		return nil, fmt.Errorf("%w (%s)", errNoHello, cfg.HelloTimeout)
+	}
+}
+
+// writeUnavailable answers 503 with the API's error body (retry in 1 s).
+func writeUnavailable(w http.ResponseWriter, msg string) {
+	b, _ := json.Marshal(client.Error{Error: msg, Code: client.CodeUnavailable, RetryAfterSecs: 1})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write(append(b, '\n'))
 }

@@ -518,3 +518,59 @@ func TestNodeDownBeforeNextUp(t *testing.T) {
 		})
 	}
 }
+
+// A peer that upgrades and then sends nothing gets, once the hello
+// deadline passes, an error frame of code protocol and close 1002, as
+// docs/sessions.md says; nothing is registered.
+//
+// spec: NSESS-24
+func TestNoHelloErrorFrame(t *testing.T) {
+	h := startHub(t, Config{HelloTimeout: 50 * time.Millisecond})
+	key := testKey(1)
+	h.look.add(KindNode, "n1", key)
+	n, err := dialNode(t, h, "n1", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := n.recv()
+	if err != nil {
+		t.Fatalf("no frame before the close: %v", err)
+	}
+	if e, ok := f.Msg.(*dispatch.ErrorFrame); !ok || e.Code != dispatch.ErrorProtocol || !strings.Contains(e.Message, "no hello") {
+		t.Fatalf("hub sent %+v, want a protocol error saying no hello", f.Msg)
+	}
+	if _, err := n.recv(); wsconn.CloseStatus(err) != wsconn.StatusProtocolError {
+		t.Fatalf("close = %v, want 1002", err)
+	}
+	if h.nodes.Len() != 0 {
+		t.Fatal("a session without hello was registered")
+	}
+}
+
+// Connections waiting for their hello are capped per server: past the
+// cap an upgrade answers 503 unavailable before upgrading; once one of
+// them ends, a new one is accepted.
+func TestPendingHellosCapped(t *testing.T) {
+	h := startHub(t, Config{MaxPendingHellos: 2, HelloTimeout: time.Hour})
+	key := testKey(1)
+	h.look.add(KindNode, "n1", key)
+	var waiting []*rawNode
+	for range 2 {
+		n, err := dialNode(t, h, "n1", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting = append(waiting, n)
+	}
+	_, err := dialNode(t, h, "n1", key)
+	var re *wsconn.DialError
+	if !errors.As(err, &re) || re.Status != http.StatusServiceUnavailable || re.Code != "unavailable" {
+		t.Fatalf("third pending upgrade: %v, want 503", err)
+	}
+	// One of the two says hello: its slot frees, a new upgrade succeeds.
+	welcomeOf(t, waiting[0].hello("n1", dispatch.NodeVersions, nil))
+	h.rec.next(t, "up")
+	if _, err := dialNode(t, h, "n1", key); err != nil {
+		t.Fatalf("upgrade after a slot freed: %v", err)
+	}
+}

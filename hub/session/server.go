@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vk-ci/vk/internal/connlimit"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/internal/wsconn"
 )
@@ -84,6 +85,8 @@ type server[S peer, H, M any] struct {
 
 	attachMu sync.Mutex // serializes the replace/resume step of handshakes
 
+	pending chan struct{} // one token per connection waiting for its hello
+
 	mu       sync.Mutex
 	sessions map[string]S // by principal ID; guarded by mu
 	closed   bool         // guarded by mu
@@ -94,6 +97,7 @@ func (srv *server[S, H, M]) init(cfg Config, kind Kind, idKey string, resumable 
 	srv.log = cfg.Logger.With(logkey.Component, string(kind)+"-session")
 	srv.kind, srv.idKey, srv.resumable, srv.k = kind, idKey, resumable, k
 	srv.sessions = map[string]S{}
+	srv.pending = make(chan struct{}, cfg.MaxPendingHellos)
 }
 
 // Session returns the principal's registered session, the zero S when
@@ -170,12 +174,25 @@ func (srv *server[S, H, M]) replace(old S) {
 // when the signature, key or principal fails; otherwise the WebSocket
 // session runs until the connection ends.
 func (srv *server[S, H, M]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, principal, ok := accept(srv.cfg, srv.kind, w, r, srv.log)
-	if !ok {
+	select {
+	case srv.pending <- struct{}{}:
+	default:
+		srv.log.Warn(string(srv.kind)+" session refused: too many connections waiting for their hello",
+			"limit", cap(srv.pending), "remote", r.RemoteAddr)
+		writeUnavailable(w, "too many sessions waiting for their hello")
 		return
 	}
+	c, principal, ok := accept(srv.cfg, srv.kind, w, r, srv.log)
+	if !ok {
+		<-srv.pending
+		return
+	}
+	// The upgrade's signature verified: the connection no longer counts
+	// against its address's unauthenticated cap.
+	connlimit.Authenticated(r.Context())
 	log := srv.log.With(srv.idKey, principal)
 	s, l, err := srv.handshake(c, principal, log)
+	<-srv.pending
 	if err != nil {
 		return
 	}
@@ -209,7 +226,9 @@ func (srv *server[S, H, M]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (srv *server[S, H, M]) handshake(c *wsconn.Conn, principal string, log *slog.Logger) (S, *link, error) {
 	var none S
 	name := string(srv.kind)
-	b, err := readHello(srv.cfg, c)
+	b, err := readHello(srv.cfg, c, func() {
+		refuse(c, srv.k.refusal(refuseProtocol, "no hello within "+srv.cfg.HelloTimeout.String()), wsconn.StatusProtocolError, "no hello")
+	})
 	if err != nil {
 		log.Info(name+" session refused", slog.Any("reason", err))
 		c.CloseNow()

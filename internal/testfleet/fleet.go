@@ -94,8 +94,10 @@ type NodeSpec struct {
 	// ([Fleet.RegistryHost]; the one Options.Caches starts) if it is not
 	// running, and the node pulls from it over plain HTTP: tests push
 	// their images there. Caches stay off unless Options.Caches. On a
-	// host without runc, "auto" runs every job on the host (the node
-	// logs why) and "oci" fails Start.
+	// host without runc, "auto" fails a job that names an image
+	// (configuration, the trace says what to install) and runs imageless
+	// ones on the host, and "oci" fails Start. Nodes allow root jobs
+	// (allow_root_jobs): the fleet runs as root.
 	Executor string
 }
 

@@ -47,5 +47,8 @@ func Config(dir, name, id string, pools []string, res node.ResourcesConfig) node
 	cfg.Node.ShutdownTimeoutSecs = 5
 	cfg.Resources = res
 	cfg.Executor.CgroupParent = "vk-" + id
+	// Test fleets run as root (cgroups, runc) and the process backend runs
+	// job scripts as the test's user: allowed explicitly.
+	cfg.Executor.AllowRootJobs = true
 	return cfg
 }

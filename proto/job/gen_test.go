@@ -15,7 +15,7 @@ var (
 
 func genVariable(t *rapid.T, secretsOnly bool) Variable {
 	v := Variable{
-		Key:    rapid.StringMatching(`[A-Z_]{1,8}`).Draw(t, "key"),
+		Key:    rapid.StringMatching(`[A-Z_]{1,7}`).Draw(t, "key"),
 		Public: rapid.Bool().Draw(t, "public"),
 		File:   rapid.Bool().Draw(t, "file"),
 		Masked: rapid.Bool().Draw(t, "masked"),

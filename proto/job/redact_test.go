@@ -39,7 +39,7 @@ func TestRedactedRemovesEverySecret(t *testing.T) {
 		want.Token = ""
 		blank := func(vs []Variable) {
 			for i := range vs {
-				if vs[i].Masked || vs[i].File {
+				if vs[i].Secret() {
 					vs[i].Value = ""
 				}
 			}

@@ -7,7 +7,7 @@ type Variable struct {
 	// Key is the variable's name. Required.
 	Key string `json:"key"`
 	// Value is its value; for a file variable, the file's content. Secret
-	// when Masked or File.
+	// unless Public (and not Masked nor File): see [Variable.Secret].
 	Value string `json:"value"`
 	// Public: GitLab marks the variable as not sensitive.
 	Public bool `json:"public,omitempty"`
@@ -19,9 +19,12 @@ type Variable struct {
 	Raw bool `json:"raw,omitempty"`
 }
 
-// Secret reports whether v's value is a secret: masked or file variables
-// (file variables hold keys and certificates far more often than not).
-func (v Variable) Secret() bool { return v.Masked || v.File }
+// Secret reports whether v's value is a secret: every variable GitLab did
+// not mark public (CI_REPOSITORY_URL, for one, carries the job token and
+// is neither public nor masked), and any masked or file variable even when
+// marked public (file variables hold keys and certificates far more often
+// than not).
+func (v Variable) Secret() bool { return !v.Public || v.Masked || v.File }
 
 // Lookup returns the value of the last variable named key, as gitlab-runner
 // resolves duplicates, and whether there was one.
