@@ -57,6 +57,11 @@ type Scenario struct {
 	// Drain bounds the time after Duration spent finishing work (default
 	// 2 × Duration); jobs not started by then count as unstarted.
 	Drain Duration `toml:"drain"`
+	// Warmup is the start of the window left out of every measurement
+	// (utilization, shares, held-idle, waits of the jobs arriving in it),
+	// so a run is judged in its steady state; default 0. The time series
+	// still cover the whole window.
+	Warmup Duration `toml:"warmup"`
 	// Seed seeds the workload sample and every policy's PRNG unless a
 	// --seed flag overrides it; default 1.
 	Seed uint64 `toml:"seed"`
@@ -450,6 +455,9 @@ func (s *Scenario) validate() error {
 	}
 	if s.Duration.Duration <= 0 {
 		bad("duration must be positive")
+	}
+	if s.Warmup.Duration >= s.Duration.Duration && s.Duration.Duration > 0 {
+		bad("warmup (%s) must be shorter than duration (%s)", s.Warmup.Duration, s.Duration.Duration)
 	}
 	if s.Duration.Duration > 30*24*time.Hour || s.Drain.Duration > 30*24*time.Hour {
 		bad("duration and drain are at most 30 days")
