@@ -2,10 +2,14 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 // oneHost is a scenario of one 4-vCPU host and the given jobs, parsed
@@ -144,4 +148,96 @@ func TestJain(t *testing.T) {
 	if got := jain([]float64{10, 0}, ts, []bool{true, false}); got != 1 {
 		t.Errorf("a tenant without jobs counts: %v", got)
 	}
+}
+
+// The measurements agree with one another on any small fleet and workload:
+// every job is started, failed or left waiting; a wait is given exactly
+// for the jobs that arrived after the warmup and did not fail, and a job
+// left waiting has waited to the end of the drain; the size classes'
+// shares of run and of demanded vCPU·s each add up to one; the tenants'
+// and the templates' vCPU·s are the same total, utilization's.
+//
+// spec: BS-18
+func TestMeasurementProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		dur := time.Duration(rapid.IntRange(10, 90).Draw(t, "mins")) * time.Minute
+		s := &Scenario{Name: "p", Duration: Duration{dur},
+			Warmup:  Duration{time.Duration(rapid.Int64Range(0, int64(dur)-1).Draw(t, "warmup"))},
+			Drain:   Duration{time.Duration(rapid.IntRange(1, 60).Draw(t, "drain")) * time.Minute},
+			Tenants: []TenantSpec{{Name: "a", Weight: 1}, {Name: "b", Weight: rapid.IntRange(1, 4).Draw(t, "wb")}}}
+		cpus := rapid.SampledFrom([]int{8, 16, 32}).Draw(t, "node cpus")
+		s.Nodes = []NodeTemplate{{Count: rapid.IntRange(1, 4).Draw(t, "nodes"), CPUs: cpus, MemGiB: 4 * cpus}}
+		for i := range rapid.IntRange(1, 3).Draw(t, "templates") {
+			c := rapid.IntRange(1, cpus).Draw(t, "cpus")
+			j := JobTemplate{Name: itoa(i), Tenant: rapid.SampledFrom([]string{"a", "b"}).Draw(t, "tenant"), CPUs: c, MemGiB: 4 * c,
+				PerHour: rapid.Float64Range(1, 200).Draw(t, "rate"),
+				Runtime: Dist{Kind: "shifted-exp", Shift: Duration{time.Minute}, Mean: Duration{time.Duration(rapid.IntRange(1, 30).Draw(t, "mean")) * time.Minute}}}
+			s.Jobs = append(s.Jobs, j)
+		}
+		s.defaults()
+		if err := s.validate(); err != nil {
+			t.Fatalf("generated an invalid scenario: %v", err)
+		}
+		pol := rapid.SampledFrom([]string{"vk", "greedy-backfill", "pull-fifo", "accept-then-wait"}).Draw(t, "policy")
+		rep, err := Run(context.Background(), Options{Scenario: s, Seed: rapid.Uint64Range(1, 1<<40).Draw(t, "seed"), Policies: []string{pol}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rep.Results[0]
+		if r.Started+r.FailedTotal()+r.Unstarted != rep.Jobs {
+			t.Fatalf("started %d + failed %d + unstarted %d != %d jobs", r.Started, r.FailedTotal(), r.Unstarted, rep.Jobs)
+		}
+		left, unmeasured := 0, 0
+		for j, w := range r.Waits {
+			job := rep.jobs[j]
+			if r.Left[j] {
+				left++
+			}
+			switch {
+			case job.Arrive < s.Warmup.Duration:
+				if w != -1 {
+					t.Fatalf("job %d arrived at %v in the warmup (%v) with wait %v", j, job.Arrive, s.Warmup.Duration, w)
+				}
+			case r.Left[j]:
+				if w != s.Duration.Duration+s.Drain.Duration-job.Arrive {
+					t.Fatalf("job %d left waiting: wait %v, want to the end of the drain", j, w)
+				}
+			case w < 0:
+				unmeasured++ // must have failed
+			}
+		}
+		if unmeasured > r.FailedTotal() {
+			t.Fatalf("%d measured jobs without a wait, %d failed", unmeasured, r.FailedTotal())
+		}
+		if left != r.Unstarted {
+			t.Fatalf("%d jobs marked left, %d unstarted", left, r.Unstarted)
+		}
+		var run, demand float64
+		for _, c := range rep.Classes(r) {
+			if c.CPUs > 0 {
+				run += c.RunShare
+				demand += c.DemandShare
+			}
+		}
+		var tenants, templates float64
+		for _, c := range r.TenantCPUSecs {
+			tenants += c
+		}
+		for _, c := range r.TemplateCPUSecs {
+			templates += c
+		}
+		if templates > 0 && math.Abs(run-1) > 1e-9 {
+			t.Fatalf("run shares add up to %v", run)
+		}
+		if slices.ContainsFunc(r.TemplateDemandCPUSecs, func(x float64) bool { return x > 0 }) && math.Abs(demand-1) > 1e-9 {
+			t.Fatalf("demand shares add up to %v", demand)
+		}
+		measured := (s.Duration.Duration - s.Warmup.Duration).Seconds()
+		if math.Abs(tenants-templates) > 1e-6*max(1, tenants) || math.Abs(r.Util*float64(rep.CPUs)*measured-tenants) > 1e-6*max(1, tenants) || r.Util > 1+1e-9 {
+			t.Fatalf("tenants ran %v vCPU·s, templates %v, utilization %v of %d vCPU over %v s", tenants, templates, r.Util, rep.CPUs, measured)
+		}
+		if f := rep.HeldIdleFraction(r); f < 0 || f > 1 {
+			t.Fatalf("held idle %v of capacity", f)
+		}
+	})
 }
