@@ -2,6 +2,7 @@ package sched
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/tidwall/btree"
@@ -24,7 +25,10 @@ type Core struct {
 	tickets map[TicketID]*ticket
 	res     map[ReservationID]*reservation
 	adms    map[AdmissionID]*admission
-	jobs    map[JobID]*job
+	// liveAdms is adms without the ended ones remembered for
+	// AdmissionMemory, so invariant checks need not walk them
+	liveAdms map[AdmissionID]*admission
+	jobs     map[JobID]*job
 	// admJobs maps admissions that became jobs to them; the admission
 	// record itself is dropped then (memory: one per running job).
 	admJobs map[AdmissionID]JobID
@@ -46,7 +50,10 @@ type Core struct {
 	normalOwed        bool
 
 	dirty *btree.BTreeG[*pq]
-	out   []Action
+	pass  []*pq // placements in the current arbitration pass
+	// rekeys lists pools whose fair-share reference changed (share.go)
+	rekeys []*poolStat
+	out    []Action
 
 	violations []string
 
@@ -97,6 +104,7 @@ func New(policy Policy, seed uint64) *Core {
 		tickets:    map[TicketID]*ticket{},
 		res:        map[ReservationID]*reservation{},
 		adms:       map[AdmissionID]*admission{},
+		liveAdms:   map[AdmissionID]*admission{},
 		jobs:       map[JobID]*job{},
 		admJobs:    map[AdmissionID]JobID{},
 		jobAff:     map[JobID]string{},
@@ -257,102 +265,147 @@ func (c *Core) apply(ev Event) {
 	c.checkDrains(ev)
 }
 
-// schedule runs an arbitration pass over every dirty placement, in key
-// order, until each has nothing placeable left.
+// schedule runs one arbitration pass over every dirty placement until none
+// has anything placeable left. The placements in the pass compete: each
+// decision goes to the waiter first in (class, weighted dominant share,
+// age) among all of them, so room that frees on a node is arbitrated
+// across every placement with room there, not queue by queue in a fixed
+// order (ARB-05..09, DECISIONS 13). A placement leaves the pass when its
+// next waiter cannot go; a placement made dirty again later in the pass
+// (room freed by a lifted drain, say) joins it again.
 func (c *Core) schedule() {
 	for {
-		p, ok := c.dirty.PopMin()
-		if !ok {
+		if len(c.rekeys) > 0 {
+			c.rekeyPools()
+		}
+		for {
+			p, ok := c.dirty.PopMin()
+			if !ok {
+				break
+			}
+			p.dirty = false
+			if !p.inPass {
+				p.inPass, p.skipNormal = true, false
+				p.starved, p.hdBlock, p.rulesNo = false, false, false
+				c.pass = append(c.pass, p)
+			}
+		}
+		if len(c.pass) == 0 {
 			return
 		}
-		p.dirty = false
-		c.serve(p)
+		var bp *pq
+		var bw *waiter
+		bcls, brank := 0, 0
+		for i := 0; i < len(c.pass); {
+			p := c.pass[i]
+			w, cls := c.pick(p, p.skipNormal)
+			if w == nil {
+				c.leavePass(i)
+				continue
+			}
+			if r := c.rank(cls); bw == nil || r < brank || r == brank && before(w, bw) {
+				bp, bw, bcls, brank = p, w, cls, r
+			}
+			i++
+		}
+		if bw != nil && c.serveOne(bp, bw, bcls) {
+			c.leavePass(slices.Index(c.pass, bp))
+		}
 	}
 }
 
-// serve places waiters of p until none can go (ARB-05..24).
-func (c *Core) serve(p *pq) {
-	var aside []*waiter // waiters set aside for this pass only
-	skipNormal := false
-	p.starved, p.hdBlock, p.rulesNo = false, false, false
-loop:
-	for {
-		w, cls := c.pick(p, skipNormal)
-		if w == nil {
-			break
-		}
-		if jb := w.jb; jb != nil && jb.admID == 0 && !jb.legacy {
-			// ARB-13: a job without an admission waits on its tenant's cap.
-			if cp := c.pol.tenantCap(jb.runnerTenant()); cp > 0 && jb.runner.tenant.held >= cp {
-				c.unindexWaiter(w)
-				aside = append(aside, w)
-				continue
-			}
-		}
-		if jb := w.jb; jb != nil {
-			if n := c.drainNode(jb); n != nil {
-				c.clearDrain(n)
-				if !(isNormalClass(cls) && c.headroomBlocks(n, p.pl.Envelope)) {
-					c.place(p, w, cls, n)
-					continue
-				}
-				// headroom forbids it for now: the node stays reserved
-				c.nodeChanging(n)
-				n.drainFor = jb.id
-				c.drains[jb.id] = n
-				c.nodeChanged(n)
-			}
-			pp, _ := c.pol.project(jb.runnerTenant(), jb.project)
-			if n := c.affinityNode(jb, pp.Rules); n != nil && !(isNormalClass(cls) && c.headroomBlocks(n, p.pl.Envelope)) {
-				c.place(p, w, cls, n)
-				continue
-			}
-		}
-		if n := c.autoDrainFits(p, w); n != nil && !(isNormalClass(cls) && c.headroomBlocksUndrained(n, p)) {
-			// BS-22: the node emptied enough; the first waiter claims it
-			c.liftAutoDrain(p)
-			c.place(p, w, cls, n)
-			continue
-		}
-		n, why := c.pickNode(p, w, cls)
-		if n == nil {
-			switch why {
-			case nnAllTried:
-				c.unindexWaiter(w)
-				clear(w.skip)
-				at := c.now.Add(c.pol.RetryAfterAllTried)
-				w.retryAt = at.UnixNano()
-				c.addTimer(at, tmRetry, c.waiterTimerID(w))
-				continue
-			case nnRules:
-				w.jb.rulesHit = true
-				p.rulesNo = true
-				c.unindexWaiter(w)
-				aside = append(aside, w)
-				continue
-			case nnHeadroom:
-				p.hdBlock = true
-				skipNormal = true
-				continue
-			}
-			p.starved = true
-			c.maybeDrain(p, w)
-			break loop
-		}
-		c.place(p, w, cls, n)
-	}
-	if !p.starved && !p.hdBlock && p.drain != nil {
+// leavePass ends the pass of c.pass[i] (ARB-05..24): drains nobody waits
+// for are lifted, waiters set aside go back into their queues.
+func (c *Core) leavePass(i int) {
+	p := c.pass[i]
+	last := len(c.pass) - 1
+	c.pass[i], c.pass[last] = c.pass[last], nil
+	c.pass = c.pass[:last]
+	p.inPass = false
+	if !p.starved && !p.hdBlock && len(p.drains) > 0 {
 		// nobody of the placement may go and waits for room any more
-		c.liftAutoDrain(p)
+		c.liftAutoDrains(p)
 	}
+	aside := p.aside
+	p.aside = nil
 	for _, w := range aside {
 		c.reindex(w)
 	}
+	clear(aside)
+	p.aside = aside[:0]
+	c.trimDrains(p)
+	c.noteWideWait(p)
 	// The aside waiters made p dirty again; nothing changed for them.
 	if p.dirty {
 		c.dirty.Delete(p)
 		p.dirty = false
 	}
+}
+
+// serveOne tries to place waiter w of internal class cls of p, first in
+// line across the pass. It returns true when p is stuck: w found no node
+// with room, so nothing more of p goes this pass.
+func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
+	if jb := w.jb; jb != nil && jb.admID == 0 && !jb.legacy {
+		// ARB-13: a job without an admission waits on its tenant's cap.
+		if cp := c.pol.tenantCap(jb.runnerTenant()); cp > 0 && jb.runner.tenant.held >= cp {
+			c.unindexWaiter(w)
+			p.aside = append(p.aside, w)
+			return false
+		}
+	}
+	if jb := w.jb; jb != nil {
+		if n := c.drainNode(jb); n != nil {
+			c.clearDrain(n)
+			if !(isNormalClass(cls) && c.headroomBlocks(n, p.pl.Envelope)) {
+				c.place(p, w, cls, n)
+				return false
+			}
+			// headroom forbids it for now: the node stays reserved
+			c.nodeChanging(n)
+			n.drainFor = jb.id
+			c.drains[jb.id] = n
+			c.nodeChanged(n)
+		}
+		pp, _ := c.pol.project(jb.runnerTenant(), jb.project)
+		if n := c.affinityNode(jb, pp.Rules); n != nil && !(isNormalClass(cls) && c.headroomBlocks(n, p.pl.Envelope)) {
+			c.place(p, w, cls, n)
+			return false
+		}
+	}
+	if n := c.autoDrainFits(p, w); n != nil && !(isNormalClass(cls) && c.headroomBlocksUndrained(n, p)) {
+		// BS-22: the node emptied enough; the first waiter claims it
+		c.liftDrain(n)
+		c.place(p, w, cls, n)
+		return false
+	}
+	n, why := c.pickNode(p, w, cls)
+	if n == nil {
+		switch why {
+		case nnAllTried:
+			c.unindexWaiter(w)
+			clear(w.skip)
+			at := c.now.Add(c.pol.RetryAfterAllTried)
+			w.retryAt = at.UnixNano()
+			c.addTimer(at, tmRetry, c.waiterTimerID(w))
+			return false
+		case nnRules:
+			w.jb.rulesHit = true
+			p.rulesNo = true
+			c.unindexWaiter(w)
+			p.aside = append(p.aside, w)
+			return false
+		case nnHeadroom:
+			p.hdBlock = true
+			p.skipNormal = true
+			return false
+		}
+		p.starved = true
+		c.maybeDrain(p, w)
+		return true
+	}
+	c.place(p, w, cls, n)
+	return false
 }
 
 // waiterTimerID encodes a waiter for a timer: tickets even, jobs odd.
@@ -374,7 +427,7 @@ func (c *Core) reindex(w *waiter) {
 			return
 		}
 		r := tk.runner
-		if r.indexed {
+		if r.indexed && (!r.indexedLead || len(r.waiting) > 0 && r.waiting[0] == tk) {
 			c.indexWaiter(w, r.p, r.tenant, r.indexedCls)
 		}
 		return
@@ -420,6 +473,13 @@ func (c *Core) place(p *pq, w *waiter, cls int, n *node) {
 		c.alloc(n, env, +1)
 		tk.state, tk.res = tkOffered, rs
 		c.runnerDropWaiting(r, tk)
+		if c.backedOff(r) {
+			tk.lead = true
+			r.leadOut++
+			if r.leadOut > 1 {
+				c.violate("a backed-off runner has two lead requests out")
+			}
+		}
 		if isProbeClass(cls) {
 			tk.probe = true
 			c.probesOut++
@@ -428,7 +488,8 @@ func (c *Core) place(p *pq, w *waiter, cls int, n *node) {
 				c.violate("probe placed over the probe limit")
 			}
 		}
-		tk.charged = true
+		tk.charged, tk.chp = true, p
+		c.hold(r, p, +1)
 		c.charge(r, +1)
 		rs.tm = c.addTimer(c.now.Add(c.pol.OfferTimeout), tmOffer, uint64(rs.id))
 		c.emit(Offer{Node: n.id, Reservation: rs.id, Ticket: tk.id, Envelope: env, LeaseSecs: rs.leaseSecs})
@@ -463,6 +524,7 @@ func (c *Core) startJob(jb *job, n *node, rs *reservation) {
 	c.noteSent(n, jb)
 	if !jb.charged && !jb.legacy {
 		jb.charged = true
+		c.hold(jb.runner, jb.p, +1)
 		c.charge(jb.runner, +1)
 	}
 	c.emit(Start{Job: jb.id, Node: n.id, Reservation: rid, Envelope: jb.env()})

@@ -10,66 +10,163 @@ import (
 	"github.com/vk-ci/vk/sched/schedtest"
 )
 
-// backoffDelays returns how long the runner waited after each of n
-// consecutive empty outcomes, measured in 10 ms ticks.
-func backoffDelays(t *testing.T, seed uint64, n int) []time.Duration {
+// offerOf returns the first offer among acts, nil when none.
+func offerOf(acts []sched.Action) *sched.Offer {
+	for _, a := range acts {
+		if o, ok := a.(sched.Offer); ok {
+			return &o
+		}
+	}
+	return nil
+}
+
+// backoffAfter has a busy runner (it took a job just now, so it makes no
+// probes) get k empty outcomes at once, then queues two tickets and
+// returns how long after the empties the first (the lead request) and the
+// second were offered, measured in 10 ms ticks. The lead is granted but
+// never claimed, so it does not move the backoff on.
+func backoffAfter(t *testing.T, seed uint64, k int) (lead, rest time.Duration) {
 	t.Helper()
 	h := schedtest.New(sched.Policy{}, seed)
 	h.Check = true
 	h.Step(schedtest.Node(1, 8, 64, 100, "linux"))
-	h.ConnectRelay(1, 0, schedtest.Runner(1, 1, "linux", schedtest.Envelope(1, 4, 1)))
-	var out []time.Duration
-	offerOf := func(acts []sched.Action) *sched.Offer {
-		for _, a := range acts {
-			if o, ok := a.(sched.Offer); ok {
-				return &o
+	ri := schedtest.Runner(1, 1, "linux", schedtest.Envelope(1, 4, 1))
+	ri.RequestConcurrency = 16
+	h.ConnectRelay(1, 0, ri)
+	grant := func(tk sched.TicketID) sched.Grant {
+		t.Helper()
+		o := offerOf(h.Step(sched.TicketQueued{Ticket: tk, Runner: 1}))
+		if o == nil {
+			t.Fatalf("ticket %d: no offer", tk)
+		}
+		g := h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true})[0].(sched.Grant)
+		h.Step(sched.Claimed{Admission: g.Admission})
+		return g
+	}
+	g := grant(1)
+	h.Step(sched.Outcome{Admission: g.Admission, Kind: sched.OutcomeJob})
+	var gs []sched.Grant
+	for i := range k {
+		gs = append(gs, grant(sched.TicketID(i+2)))
+	}
+	for _, g := range gs {
+		h.Step(sched.Outcome{Admission: g.Admission, Kind: sched.OutcomeEmpty})
+	}
+	ended := h.Now
+	a, b := sched.TicketID(k+2), sched.TicketID(k+3)
+	h.Step(sched.TicketQueued{Ticket: a, Runner: 1})
+	h.Step(sched.TicketQueued{Ticket: b, Runner: 1})
+	for (lead == 0 || rest == 0) && h.Now.Sub(ended) < 2*time.Minute {
+		for _, x := range h.Advance(10 * time.Millisecond) {
+			if o, ok := x.(sched.Offer); ok {
+				switch o.Ticket {
+				case a:
+					lead = h.Now.Sub(ended)
+					// granted, never claimed: the lead stays out
+					h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true})
+				case b:
+					rest = h.Now.Sub(ended)
+				}
 			}
 		}
-		return nil
-	}
-	o := offerOf(h.Step(sched.TicketQueued{Ticket: 1, Runner: 1}))
-	for i := range n {
-		if o == nil {
-			t.Fatalf("round %d: no offer", i)
-		}
-		var g sched.Grant
-		for _, a := range h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true}) {
-			g = a.(sched.Grant)
-		}
-		h.Step(sched.Claimed{Admission: g.Admission})
-		h.Step(sched.Outcome{Admission: g.Admission, Kind: sched.OutcomeEmpty})
-		ended := h.Now
-		o = offerOf(h.Step(sched.TicketQueued{Ticket: sched.TicketID(i + 2), Runner: 1}))
-		for o == nil && h.Now.Sub(ended) < 2*time.Minute {
-			o = offerOf(h.Advance(10 * time.Millisecond))
-			// keep the ticket alive
-			h.Step(sched.TicketPolled{Ticket: sched.TicketID(i + 2)})
-		}
-		out = append(out, h.Now.Sub(ended))
+		h.Step(sched.TicketPolled{Ticket: a}) // keep the tickets alive
+		h.Step(sched.TicketPolled{Ticket: b})
 	}
 	if len(h.Failures) > 0 {
 		t.Fatal(h.Failures)
 	}
-	return out
+	return lead, rest
 }
 
 // spec: ARB-20, ARB-21
+//
+// TestBackoffDoublesWithJitter: after k consecutive empty outcomes a
+// runner's requests wait initial·2^(k-1) capped at max (1 s doubling to
+// 60 s), ±25 % jitter from the seed — all but its lead request, which
+// waits only the base interval (DECISIONS 14).
 func TestBackoffDoublesWithJitter(t *testing.T) {
 	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60}
-	for seed := uint64(1); seed <= 5; seed++ {
-		got := backoffDelays(t, seed, len(want))
-		for i, d := range got {
-			base := want[i] * time.Second
+	var firsts []time.Duration
+	for seed := uint64(1); seed <= 3; seed++ {
+		for k := 1; k <= len(want); k++ {
+			lead, rest := backoffAfter(t, seed, k)
+			base := want[k-1] * time.Second
 			lo, hi := base*3/4, base*5/4+10*time.Millisecond
-			if d < lo || d > hi {
-				t.Errorf("seed %d: backoff %d = %v, want within [%v, %v]", seed, i+1, d, lo, hi)
+			if rest < lo || rest > hi {
+				t.Errorf("seed %d: after %d empties the other requests waited %v, want within [%v, %v]", seed, k, rest, lo, hi)
+			}
+			if lead < 750*time.Millisecond || lead > 1260*time.Millisecond {
+				t.Errorf("seed %d: after %d empties the lead request waited %v, want the base 1 s ±25 %%", seed, k, lead)
+			}
+			if k == 3 {
+				firsts = append(firsts, rest)
 			}
 		}
 	}
 	// the jitter comes from the seed: different seeds, different delays
-	a, b := backoffDelays(t, 1, 3), backoffDelays(t, 2, 3)
-	if a[0] == b[0] && a[1] == b[1] && a[2] == b[2] {
-		t.Errorf("seeds 1 and 2 gave identical backoffs %v: no jitter", a)
+	if firsts[0] == firsts[1] && firsts[1] == firsts[2] {
+		t.Errorf("seeds 1..3 gave identical backoffs %v: no jitter", firsts)
+	}
+}
+
+// spec: ARB-20
+//
+// TestBackoffLeadRequestOnly: an idle runner answered empty again and again
+// asks GitLab about once per base interval — its lead request, one at a
+// time — however long the empty spell lasts (DECISIONS 14: gitlab-runner
+// with check_interval = 1 asks once a second), and a ticket of it queued
+// 10 minutes into the spell is offered within the base interval.
+func TestBackoffLeadRequestOnly(t *testing.T) {
+	h := schedtest.New(sched.Policy{}, 1)
+	h.Check = true
+	h.Step(schedtest.Node(1, 8, 64, 100, "linux"))
+	h.ConnectRelay(1, 0, schedtest.Runner(1, 1, "linux", schedtest.Envelope(1, 4, 1)))
+	// four request loops, as the relay runs them: each re-queues at once
+	// after its answer
+	next := sched.TicketID(1)
+	queued := map[sched.TicketID]bool{}
+	queue := func() {
+		queued[next] = true
+		h.Step(sched.TicketQueued{Ticket: next, Runner: 1})
+		next++
+	}
+	for range 4 {
+		queue()
+	}
+	offers := 0
+	var answered []time.Time
+	start := h.Now
+	for h.Now.Sub(start) < 10*time.Minute {
+		for _, a := range h.Advance(10 * time.Millisecond) {
+			o, ok := a.(sched.Offer)
+			if !ok {
+				continue
+			}
+			offers++
+			g := h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true})[0].(sched.Grant)
+			h.Step(sched.Claimed{Admission: g.Admission})
+			h.Step(sched.Outcome{Admission: g.Admission, Kind: sched.OutcomeEmpty})
+			answered = append(answered, h.Now)
+			delete(queued, o.Ticket)
+			queue()
+		}
+		if h.Now.Sub(start)%(30*time.Second) == 0 {
+			for tk := range queued {
+				h.Step(sched.TicketPolled{Ticket: tk})
+			}
+		}
+	}
+	if len(h.Failures) > 0 {
+		t.Fatal(h.Failures)
+	}
+	// 600 s at one request per 0.75..1.25 s, plus the first burst
+	if offers < 400 || offers > 900 {
+		t.Errorf("%d GitLab requests in 10 minutes of empty answers, want about one a second", offers)
+	}
+	for i := 1; i < len(answered); i++ {
+		if gap := answered[i].Sub(answered[i-1]); gap > 1260*time.Millisecond {
+			t.Fatalf("request %d came %v after the previous one: a request waited longer than the base interval", i, gap)
+		}
 	}
 }
 

@@ -17,14 +17,16 @@
 // ([Restore].NextID).
 //
 // Decisions cost index look-ups, not scans: each placement keeps its waiting
-// requests per class in a B-tree of tenants ordered by share (held/weight)
-// then age, and its nodes with room in a B-tree ordered by load, then most
+// requests per class in a B-tree of tenants ordered by weighted dominant
+// share (DECISIONS 13) then age, one pass compares the heads of the
+// placements competing for freed room, and its nodes with room in a B-tree ordered by load, then most
 // room, then node ID (github.com/tidwall/btree). Deadlines (offer answers,
 // leases, ticket idleness, backoff, place_within) are data in one ordered
 // set, fired by every Step.
 //
-// Wide jobs (BS-20..25) are served by packing above a pool utilization
-// and by drain reservations on the node predicted, from per-job-name
+// Wide jobs (BS-20..25) are served by default, by packing while wide work
+// waits (or above a pool utilization) and by drain reservations, one per
+// waiting wide request, on the node predicted, from per-job-name
 // runtime statistics, to empty first; nothing is ever preempted. Readers on
 // other goroutines get point-in-time views through [Core.Snapshot], cloned
 // copy-on-write from the node indexes (BS-05).

@@ -75,7 +75,15 @@ func (c *Core) onJobSubmitted(e JobSubmitted) {
 		a.job = jb
 		jb.admID = a.id
 		jb.charged, a.charged = a.charged, false
+		if jb.charged && a.chp != jb.p {
+			// held under the ticket's placement until now
+			c.hold(r, a.chp, -1)
+			c.hold(r, jb.p, +1)
+			c.tenantChanged(r.tenant)
+		}
+		a.chp = nil
 		delete(c.adms, a.id)
+		delete(c.liveAdms, a.id)
 		c.forgetAdmission(a)
 		c.admJobs[a.id] = jb.id
 		if a.res != nil && a.res.state == resHeld {
@@ -246,7 +254,7 @@ func (c *Core) onJobFinished(e JobFinished) {
 	jb.state = jobFinished
 	if jb.charged && !jb.idle {
 		jb.idle = true
-		jb.runner.tenant.idle++
+		c.hold(jb.runner, jb.p, -1) // it holds no node room any more
 		c.tenantChanged(jb.runner.tenant)
 	}
 }
@@ -263,14 +271,14 @@ func (c *Core) onJobSettled(id JobID) {
 	case jobStarting, jobRunning:
 		c.jobLeavesNode(jb)
 	}
-	if jb.idle {
-		jb.idle = false
-		jb.runner.tenant.idle--
-	}
 	if jb.charged {
 		jb.charged = false
+		if !jb.idle {
+			c.hold(jb.runner, jb.p, -1)
+		}
 		c.charge(jb.runner, -1)
 	}
+	jb.idle = false
 	if jb.admID != 0 {
 		delete(c.admJobs, jb.admID)
 	}

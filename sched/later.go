@@ -65,8 +65,8 @@ func (c *Core) onDrainReserve(e DrainReserve) {
 	if old := n.drainFor; old != 0 {
 		delete(c.drains, old)
 	}
-	if p := n.autoDrain; p != nil && e.Job != 0 {
-		c.redrain(p) // the driver's mark replaces the automatic one
+	if n.autoDrain != nil && e.Job != 0 {
+		c.redrainNode(n) // the driver's mark replaces the automatic one
 	}
 	c.nodeChanging(n)
 	n.drainFor = e.Job

@@ -151,6 +151,9 @@ func (c *Core) nodeChanged(n *node) {
 			c.poolStat(pool).add(n, +1)
 		}
 	}
+	for _, pool := range n.pools {
+		c.poolCapChanged(c.poolStat(pool))
+	}
 	if c.snapNodes != nil {
 		c.snapNodes.Set(c.nodeView(n))
 	}
@@ -186,6 +189,7 @@ func (c *Core) pqFor(pl Placement) *pq {
 		return p
 	}
 	p := newPQ(key, pl)
+	p.ps = c.poolStat(pl.Pool)
 	c.pqs[key] = p
 	list := append(c.poolPQs[pl.Pool], p)
 	slices.SortFunc(list, func(a, b *pq) int {

@@ -23,7 +23,9 @@ type Policy struct {
 	// BusySecs: a runner that took no job within this many seconds makes
 	// probes (ARB-18). Default 60.
 	BusySecs int
-	// ProbeLimit: probes outstanding fleet-wide (ARB-19). Default 1; a
+	// ProbeLimit: probes outstanding fleet-wide (ARB-19). Default 16
+	// (DECISIONS 14: the spec's 1 made idle runners take turns, so after an
+	// idle spell a job waited about a round trip per idle runner); a
 	// negative value means no probe may be outstanding.
 	ProbeLimit int
 	// BackoffInitialSecs and BackoffMaxSecs bound the empty/error backoff
@@ -69,21 +71,24 @@ type Policy struct {
 	// default) means no bound, as before this field existed.
 	ClaimRenewals int
 
-	// PackAboveUtilization (BS-21): when the utilization of a pool (the
-	// larger of its used fraction of vCPUs and of memory over its ready,
-	// reachable nodes) is at least this fraction, work is placed on the
-	// most loaded node with room first (best fit, so whole nodes free up);
-	// below it on the least loaded (PLACE-11). 0 (the default) never packs;
-	// seed 003 suggests 0.7.
+	// PackAboveUtilization (BS-21): while wide work of a pool waits for a
+	// node, and whenever the utilization of the pool (the larger of its
+	// used fraction of vCPUs and of memory over its ready, reachable nodes)
+	// is at least this fraction, work is placed on the most loaded node
+	// with room first (best fit, so whole nodes free up); otherwise on the
+	// least loaded (PLACE-11). Default 0.7 (seed 003's value); a negative
+	// value packs only while wide work waits.
 	PackAboveUtilization float64
 
-	// DrainsPerPool is how many automatic drain reservations (BS-22) a pool
-	// may hold at once. When the first waiter of a placement finds no node
+	// DrainsPerPool bounds the automatic drain reservations (BS-22) a pool
+	// holds at once. When the first waiter of a placement finds no node
 	// with room and its envelope is wide on some node of the pool (see
 	// WideFraction), the node predicted to empty first (BS-23, BS-24) takes
-	// no new work until the placement's first waiter fits there. 0 (the
-	// default) places none (only [DrainReserve] events mark nodes); 1 is
-	// the recommended value.
+	// no new work until a waiter of the placement fits there; a placement
+	// holds at most one drain per waiting request, so the drains follow
+	// the wide demand and end with it. 0 (the default) bounds a pool at a
+	// quarter of its serving nodes (at least one); a negative value places
+	// none (only [DrainReserve] events mark nodes).
 	DrainsPerPool int
 	// WideFraction: an envelope is wide on a node when it takes at least
 	// this fraction of the node's vCPUs or memory (BS-20); only such nodes
@@ -152,11 +157,11 @@ func (p Policy) Validate() error {
 	if len(p.Headroom) > MaxHeadroom {
 		bad(itoa(len(p.Headroom)) + " headroom entries, at most " + itoa(MaxHeadroom))
 	}
-	if p.PackAboveUtilization < 0 || p.PackAboveUtilization > 1 || p.WideFraction < 0 || p.WideFraction > 1 {
-		bad("pack_above_utilization and wide_fraction are fractions in [0, 1]")
+	if p.PackAboveUtilization > 1 || p.WideFraction < 0 || p.WideFraction > 1 {
+		bad("pack_above_utilization is at most 1 and wide_fraction a fraction in [0, 1]")
 	}
-	if p.ClaimRenewals < 0 || p.DrainsPerPool < 0 || p.DrainMaxHold < 0 {
-		bad("negative claim_renewals, drains_per_pool or drain_max_hold")
+	if p.ClaimRenewals < 0 || p.DrainMaxHold < 0 {
+		bad("negative claim_renewals or drain_max_hold")
 	}
 	for i, h := range p.Headroom {
 		if h.Slots < 0 {
@@ -198,7 +203,7 @@ func (p Policy) withDefaults() Policy {
 		}
 	}
 	def(&p.BusySecs, 60)
-	def(&p.ProbeLimit, 1)
+	def(&p.ProbeLimit, 16)
 	def(&p.BackoffInitialSecs, 1)
 	def(&p.BackoffMaxSecs, 60)
 	def(&p.ProductionProbeBurst, 1)
@@ -225,7 +230,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	defd(&p.DrainMaxHold, 15*time.Minute)
 	p.ClaimRenewals = max(p.ClaimRenewals, 0)
-	p.DrainsPerPool = max(p.DrainsPerPool, 0)
+	if p.PackAboveUtilization == 0 {
+		p.PackAboveUtilization = 0.7
+	}
 	if p.ProbeLimit < 0 {
 		p.ProbeLimit = 0
 	}

@@ -101,6 +101,22 @@ func (c *Core) Held(t TenantID) int {
 	return 0
 }
 
+// Share returns a tenant's weighted dominant share in a pool: the larger
+// of the vCPUs and the memory it holds there (envelopes of its tickets
+// offered, granted or claimed, and of its unfinished jobs) as fractions of
+// the pool's capacity, divided by its weight (DECISIONS 13). It is the key
+// the tenant's waiting requests are ordered by within a class. The
+// fractions are of the pool's reference capacity, which follows the live
+// capacity whenever the pool's ratio of memory to vCPUs moves by more than
+// 1 %; 0 for an unknown tenant or pool.
+func (c *Core) Share(t TenantID, pool string) float64 {
+	x, ps := c.tenants[t], c.pstat[pool]
+	if x == nil || ps == nil {
+		return 0
+	}
+	return c.share(x, ps)
+}
+
 // NextDeadline returns the earliest pending deadline, so a driver may sleep
 // until then instead of ticking; ok false when none.
 func (c *Core) NextDeadline() (time.Time, bool) {
@@ -123,6 +139,9 @@ func (c *Core) ticketReason(tk *ticket) Reason {
 	if why := c.runnerBlock(r); why.Code != ReasonNone {
 		return why
 	}
+	if c.backedOff(r) && (len(r.waiting) == 0 || r.waiting[0] != tk) {
+		return Reason{Code: ReasonBackoff} // only the lead request goes
+	}
 	if cp := c.pol.tenantCap(r.tenant.id); cp > 0 && r.tenant.held >= cp {
 		return Reason{Code: ReasonTenantCap, N: cp}
 	}
@@ -137,8 +156,8 @@ func (c *Core) pqReason(p *pq, cls int) Reason {
 	switch {
 	case p.hdBlock && isNormalClass(cls):
 		return Reason{Code: ReasonHeadroom}
-	case p.drain != nil && (p.starved || p.nodes.Len() == 0):
-		return Reason{Code: ReasonDrain, N: int(p.drain.id)}
+	case len(p.drains) > 0 && (p.starved || p.nodes.Len() == 0):
+		return Reason{Code: ReasonDrain, N: int(p.drains[0].id)}
 	case p.starved || p.nodes.Len() == 0:
 		return Reason{Code: ReasonNoRoom}
 	}
@@ -220,7 +239,7 @@ func (c *Core) Nodes() []NodeView {
 }
 
 // CheckInvariants recomputes the Core's bookkeeping from scratch and
-// returns every inconsistency, nil when sound. It is O(state) and meant for
+// returns every inconsistency, sorted, nil when sound. It is O(state) and meant for
 // tests and the simulator, never for the hub's hot path. It also returns
 // violations the Core noticed while deciding (a placement without room,
 // normal work into headroom, a tenant over its cap).
@@ -234,8 +253,7 @@ func (c *Core) CheckInvariants() []string {
 		errs = append(errs, s)
 	}
 	itoa := strconv.Itoa
-	for _, id := range sortedKeys(c.nodes) {
-		n := c.nodes[id]
+	for id, n := range c.nodes {
 		var used Resources
 		placed := 0
 		for _, rs := range n.res {
@@ -255,69 +273,88 @@ func (c *Core) CheckInvariants() []string {
 				", recomputed ", used.String(), " ", itoa(placed))
 		}
 	}
-	held := map[*runner]int{}
+	// one walk over the charged requests recounts what every runner and
+	// tenant holds, in requests (ARB-11) and in resources (DECISIONS 13)
+	for _, r := range c.runners {
+		r.chk.held, r.chk.open, r.chk.holds = 0, 0, r.chk.holds[:0]
+	}
+	for _, t := range c.tenants {
+		t.chk.held, t.chk.holds = 0, t.chk.holds[:0]
+	}
+	addHold := func(r *runner, p *pq, k int64) {
+		if p != nil && k != 0 {
+			r.chk.holds = holdsAdd(r.chk.holds, p.ps, p.pl.Envelope, k)
+		}
+	}
+	open, probes := 0, 0
 	for _, tk := range c.tickets {
 		if tk.charged {
-			held[tk.runner]++
+			tk.runner.chk.held++
+			addHold(tk.runner, tk.chp, 1)
 		}
-	}
-	for _, a := range c.adms {
-		if a.charged {
-			held[a.runner]++
-		}
-	}
-	for _, jb := range c.jobs {
-		if jb.charged {
-			held[jb.runner]++
-		}
-	}
-	tenantHeld := map[*tenant]int{}
-	for _, id := range sortedKeys(c.runners) {
-		r := c.runners[id]
-		want := held[r] + r.unadmitted
-		if r.held != want {
-			bad("runner ", u(id), " holds ", itoa(r.held), ", recomputed ", itoa(want))
-		}
-		if r.tenant != nil {
-			tenantHeld[r.tenant] += r.held
-		}
-	}
-	for _, id := range sortedKeys(c.tenants) {
-		t := c.tenants[id]
-		if t.held != tenantHeld[t] {
-			bad("tenant ", u(id), " holds ", itoa(t.held), ", recomputed ", itoa(tenantHeld[t]))
-		}
-	}
-	open, ropen := 0, map[*runner]int{}
-	for _, tk := range c.tickets {
 		if tk.state != tkClaimed && tk.state != tkEnded {
 			open++
-			ropen[tk.runner]++
+			tk.runner.chk.open++
 		}
-	}
-	if open != c.open {
-		bad("open tickets ", itoa(c.open), ", recomputed ", itoa(open))
-	}
-	for _, id := range sortedKeys(c.runners) {
-		if r := c.runners[id]; r.open != ropen[r] {
-			bad("runner ", u(id), " open tickets ", itoa(r.open), ", recomputed ", itoa(ropen[r]))
-		}
-	}
-	probes := 0
-	for _, tk := range c.tickets {
 		if tk.probe {
 			probes++
 		}
 	}
-	for _, a := range c.adms {
+	for _, a := range c.liveAdms {
+		if a.charged {
+			a.runner.chk.held++
+			addHold(a.runner, a.chp, 1)
+		}
 		if a.ticket != nil && a.ticket.probe && c.tickets[a.ticket.id] != a.ticket {
 			probes++
 		}
+	}
+	errs = append(errs, c.checkAdms()...)
+	for _, jb := range c.jobs {
+		if jb.charged {
+			jb.runner.chk.held++
+			if !jb.idle {
+				addHold(jb.runner, jb.p, 1)
+			}
+		}
+	}
+	for id, r := range c.runners {
+		addHold(r, r.unadmP, int64(r.unadmitted))
+		if want := r.chk.held + r.unadmitted; r.held != want {
+			bad("runner ", u(id), " holds ", itoa(r.held), ", recomputed ", itoa(want))
+		}
+		if r.open != r.chk.open {
+			bad("runner ", u(id), " open tickets ", itoa(r.open), ", recomputed ", itoa(r.chk.open))
+		}
+		if !sameHolds(r.holds, r.chk.holds) {
+			bad("runner ", u(id), " fair-share holdings stale")
+		}
+		if t := r.tenant; t != nil {
+			t.chk.held += r.held
+			for _, h := range r.holds {
+				t.chk.holds = holdsAddRaw(t.chk.holds, h, 1)
+			}
+		}
+	}
+	for id, t := range c.tenants {
+		if t.held != t.chk.held {
+			bad("tenant ", u(id), " holds ", itoa(t.held), ", recomputed ", itoa(t.chk.held))
+		}
+		if !sameHolds(t.holds, t.chk.holds) {
+			bad("tenant ", u(id), " fair-share holdings stale")
+		}
+	}
+	errs = append(errs, c.checkShareKeys()...)
+	if open != c.open {
+		bad("open tickets ", itoa(c.open), ", recomputed ", itoa(open))
 	}
 	if probes != c.probesOut {
 		bad("probes out ", itoa(c.probesOut), ", recomputed ", itoa(probes))
 	}
 	errs = append(errs, c.checkWide()...)
+	// maps were walked in no order: sort what was found, after the
+	// violations noticed while deciding (in their order)
+	slices.Sort(errs[len(c.violations):])
 	return errs
 }
 
@@ -326,8 +363,7 @@ func (c *Core) CheckInvariants() []string {
 func (c *Core) checkWide() []string {
 	var errs []string
 	want := map[string]*poolStat{}
-	for _, id := range sortedKeys(c.nodes) {
-		n := c.nodes[id]
+	for id, n := range c.nodes {
 		if n.uIn != n.serving() {
 			errs = append(errs, "node "+u(id)+" utilization membership stale")
 		}
@@ -349,7 +385,7 @@ func (c *Core) checkWide() []string {
 			}
 		}
 		if p := n.autoDrain; p != nil {
-			if p.drain != n {
+			if !slices.Contains(p.drains, n) {
 				errs = append(errs, "node "+u(id)+" drained for "+p.key+", which holds another drain")
 			}
 			ps := want[p.pl.Pool]
@@ -360,8 +396,8 @@ func (c *Core) checkWide() []string {
 			ps.drains++
 		}
 	}
-	for _, pool := range sortedKeys(c.pstat) {
-		got, w := *c.pstat[pool], poolStat{}
+	for pool, ps := range c.pstat {
+		got, w := *ps, poolStat{}
 		if want[pool] != nil {
 			w = *want[pool]
 		}
@@ -376,10 +412,82 @@ func (c *Core) checkWide() []string {
 			errs = append(errs, "pool "+pool+" holds more drains than drains_per_pool")
 		}
 	}
-	for _, k := range sortedKeys(c.pqs) {
-		if p := c.pqs[k]; p.drain != nil && p.drain.autoDrain != p {
-			errs = append(errs, "placement "+k+" names a drain its node does not hold")
+	for k, p := range c.pqs {
+		for _, n := range p.drains {
+			if n.autoDrain != p {
+				errs = append(errs, "placement "+k+" names a drain its node does not hold")
+			}
+		}
+		if len(p.drains) > p.nwait {
+			errs = append(errs, "placement "+k+" holds more drains than waiters")
+		}
+		n := 0
+		for _, q := range p.tqList {
+			n += q.waiters.Len()
+		}
+		if n != p.nwait {
+			errs = append(errs, "placement "+k+" counts "+strconv.Itoa(p.nwait)+" waiters, recomputed "+strconv.Itoa(n))
 		}
 	}
+	return errs
+}
+
+// sameHolds reports whether a and b hold the same per pool.
+func sameHolds(a, b []poolHold) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, h := range a {
+		if cpu, mem := holdIn(b, h.ps); cpu != h.cpu || mem != h.mem {
+			return false
+		}
+	}
+	return true
+}
+
+// checkShareKeys checks every waiting queue is keyed by its tenant's
+// current share (DECISIONS 13).
+func (c *Core) checkShareKeys() []string {
+	var errs []string
+	if len(c.rekeys) > 0 {
+		return errs // keys are refreshed at the next pass
+	}
+	for k, p := range c.pqs {
+		for _, q := range p.tqList {
+			if q.inTree && q.kShare != c.share(q.t, p.ps) {
+				errs = append(errs, "placement "+k+" keys tenant "+u(q.t.id)+" by a stale share")
+			}
+		}
+	}
+	return errs
+}
+
+// checkAdms checks the live admissions are the admissions not ended. The
+// ended ones remembered for AdmissionMemory can number thousands on a busy
+// fleet; they are walked (each must be uncharged and hold no probe) only
+// while there are at most 1024, so a check per step stays cheap.
+func (c *Core) checkAdms() []string {
+	var errs []string
+	for id, a := range c.liveAdms {
+		if c.adms[id] != a || a.state == admEnded {
+			errs = append(errs, "live admission "+u(id)+" ended or unknown")
+		}
+	}
+	if len(c.adms) > 1024 {
+		return errs
+	}
+	live := 0
+	for _, a := range c.adms {
+		switch {
+		case a.state != admEnded:
+			live++
+		case a.charged || a.ticket != nil && a.ticket.probe:
+			errs = append(errs, "ended admission "+u(a.id)+" still charged or probing")
+		}
+	}
+	if live != len(c.liveAdms) {
+		errs = append(errs, "live admissions "+strconv.Itoa(len(c.liveAdms))+", recomputed "+strconv.Itoa(live))
+	}
+	slices.Sort(errs)
 	return errs
 }

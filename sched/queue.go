@@ -11,13 +11,25 @@ type pq struct {
 	pl      Placement // labels sorted
 	classes [nClasses]*btree.BTreeG[*tenantQ]
 	tqs     map[tqKey]*tenantQ
+	tqList  []*tenantQ // the same, in creation order
+	ps      *poolStat  // its pool's
 	nodes   *btree.BTreeG[nodeEntry]
-	fits    int   // sum of room over indexed nodes (API-13)
-	dirty   bool  // in Core.dirty
-	starved bool  // last pass found no node with room
-	hdBlock bool  // last pass found only headroom for normal work
-	rulesNo bool  // last pass: a job's rules refused nodes with room
-	drain   *node // automatic drain reservation held for its first waiter (BS-22)
+	fits    int  // sum of room over indexed nodes (API-13)
+	dirty   bool // in Core.dirty
+	starved bool // last pass found no node with room
+	hdBlock bool // last pass found only headroom for normal work
+	rulesNo bool // last pass: a job's rules refused nodes with room
+	// drains are the automatic drain reservations held for its waiters,
+	// in the order placed, at most one per waiter indexed (BS-22)
+	drains []*node
+	nwait  int // waiters indexed, every class
+	// wideWait: its last pass found its wide work waiting for a node
+	wideWait bool
+
+	// arbitration pass state (Core.schedule)
+	inPass     bool
+	skipNormal bool      // headroom found: normal work sits this pass out
+	aside      []*waiter // waiters set aside for this pass only
 }
 
 type tqKey struct {
@@ -32,18 +44,16 @@ type tenantQ struct {
 	cls     int
 	waiters *btree.BTreeG[*waiter]
 	inTree  bool
-	kHeld   int64 // key snapshot while in the class tree
-	kWeight int64
-	kSeq    uint64 // seq of its oldest waiter when keyed
+	kShare  float64 // the tenant's weighted dominant share when keyed
+	kSeq    uint64  // seq of its oldest waiter when keyed
 }
 
 var btOpts = btree.Options{NoLocks: true, Degree: 16}
 
 func tqLess(a, b *tenantQ) bool {
-	// least held per weight first: a.held/a.w < b.held/b.w
-	l, r := a.kHeld*b.kWeight, b.kHeld*a.kWeight
-	if l != r {
-		return l < r
+	// the least weighted dominant share first (DECISIONS 13)
+	if a.kShare != b.kShare {
+		return a.kShare < b.kShare
 	}
 	if a.kSeq != b.kSeq {
 		return a.kSeq < b.kSeq // equal shares: the oldest request first
@@ -70,6 +80,7 @@ func (c *Core) tenantQ(p *pq, t *tenant, cls int) *tenantQ {
 	}
 	q := &tenantQ{t: t, p: p, cls: cls, waiters: btree.NewBTreeGOptions(waiterLess, btOpts)}
 	p.tqs[k] = q
+	p.tqList = append(p.tqList, q)
 	t.tqs = append(t.tqs, q)
 	return q
 }
@@ -92,15 +103,19 @@ func (c *Core) tqSync(q *tenantQ) {
 	if w, ok := q.waiters.Min(); ok {
 		seq = w.seq
 	}
+	var share float64
+	if want {
+		share = c.share(q.t, q.p.ps)
+	}
 	if q.inTree {
-		if want && q.kHeld == int64(q.t.active()) && q.kWeight == c.pol.tenantWeight(q.t.id) && q.kSeq == seq {
+		if want && q.kShare == share && q.kSeq == seq {
 			return
 		}
 		q.p.classes[q.cls].Delete(q)
 		q.inTree = false
 	}
 	if want {
-		q.kHeld, q.kWeight, q.kSeq = int64(q.t.active()), c.pol.tenantWeight(q.t.id), seq
+		q.kShare, q.kSeq = share, seq
 		q.p.classes[q.cls].Set(q)
 		q.inTree = true
 		c.markDirty(q.p)
@@ -122,7 +137,11 @@ func (c *Core) indexWaiter(w *waiter, p *pq, t *tenant, cls int) {
 	q := c.tenantQ(p, t, cls)
 	q.waiters.Set(w)
 	w.tq = q
+	p.nwait++
 	c.tqSync(q)
+	if p.wideWait {
+		c.markDirty(p) // one more waiter of starved wide work: a drain more
+	}
 }
 
 func (c *Core) unindexWaiter(w *waiter) {
@@ -132,9 +151,10 @@ func (c *Core) unindexWaiter(w *waiter) {
 	}
 	q.waiters.Delete(w)
 	w.tq = nil
+	q.p.nwait--
 	c.tqSync(q)
-	if q.p.drain != nil {
-		c.markDirty(q.p) // its drain may have lost its waiter
+	if len(q.p.drains) > 0 || q.p.wideWait {
+		c.markDirty(q.p) // its drains may have lost their waiter
 	}
 }
 
@@ -148,14 +168,27 @@ func head(p *pq, cls int) *waiter {
 	return w
 }
 
-// before reports whether waiter a (in queue qa) goes before b (in qb) within
-// one spec class: share, then age.
-func before(qa *tenantQ, a *waiter, qb *tenantQ, b *waiter) bool {
-	l, r := qa.kHeld*qb.kWeight, qb.kHeld*qa.kWeight
-	if l != r {
-		return l < r
+// before reports whether waiter a goes before b within one spec class:
+// weighted dominant share, then age (ARB-09, DECISIONS 13).
+func before(a, b *waiter) bool {
+	if a.tq.kShare != b.tq.kShare {
+		return a.tq.kShare < b.tq.kShare
 	}
 	return a.seq < b.seq
+}
+
+// rank is the position of internal class cls in the class order now: the
+// two internal classes of normal work share one rank (ARB-06..08).
+func (c *Core) rank(cls int) int {
+	if cls == clsNormProbe {
+		cls = clsNormal
+	}
+	for i, k := range c.classOrder() {
+		if k == cls {
+			return i
+		}
+	}
+	return len(orderPlain)
 }
 
 // classOrder returns the order classes are served in now (ARB-06..08).
@@ -197,7 +230,7 @@ func (c *Core) pick(p *pq, skipNormal bool) (*waiter, int) {
 				return a, clsNormal
 			case a == nil:
 				return b, clsNormProbe
-			case before(a.tq, a, b.tq, b):
+			case before(a, b):
 				return a, clsNormal
 			default:
 				return b, clsNormProbe

@@ -77,6 +77,7 @@ func (c *Core) onRelayInventory(e RelayInventory) {
 		}
 		t := c.tenant(ri.Tenant)
 		if r.tenant != t {
+			moveHolds(r, r.tenant, t)
 			if old := r.tenant; old != nil {
 				old.held -= r.held
 				c.tenantChanged(old)
@@ -108,8 +109,13 @@ func (c *Core) onRelayHeartbeat(e RelayHeartbeat) {
 			jobs[a] = true
 		}
 		if r := c.runners[b.Runner]; r != nil && r.relay == rl {
-			if d := max(b.UnadmittedJobs, 0) - r.unadmitted; d != 0 {
-				r.unadmitted += d
+			n := max(b.UnadmittedJobs, 0)
+			if d := n - r.unadmitted; d != 0 || n > 0 && r.unadmP != r.p {
+				// held under the runner's placement (its envelope)
+				c.hold(r, r.unadmP, -int64(r.unadmitted))
+				r.unadmP = r.p
+				c.hold(r, r.unadmP, int64(n))
+				r.unadmitted = n
 				c.charge(r, d)
 			}
 		}
@@ -231,9 +237,12 @@ func (c *Core) onRestore(e Restore) {
 			i, _ := slices.BinarySearchFunc(rl.runners, r.id, func(x *runner, id RunnerID) int { return cmp.Compare(x.id, id) })
 			rl.runners = slices.Insert(rl.runners, i, r)
 		}
-		a := &admission{id: ra.Admission, runner: r, state: admClaimed, claimedAt: c.now, restored: true, charged: true}
+		a := &admission{id: ra.Admission, runner: r, state: admClaimed, claimedAt: c.now, restored: true, charged: true,
+			chp: c.pqFor(ra.Placement)}
 		c.adms[a.id] = a
+		c.liveAdms[a.id] = a
 		r.relay.adms[a.id] = a
+		c.hold(r, a.chp, +1)
 		c.charge(r, +1)
 		c.nextID = max(c.nextID, uint64(ra.Admission), uint64(ra.Reservation))
 		if ra.Reservation != 0 {
@@ -271,6 +280,7 @@ func (c *Core) onRestore(e Restore) {
 		}
 		c.nodeAddJob(n, jb)
 		c.alloc(n, jb.env(), +1)
+		c.hold(r, jb.p, +1)
 		c.charge(r, +1)
 	}
 }

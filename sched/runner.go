@@ -6,7 +6,9 @@ import (
 )
 
 // runnerBlock returns why the runner's tickets may not go now, or
-// ReasonNone (ARB-11, ARB-12, ARB-19, ARB-20).
+// ReasonNone (ARB-11, ARB-12, ARB-19, ARB-20). While the runner is backed
+// off only its lead request may go (runnerMode); the other tickets wait
+// with ReasonBackoff.
 func (c *Core) runnerBlock(r *runner) Reason {
 	rl := r.relay
 	switch {
@@ -18,7 +20,7 @@ func (c *Core) runnerBlock(r *runner) Reason {
 		return Reason{Code: ReasonRelayConcurrent, N: rl.concurrent}
 	case r.limit > 0 && r.held >= r.limit:
 		return Reason{Code: ReasonRunnerLimit, N: r.limit}
-	case r.backoffEnd.After(c.now):
+	case r.backoffEnd.After(c.now) && (r.leadOut > 0 || r.leadEnd.After(c.now)):
 		return Reason{Code: ReasonBackoff}
 	case c.isProbe(r) && r.probesOut > 0:
 		return Reason{Code: ReasonRunnerProbe}
@@ -45,19 +47,26 @@ func (c *Core) ticketClass(r *runner) int {
 	return clsNormal
 }
 
+// backedOff reports whether the runner is backed off (ARB-20): then only
+// its lead request goes, one at a time, each the base interval after the
+// previous one's empty answer (DECISIONS 14, docs/capacity-policy.md).
+func (c *Core) backedOff(r *runner) bool { return r.backoffEnd.After(c.now) }
+
 // refreshRunner indexes or unindexes the runner's waiting tickets to match
-// its eligibility and class.
+// its eligibility and class: all of them, none, or while it is backed off
+// only its oldest (the lead request).
 func (c *Core) refreshRunner(r *runner) {
 	want := r.p != nil && c.runnerBlock(r).Code == ReasonNone
+	lead := c.backedOff(r)
 	cls := c.ticketClass(r)
-	if r.indexed && (!want || cls != r.indexedCls) {
+	if r.indexed && (!want || cls != r.indexedCls || lead != r.indexedLead) {
 		for _, tk := range r.waiting {
 			c.unindexWaiter(&tk.waiter)
 		}
 		r.indexed = false
 	}
 	if want && !r.indexed {
-		r.indexed, r.indexedCls = true, cls
+		r.indexed, r.indexedCls, r.indexedLead = true, cls, lead
 		for _, tk := range r.waiting {
 			c.reindex(&tk.waiter)
 		}
@@ -95,37 +104,62 @@ func (c *Core) runnerAddWaiting(r *runner, tk *ticket) {
 
 func (c *Core) runnerDropWaiting(r *runner, tk *ticket) {
 	c.unindexWaiter(&tk.waiter)
-	if i := slices.Index(r.waiting, tk); i >= 0 {
+	i := slices.Index(r.waiting, tk)
+	if i >= 0 {
 		r.waiting = slices.Delete(r.waiting, i, i+1)
+	}
+	if i == 0 && r.indexed && r.indexedLead && len(r.waiting) > 0 {
+		c.reindex(&r.waiting[0].waiter) // the next oldest leads now
 	}
 }
 
-// backoff backs the runner off after an empty or error outcome (ARB-20):
-// initial·2^(n-1) capped at max, ±25% jitter from the seeded PRNG.
+// backoff backs the runner off after an empty or error outcome (ARB-20,
+// DECISIONS 14). Its requests but one wait initial·2^(n-1), capped at
+// max, ±25 % jitter from the seeded PRNG; the lead request — the oldest
+// waiting, one at a time — waits only the base interval (initial, with
+// the same jitter). So an idle runner asks GitLab about once per base
+// interval, as gitlab-runner with check_interval = 1 does, and a job that
+// arrives waits about that long, not up to max; its job outcome clears
+// the backoff and every request of the runner goes again.
 func (c *Core) backoff(r *runner) {
 	r.backoffN++
-	d := time.Duration(c.pol.BackoffInitialSecs) * time.Second
+	base := time.Duration(c.pol.BackoffInitialSecs) * time.Second
 	maxD := time.Duration(c.pol.BackoffMaxSecs) * time.Second
+	d := base
 	for i := 1; i < r.backoffN && d < maxD; i++ {
 		d *= 2
 	}
 	d = min(d, maxD)
 	// jitter in [-25%, +25%]
-	j := time.Duration((c.rng.Float64()*0.5 - 0.25) * float64(d))
-	r.backoffEnd = c.now.Add(d + j)
+	j := c.rng.Float64()*0.5 - 0.25
+	r.backoffEnd = c.now.Add(d + time.Duration(j*float64(d)))
+	r.leadEnd = c.now.Add(base + time.Duration(j*float64(base)))
 	c.addTimer(r.backoffEnd, tmRunner, uint64(r.id))
+	c.addTimer(r.leadEnd, tmRunner, uint64(r.id))
 	c.refreshRunner(r)
 }
 
 // tookJob records a job outcome: backoff cleared, runner busy (not a probe).
 func (c *Core) tookJob(r *runner) {
-	r.backoffN, r.backoffEnd = 0, time.Time{}
+	r.backoffN, r.backoffEnd, r.leadEnd = 0, time.Time{}, time.Time{}
 	r.lastJob = c.now
 	c.refreshRunner(r)
 }
 
-// probeDone ends a ticket's probe accounting.
+// leadDone ends a ticket's lead accounting: the runner may send its next
+// lead request once the base interval passed.
+func (c *Core) leadDone(tk *ticket) {
+	if !tk.lead {
+		return
+	}
+	tk.lead = false
+	tk.runner.leadOut--
+	c.refreshRunner(tk.runner)
+}
+
+// probeDone ends a ticket's probe and lead accounting.
 func (c *Core) probeDone(tk *ticket) {
+	c.leadDone(tk)
 	if !tk.probe {
 		return
 	}

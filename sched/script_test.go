@@ -27,6 +27,12 @@ func TestScriptProbeBurst(t *testing.T) { runScript(t, "arb_07_probe_burst.txt")
 // spec: ARB-09, ARB-10
 func TestScriptFairShare(t *testing.T) { runScript(t, "arb_09_fair_share.txt") }
 
+// spec: ARB-05, ARB-09, BS-28
+func TestScriptFairShareAcrossEnvelopes(t *testing.T) { runScript(t, "arb_09_drf_envelopes.txt") }
+
+// spec: ARB-09, BS-28
+func TestScriptFairShareByMemory(t *testing.T) { runScript(t, "arb_09_drf_memory.txt") }
+
 // spec: ARB-11, ARB-13
 func TestScriptCaps(t *testing.T) { runScript(t, "arb_11_caps.txt") }
 
@@ -103,3 +109,6 @@ func TestScriptSnapshotRanked(t *testing.T) { runScript(t, "bs_05_snapshot.txt")
 func TestScriptSubmissionRefusedCancelCeilingZero(t *testing.T) {
 	runScript(t, "api_34_refused.txt")
 }
+
+// spec: BS-20, BS-21, BS-22, BS-25
+func TestScriptWideDemand(t *testing.T) { runScript(t, "bs_22_wide_demand.txt") }

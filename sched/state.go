@@ -129,12 +129,16 @@ type node struct {
 
 type tenant struct {
 	id   TenantID
-	held int
-	// idle counts held jobs that finished but are not settled yet: they
-	// count against caps (ARB-11, ARB-35) but hold no node room, so the
-	// fair-share order uses held-idle (ARB-09).
-	idle int
-	tqs  []*tenantQ
+	held int // requests charged: what caps count (ARB-11)
+	// holds is what it holds per pool in resources, for fair share
+	// (DECISIONS 13); finished jobs awaiting their settle count against
+	// caps (ARB-35) but hold no node room, so they are not in holds.
+	holds []poolHold
+	tqs   []*tenantQ
+	chk   struct { // scratch of CheckInvariants
+		held  int
+		holds []poolHold
+	}
 }
 
 type relay struct {
@@ -150,19 +154,28 @@ type relay struct {
 }
 
 type runner struct {
-	id           RunnerID
-	relay        *relay
-	tenant       *tenant
-	p            *pq
-	limit        int
-	reqConc      int // request_concurrency; 0 means no bound here
-	open         int // unclaimed tickets (API-20)
-	held         int
-	unadmitted   int
+	id         RunnerID
+	relay      *relay
+	tenant     *tenant
+	p          *pq
+	limit      int
+	reqConc    int // request_concurrency; 0 means no bound here
+	open       int // unclaimed tickets (API-20)
+	held       int
+	unadmitted int
+	unadmP     *pq        // placement its unadmitted jobs are held under
+	holds      []poolHold // what it holds for fair share, per pool
+	chk        struct {   // scratch of CheckInvariants
+		held, open int
+		holds      []poolHold
+	}
 	production   bool
 	lastJob      time.Time // zero: never took a job
 	backoffN     int
-	backoffEnd   time.Time
+	backoffEnd   time.Time // its requests but the lead wait until then
+	leadEnd      time.Time // its lead request waits until then (backoff)
+	leadOut      int       // lead requests out: offered to answered (0 or 1)
+	indexedLead  bool      // indexed while backed off: the oldest ticket only
 	probesOut    int
 	waiting      []*ticket // queued tickets not parked, in seq order
 	tickets      map[TicketID]*ticket
@@ -187,7 +200,9 @@ type ticket struct {
 	state    ticketState
 	lastPoll time.Time
 	probe    bool
+	lead     bool // the runner's lead request while it is backed off
 	charged  bool
+	chp      *pq // placement it is charged under while charged
 	res      *reservation
 	adm      *admission
 	endWhy   string
@@ -223,6 +238,7 @@ type admission struct {
 	claimedAt time.Time
 	session   uint64
 	charged   bool
+	chp       *pq // placement it is charged under while charged
 	restored  bool
 	renewals  int32 // renewals asked since the claim (ARB-32)
 }
@@ -254,7 +270,7 @@ type job struct {
 	held     bool // waiting unindexed: project not listed (ARB-41)
 	rulesHit bool // was refused a node with room by placement rules
 	// idle: the job finished but is still charged until settled (ARB-35);
-	// it holds no node room, so fair-share order leaves it out (ARB-09).
+	// it holds no node room, so fair share leaves it out (ARB-09).
 	idle bool
 }
 
@@ -266,8 +282,3 @@ type nodeIx struct {
 	ent nodeEntry
 	in  bool
 }
-
-// active is what the tenant holds on nodes: its charge minus finished jobs
-// awaiting settle. Fair-share order compares it to the tenant's weight
-// (ARB-09); caps keep counting the whole charge (ARB-11).
-func (t *tenant) active() int { return t.held - t.idle }

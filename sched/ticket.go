@@ -95,6 +95,8 @@ func (c *Core) endTicket(tk *ticket, why string) {
 	c.dropTimer(&tk.idleTm)
 	if tk.charged {
 		tk.charged = false
+		c.hold(tk.runner, tk.chp, -1)
+		tk.chp = nil
 		c.charge(tk.runner, -1)
 	}
 	c.probeDone(tk)
@@ -134,14 +136,17 @@ func (c *Core) offerFailed(rs *reservation) {
 	tk.state, tk.immediate = tkQueued, false
 	if tk.charged {
 		tk.charged = false
+		c.hold(tk.runner, tk.chp, -1)
+		tk.chp = nil
 		c.charge(tk.runner, -1)
 	}
-	c.probeDone(tk)
 	if tk.skip == nil {
 		tk.skip = map[NodeID]bool{}
 	}
 	tk.skip[n.id] = true
+	// back in line first, so a lead request ending here leads again
 	c.runnerAddWaiting(tk.runner, tk)
+	c.probeDone(tk)
 }
 
 func (c *Core) onOfferReplied(e OfferReplied) {
@@ -167,6 +172,7 @@ func (c *Core) onOfferReplied(e OfferReplied) {
 	a := &admission{id: AdmissionID(c.mintID()), runner: tk.runner, state: admGranted, res: rs, ticket: tk}
 	rs.adm = a
 	c.adms[a.id] = a
+	c.liveAdms[a.id] = a
 	if tk.runner.relay != nil {
 		tk.runner.relay.adms[a.id] = a
 	}
@@ -202,6 +208,7 @@ func (c *Core) onClaimed(id AdmissionID) {
 			c.dropTimer(&tk.idleTm)
 			if tk.charged {
 				tk.charged, a.charged = false, true
+				a.chp, tk.chp = tk.chp, nil
 			}
 		}
 		c.verdict(VerdictOK, "")
@@ -288,6 +295,8 @@ func (c *Core) endAdmission(a *admission, why string) {
 	c.admissionEnded(a)
 	if a.charged {
 		a.charged = false
+		c.hold(a.runner, a.chp, -1)
+		a.chp = nil
 		c.charge(a.runner, -1)
 	}
 	if tk := a.ticket; tk != nil {
@@ -312,6 +321,7 @@ func (c *Core) admissionEnded(a *admission) {
 		return
 	}
 	a.state = admEnded
+	delete(c.liveAdms, a.id)
 	c.forgetAdmission(a)
 	c.addTimer(c.now.Add(AdmissionMemory), tmForget, uint64(a.id))
 }

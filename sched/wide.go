@@ -2,27 +2,31 @@ package sched
 
 import (
 	"cmp"
+	"slices"
 	"strconv"
 	"time"
 )
 
-// Wide jobs (BS-20..BS-25, seed 003, DESIGN "Later: Wide jobs"):
+// Wide jobs (BS-20..BS-25, seed 003, DESIGN "Later: Wide jobs"), served
+// by default:
 //
-//   - Packing (BS-21): above Policy.PackAboveUtilization of a pool, work
-//     goes to the most loaded node with room first (the node index read
-//     backwards: highest load, least room), so small jobs concentrate and
-//     whole nodes free up; below it, the least loaded first (PLACE-11).
+//   - Packing (BS-21): while wide work of a pool waits for a node, and at
+//     or above Policy.PackAboveUtilization of the pool, work goes to the
+//     most loaded node with room first (the node index read backwards:
+//     highest load, least room), so small jobs concentrate and whole nodes
+//     free up; otherwise the least loaded first (PLACE-11).
 //   - Automatic drain reservations (BS-22): when the first waiter of a
 //     placement finds no node of its pool with room (the placement's node
 //     index is empty) and its envelope is wide on some node (at least
 //     Policy.WideFraction of its vCPUs or memory) that could hold it empty,
-//     the one such node predicted to empty first is marked: it takes no
-//     new offers or starts, and the placement's first waiter takes it as
-//     soon as the envelope fits there. At most Policy.DrainsPerPool drains
-//     per pool; a drain ends when its placement's waiter is placed on it,
-//     when the placement has no waiter left that waits for room, when the
-//     node stops serving or matching, or after Policy.DrainMaxHold (then it
-//     is chosen again from fresh predictions).
+//     the node predicted to empty first is marked: it takes no new offers
+//     or starts, and a waiter of the placement takes it as soon as the
+//     envelope fits there. A placement holds at most one drain per waiting
+//     request, a pool at most drainCap; a drain ends when a waiter of its
+//     placement is placed on it, when the placement has fewer waiters than
+//     drains (the latest goes) or none that waits for room, when the node
+//     stops serving or matching, or after Policy.DrainMaxHold (then it is
+//     chosen again from fresh predictions).
 //   - Prediction (BS-23, BS-24): a node empties when its last job ends; a
 //     job's remaining time comes from the wall-time distribution of its name
 //     (RuntimeStats, updated on every finish rather than hourly), else from
@@ -41,12 +45,24 @@ type poolStat struct {
 	// shapes counts the pool's serving nodes by capacity (a fleet has few
 	// shapes), so "is this envelope wide on any node" costs no node scan
 	shapes map[Resources]int
+
+	// serving counts the pool's serving nodes; wideWaits its placements
+	// whose wide work waits for a node (noteWideWait)
+	serving, wideWaits int
+
+	name string
+	// refCPU and refMem are the reference capacity fair shares are
+	// fractions of (share.go); seenCPU and seenMem the capacity last
+	// compared with it; rekey: the pool waits in Core.rekeys.
+	refCPU, refMem   float64
+	seenCPU, seenMem int64
+	rekey            bool
 }
 
 func (c *Core) poolStat(pool string) *poolStat {
 	ps := c.pstat[pool]
 	if ps == nil {
-		ps = &poolStat{}
+		ps = &poolStat{name: pool}
 		c.pstat[pool] = ps
 	}
 	return ps
@@ -80,13 +96,30 @@ func (c *Core) Utilization(pool string) float64 {
 	return 0
 }
 
-// packing reports whether p's work goes to the most loaded node first.
+// packing reports whether p's work goes to the most loaded node first:
+// while wide work of its pool waits for a node, or at or above
+// PackAboveUtilization of the pool (BS-21).
 func (c *Core) packing(p *pq) bool {
-	if c.pol.PackAboveUtilization <= 0 {
-		return false
+	ps := p.ps
+	if ps.wideWaits > 0 {
+		return true
 	}
-	ps := c.pstat[p.pl.Pool]
-	return ps != nil && ps.utilization() >= c.pol.PackAboveUtilization
+	return c.pol.PackAboveUtilization > 0 && ps.utilization() >= c.pol.PackAboveUtilization
+}
+
+// noteWideWait records, at the end of p's pass, whether p is wide work of
+// its pool waiting for a node: starved with an envelope wide on some node
+// shape of the pool. While any placement of a pool is, the pool packs.
+func (c *Core) noteWideWait(p *pq) {
+	want := p.starved && p.nwait > 0 && c.wideSomewhere(p.ps, p.pl.Envelope)
+	if want != p.wideWait {
+		p.wideWait = want
+		if want {
+			p.ps.wideWaits++
+		} else {
+			p.ps.wideWaits--
+		}
+	}
 }
 
 // intern returns the index of a job name, 0 for "".
@@ -134,6 +167,7 @@ func (c *Core) shapeOut(n *node) {
 		if ps.shapes[n.capacity]--; ps.shapes[n.capacity] <= 0 {
 			delete(ps.shapes, n.capacity)
 		}
+		ps.serving--
 	}
 }
 
@@ -148,6 +182,7 @@ func (c *Core) shapeIn(n *node) {
 			ps.shapes = map[Resources]int{}
 		}
 		ps.shapes[n.capacity]++
+		ps.serving++
 	}
 }
 
@@ -162,24 +197,28 @@ func (c *Core) wideSomewhere(ps *poolStat, env Resources) bool {
 	return false
 }
 
-// autoDrainFits returns p's drained node when w may take it now.
+// autoDrainFits returns a node drained for p that w may take now: the
+// first of p's drains, in the order they were placed, where p's envelope
+// fits and w's refusals and rules allow.
 func (c *Core) autoDrainFits(p *pq, w *waiter) *node {
-	n := p.drain
-	if n == nil || w.skip[n.id] {
-		return nil
-	}
-	n.autoDrain = nil // room as if unreserved
-	room := roomFor(n, p.pl.Envelope, n.used, n.placed)
-	n.autoDrain = p
-	if room < 1 {
-		return nil
-	}
-	if jb := w.jb; jb != nil {
-		if pp, _ := c.pol.project(jb.runnerTenant(), jb.project); len(pp.Rules) > 0 && !rulesAllow(pp.Rules, jb.ref, n.id, n.pools) {
-			return nil
+	for _, n := range p.drains {
+		if w.skip[n.id] {
+			continue
 		}
+		n.autoDrain = nil // room as if unreserved
+		room := roomFor(n, p.pl.Envelope, n.used, n.placed)
+		n.autoDrain = p
+		if room < 1 {
+			continue
+		}
+		if jb := w.jb; jb != nil {
+			if pp, _ := c.pol.project(jb.runnerTenant(), jb.project); len(pp.Rules) > 0 && !rulesAllow(pp.Rules, jb.ref, n.id, n.pools) {
+				continue
+			}
+		}
+		return n
 	}
-	return n
+	return nil
 }
 
 // headroomBlocksUndrained is headroomBlocks for p's envelope on n as if
@@ -195,14 +234,32 @@ func (c *Core) headroomBlocksUndrained(n *node, p *pq) bool {
 	return blocked
 }
 
+// drainCap is how many automatic drains pool ps may hold at once: the
+// policy's DrainsPerPool when set, none when negative, and by default a
+// quarter of the pool's serving nodes (at least one), so wide work is
+// served without draining the fleet (BS-20).
+func (c *Core) drainCap(ps *poolStat) int {
+	switch d := c.pol.DrainsPerPool; {
+	case d > 0:
+		return d
+	case d < 0:
+		return 0
+	}
+	return max(1, ps.serving/4)
+}
+
 // maybeDrain places an automatic drain reservation for p, whose first
-// waiter w found no node with room (BS-22).
+// waiter w found no node with room (BS-22). A placement holds at most one
+// drain per waiter it has indexed (wide demand bounds the drains), its
+// pool at most drainCap; one drain is added per pass, so a drain choice
+// (a scan of the pool) is made at most once per starved placement and
+// pass.
 func (c *Core) maybeDrain(p *pq, w *waiter) {
-	if c.pol.DrainsPerPool <= 0 || p.drain != nil || p.nodes.Len() > 0 {
+	if p.nodes.Len() > 0 || len(p.drains) >= p.nwait {
 		return
 	}
-	ps := c.poolStat(p.pl.Pool)
-	if ps.drains >= c.pol.DrainsPerPool || !c.wideSomewhere(ps, p.pl.Envelope) {
+	ps := p.ps
+	if ps.drains >= c.drainCap(ps) || !c.wideSomewhere(ps, p.pl.Envelope) {
 		return
 	}
 	n := c.drainTarget(p, w)
@@ -212,19 +269,21 @@ func (c *Core) maybeDrain(p *pq, w *waiter) {
 	c.nodeChanging(n)
 	n.autoDrain, n.drainAt = p, c.now.UnixNano()
 	c.nodeChanged(n)
-	p.drain = n
+	p.drains = append(p.drains, n)
 	ps.drains++
 	c.addTimer(c.now.Add(c.pol.DrainMaxHold), tmDrain, uint64(n.id))
 }
 
-// liftAutoDrain ends p's automatic drain; the node takes work again.
-func (c *Core) liftAutoDrain(p *pq) {
-	n := p.drain
-	if n == nil {
+// liftDrain ends node n's automatic drain; the node takes work again.
+func (c *Core) liftDrain(n *node) {
+	p := n.autoDrain
+	if p == nil {
 		return
 	}
-	p.drain = nil
-	c.poolStat(p.pl.Pool).drains--
+	if i := slices.Index(p.drains, n); i >= 0 {
+		p.drains = slices.Delete(p.drains, i, i+1)
+	}
+	p.ps.drains--
 	c.nodeChanging(n)
 	n.autoDrain, n.drainAt = nil, 0
 	c.nodeChanged(n)
@@ -236,11 +295,28 @@ func (c *Core) liftAutoDrain(p *pq) {
 	}
 }
 
-// redrain lifts p's drain and has p served again, so a drain is chosen
-// afresh if its first waiter still finds no room.
-func (c *Core) redrain(p *pq) {
-	c.liftAutoDrain(p)
-	c.markDirty(p)
+// liftAutoDrains ends every automatic drain of p.
+func (c *Core) liftAutoDrains(p *pq) {
+	for len(p.drains) > 0 {
+		c.liftDrain(p.drains[len(p.drains)-1])
+	}
+}
+
+// trimDrains lifts the drains of p beyond its waiting demand, the latest
+// first: wide demand bounds the drains.
+func (c *Core) trimDrains(p *pq) {
+	for len(p.drains) > p.nwait {
+		c.liftDrain(p.drains[len(p.drains)-1])
+	}
+}
+
+// redrainNode lifts n's drain and has its placement served again, so a
+// drain is chosen afresh if its waiter still finds no room.
+func (c *Core) redrainNode(n *node) {
+	if p := n.autoDrain; p != nil {
+		c.liftDrain(n)
+		c.markDirty(p)
+	}
 }
 
 // checkDrains lifts an automatic drain whose node stopped serving or
@@ -258,7 +334,7 @@ func (c *Core) checkDrains(ev Event) {
 		return
 	}
 	if n := c.nodes[id]; n != nil && n.autoDrain != nil && (!n.serving() || !matches(n, &n.autoDrain.pl)) {
-		c.redrain(n.autoDrain)
+		c.redrainNode(n)
 	}
 }
 
@@ -268,15 +344,16 @@ func (c *Core) fireDrain(id NodeID) {
 	if n == nil || n.autoDrain == nil || c.now.UnixNano() < n.drainAt+int64(c.pol.DrainMaxHold) {
 		return
 	}
-	c.redrain(n.autoDrain)
+	c.redrainNode(n)
 }
 
 // liftAllDrains ends every automatic drain (policy change); they are chosen
 // again under the new policy.
 func (c *Core) liftAllDrains() {
 	for _, k := range sortedKeys(c.pqs) {
-		if p := c.pqs[k]; p.drain != nil {
-			c.redrain(p)
+		if p := c.pqs[k]; len(p.drains) > 0 {
+			c.liftAutoDrains(p)
+			c.markDirty(p)
 		}
 	}
 }

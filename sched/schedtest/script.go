@@ -458,6 +458,8 @@ func (s *Script) Run(line string) ([]string, error) {
 		return out, nil
 	case "util":
 		return []string{fmt.Sprintf("%.3f", s.H.Core.Utilization(arg(0)))}, nil
+	case "share":
+		return []string{fmt.Sprintf("%.4f", s.H.Core.Share(sched.TenantID(id(arg(0))), m["pool"]))}, nil
 	case "ranked":
 		env, err := resources(m)
 		if err != nil {
