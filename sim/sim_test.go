@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -243,13 +244,10 @@ func TestTenantFlood(t *testing.T) {
 	}
 }
 
-// Idle runners against empty queues: vk's probes and backoff bound what
-// the fleet asks GitLab to at most one request per runner per second, as
-// gitlab-runner with check_interval = 1 asks, besides the requests that
-// took a job (DECISIONS 14: a backed-off runner's lead request asks every
-// backoff_initial_secs). Before that ruling vk asked less than a fifth of
-// what polling managers ask; the merged core asks about twice what
-// accept-then-wait's managers ask at check_interval = 3 s (docs/sim.md).
+// Idle runners against empty queues: vk's probes and backoff keep GitLab's
+// load at most one request per runner per second (what gitlab-runner with
+// check_interval = 1 sends), while a job arriving after an idle spell is
+// picked up within about a second (DECISIONS 14, docs/capacity-policy.md).
 //
 // spec: BS-02, BS-18, ARB-20
 func TestProbeStorm(t *testing.T) {
@@ -258,12 +256,15 @@ func TestProbeStorm(t *testing.T) {
 			s := load(t, "probe-storm")
 			rep := run(t, s, seed, "vk", "accept-then-wait")
 			vk, atw := result(t, rep, "vk"), result(t, rep, "accept-then-wait")
-			runSecs := (s.Duration.Duration + s.Drain.Duration).Seconds()
-			bound := len(s.Jobs)*int(runSecs) + vk.Started
-			t.Logf("GitLab requests: vk %d (%.2f of accept-then-wait's %d), bound %d", vk.GitLabRequests, float64(vk.GitLabRequests)/float64(atw.GitLabRequests), atw.GitLabRequests, bound)
-			if vk.GitLabRequests > bound || vk.EmptyAnswers > len(s.Jobs)*int(runSecs) {
-				t.Errorf("vk made %d GitLab requests (%d empty), want ≤ one per runner per second (%d runners × %.0f s) plus the %d that took a job",
-					vk.GitLabRequests, vk.EmptyAnswers, len(s.Jobs), runSecs, vk.Started)
+			secs := int((s.Duration.Duration + s.Drain.Duration) / time.Second)
+			// before DECISIONS 14 vk made less than a fifth of
+			// accept-then-wait's requests; the lead request makes about twice
+			t.Logf("GitLab requests: vk %d, %.2f times accept-then-wait's %d", vk.GitLabRequests, float64(vk.GitLabRequests)/float64(atw.GitLabRequests), atw.GitLabRequests)
+			if limit := len(s.Jobs) * secs; vk.GitLabRequests > limit {
+				t.Errorf("vk made %d GitLab requests, want ≤ one per runner per second (%d)", vk.GitLabRequests, limit)
+			}
+			if p := Percentiles(vk.Waits); p.P50 > 2*time.Second {
+				t.Errorf("vk wait p50 %s after idle spells, want ≤ 2 s", p.P50)
 			}
 			if vk.Started != rep.Jobs {
 				t.Errorf("vk started %d of %d", vk.Started, rep.Jobs)
@@ -366,15 +367,15 @@ func TestRolloutDoublesRace(t *testing.T) {
 }
 
 // vk variants run the same core with some policy knobs changed, beside the
-// scenario's own vk run: a longer initial backoff (ARB-20), the interval
-// of a backed-off runner's lead request, saves GitLab requests on an idle
-// fleet at the price of longer waits.
+// scenario's own vk run: a longer base backoff interval (ARB-20, the lead
+// request's interval, DECISIONS 14) trades higher waits on an idle fleet
+// for fewer GitLab requests.
 //
 // spec: BS-06, BS-18
 func TestVKVariants(t *testing.T) {
 	s := load(t, "probe-storm")
-	five := 5
-	s.VK.Variants = []VKVariant{{Name: "slow", BackoffInitialSecs: &five}}
+	five, sixty := 5, 60
+	s.VK.Variants = []VKVariant{{Name: "slow", BackoffInitialSecs: &five, BackoffMaxSecs: &sixty}}
 	rep := run(t, s, 0, "vk")
 	if len(rep.Results) != 2 {
 		t.Fatalf("%d results, want vk and vk/slow", len(rep.Results))
@@ -386,35 +387,36 @@ func TestVKVariants(t *testing.T) {
 	}
 }
 
-// Wide jobs at a load the fleet can carry: with sched's defaults (packing
-// while wide work waits or above 70 %, drains bounded by the waiting wide
-// requests, predicted from per-job-name runtimes) vk places them within a
-// third of pull-fifo's p95 wait, at a utilization pull-fifo cannot reach,
-// without failing or moving a job. (Before issue 15 the defaults neither
-// packed nor drained and starved them; the comparison was then with
-// packing and one drain set by hand.)
+// Wide jobs at a load the fleet can carry: vk's defaults (packing while
+// wide work waits, drains following the wide demand, issue 15) and the
+// pack+drain variant (packing above 70 %, one drain per pool), predicted
+// from per-job-name runtimes, place them within minutes at a utilization
+// pull-fifo cannot reach, without failing or moving a job.
 //
 // spec: BS-20, BS-21, BS-22, BS-23, BS-24, BS-25, BS-06
 func TestWideJobsDrain(t *testing.T) {
 	for _, seed := range testSeeds {
 		t.Run("seed="+itoa(int(seed)), func(t *testing.T) {
 			s := load(t, "wide-drain")
-			s.VK.Variants = nil
+			s.VK.Variants = slices.DeleteFunc(s.VK.Variants, func(v VKVariant) bool { return v.Name != "pack+drain" })
 			rep := run(t, s, seed, "vk", "pull-fifo")
 			wide := func(r *Result) WaitStats {
 				return Percentiles(rep.WaitsBy(r, func(tm int) string { return s.Jobs[tm].Name })["train"])
 			}
-			vk, pf := result(t, rep, "vk"), result(t, rep, "pull-fifo")
-			wv, wp := wide(vk), wide(pf)
-			t.Logf("wide p50/p95: vk %s/%s, pull-fifo %s/%s; util %.3f %.3f", wv.P50, wv.P95, wp.P50, wp.P95, vk.Util, pf.Util)
-			if wv.P95*3 > wp.P95 {
-				t.Errorf("wide p95: vk %s, want ≤ 1/3 of pull-fifo's %s", wv.P95, wp.P95)
+			base, drain, pf := result(t, rep, "vk"), result(t, rep, "vk/pack+drain"), result(t, rep, "pull-fifo")
+			wb, wd, wp := wide(base), wide(drain), wide(pf)
+			t.Logf("wide p50/p95: vk %s/%s, vk/pack+drain %s/%s, pull-fifo %s/%s; util %.3f %.3f %.3f",
+				wb.P50, wb.P95, wd.P50, wd.P95, wp.P50, wp.P95, base.Util, drain.Util, pf.Util)
+			if wb.P95*3 > wp.P95 || wd.P95 >= wp.P95 {
+				t.Errorf("wide p95: vk %s, want ≤ 1/3 of pull-fifo's %s; pack+drain %s, want below it", wb.P95, wp.P95, wd.P95)
 			}
-			if vk.Util < pf.Util+0.10 {
-				t.Errorf("util: vk %.3f, pull-fifo %.3f; want vk ten points above", vk.Util, pf.Util)
+			if drain.Util < pf.Util+0.10 || base.Util < pf.Util+0.10 {
+				t.Errorf("util: pack+drain %.3f, plain vk %.3f, pull-fifo %.3f", drain.Util, base.Util, pf.Util)
 			}
-			if vk.FailedTotal() != 0 || vk.Started != rep.Jobs {
-				t.Errorf("vk: failed %v, started %d of %d", vk.Failed, vk.Started, rep.Jobs)
+			for _, r := range []*Result{base, drain} {
+				if r.FailedTotal() != 0 || r.Started != rep.Jobs {
+					t.Errorf("%s: failed %v, started %d of %d", r.Label, r.Failed, r.Started, rep.Jobs)
+				}
 			}
 		})
 	}
