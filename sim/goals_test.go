@@ -2,16 +2,18 @@ package sim
 
 import (
 	"context"
-	"math"
 	"testing"
 	"time"
 )
 
-// The arbiter's goals (issue 15), each asserted on one seed of a short
-// version of its goal scenario: the same fleet and job mix, a 2 h window
-// with the first 30 min not measured (the drains of the full scenarios
-// kept), so the package's tests stay quick. The 5-seed table of the full
-// scenarios is `vk-sim goals` (docs/sim.md), not a test.
+// The arbiter's goals (issue 15), each asserted on one seed of its goal
+// scenario: the reference workloads shortened to a 2 h window with the
+// first 30 min not measured (their drains kept), so the package's tests
+// stay quick; the backlogged scenarios as they are (4 h, the first hour
+// not measured), because shares drift over hours: on seed 1 tenant a's
+// share is 25.7 % in the first 2 h and 29.3 % over the full run. The
+// 5-seed table of the full scenarios is `vk-sim goals` (docs/sim.md), not
+// a test.
 
 // goalPolicies are the policies each short goal scenario runs.
 var goalPolicies = map[string][]string{
@@ -24,14 +26,17 @@ var goalPolicies = map[string][]string{
 // goalReports memoizes the short runs: the goal tests share them.
 var goalReports = map[string]*Report{}
 
-// goalReport runs the short version of goal scenario name (seed 1).
+// goalReport runs goal scenario name on seed 1, cut to 2 h when longer
+// than the 4 h of the backlogged ones.
 func goalReport(t *testing.T, name string) *Report {
 	t.Helper()
 	if rep := goalReports[name]; rep != nil {
 		return rep
 	}
 	s := load(t, name)
-	s.Duration.Duration, s.Warmup.Duration = 2*time.Hour, 30*time.Minute
+	if s.Duration.Duration > 4*time.Hour {
+		s.Duration.Duration, s.Warmup.Duration = 2*time.Hour, 30*time.Minute
+	}
 	rep, err := Run(context.Background(), Options{Scenario: s, Seed: 1, Policies: goalPolicies[name]})
 	if err != nil {
 		t.Fatal(err)
@@ -117,29 +122,6 @@ func TestGoal090CarriesTheLoad(t *testing.T) {
 	}
 	if vk.Util < 0.88 {
 		t.Errorf("utilization %.1f%%, want ≥ 88%%", 100*vk.Util)
-	}
-}
-
-// With both tenants backlogged, sending the same job mix, each gets its
-// weight's share of the busy vCPU·s, within 5 % of it: fair share counts
-// what tenants hold across every envelope of the pool; Jain's index over
-// share/weight is at least 0.99.
-//
-// spec: ARB-09, BS-28
-func TestGoalWeightedShareSameMix(t *testing.T) { weightedShare(t, "both-backlogged") }
-
-func weightedShare(t *testing.T, name string) {
-	t.Helper()
-	rep := goalReport(t, name)
-	vk := result(t, rep, "vk")
-	share, weight := rep.TenantShares(vk)
-	for i := range share {
-		if math.Abs(share[i]-weight[i]) > 0.05*weight[i] {
-			t.Errorf("tenant %s: %.1f%% of the busy vCPU·s, want %.1f%% ± 5%% of it", rep.Scenario.Tenants[i].Name, 100*share[i], 100*weight[i])
-		}
-	}
-	if vk.Jain < 0.99 {
-		t.Errorf("Jain's index %.3f, want ≥ 0.99", vk.Jain)
 	}
 }
 
