@@ -112,6 +112,15 @@
 // to a capacity race when it was taken from GitLab on room someone else
 // got first (quota admission's quota_rejected; vk's no_capacity and lost).
 //
+// # Goals
+//
+// [GoalScenarios] are the reference workload of issue 15 (at 0.9 and 1.1
+// of capacity) and two scenarios with both tenants backlogged; [Metrics]
+// are the figures its goals judge, each with the goal in words and a check
+// of vk's value against it or against the baselines of the same seed.
+// [RunGoals] runs them on several seeds and [GoalRun.WriteMarkdown] writes
+// the table (`vk-sim goals`).
+//
 // [VKParams.Variants] add runs of the same core with some policy knobs
 // changed ("vk/NAME"), e.g. packing above a utilization threshold and drain
 // reservations for wide jobs (BS-21, BS-22), so a candidate policy is
