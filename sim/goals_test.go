@@ -158,3 +158,16 @@ func TestGoalBeatsTheBaselines(t *testing.T) {
 		}
 	}
 }
+
+// Reservations held idle (granted, not yet running a job) stay at most 2 %
+// of the fleet's capacity at 0.9 and 1.1.
+//
+// spec: ARB-01, ARB-28
+func TestGoalIdleReservations(t *testing.T) {
+	for _, name := range []string{"reference-090", "reference-110"} {
+		rep := goalReport(t, name)
+		if f := rep.HeldIdleFraction(result(t, rep, "vk")); f > 0.02 {
+			t.Errorf("%s: reservations held idle %.2f%% of the fleet's capacity, want ≤ 2%%", name, 100*f)
+		}
+	}
+}
