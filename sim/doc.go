@@ -88,17 +88,38 @@
 //
 // # Metrics
 //
-// Utilization is running vCPUs over fleet vCPUs, integrated over the
-// arrival window. A wait is from a job's arrival at GitLab to its start on
-// a node. Held-idle is vCPU·time set aside on nodes without a running job
+// Every measurement but the time series covers the measured window: the
+// arrival window less the scenario's warmup, whose start-up transient
+// would otherwise flatter or punish a policy. Utilization is running vCPUs
+// over fleet vCPUs, integrated over the measured window. A wait is from a
+// job's arrival at GitLab to its start on a node, for the jobs that arrive
+// in the measured window; a job still waiting when the run ends (the drain
+// limit) counts with its wait so far, so a policy that starves a class
+// cannot hide it by never starting its jobs. Held-idle is vCPU·time set aside on nodes without a running job
 // (vk reservations granted and not yet used, including while a long-polled
 // GitLab request is open; pulled jobs before they boot; k8s-lease's leases
 // without a running pod, which no other manager can take). Free-while-waiting
 // is vCPU·time free on nodes while any job waited (head-of-line blocking,
-// margins, fragmentation). Jain's index is over each tenant's vCPU·s in the
-// window divided by its weight, among tenants that had jobs; it reads 1
-// only when every tenant was backlogged and served by weight, so read it
-// beside the per-tenant waits.
+// margins, fragmentation). Jain's index is over each tenant's busy vCPU·s
+// in the measured window divided by its weight, among tenants that had
+// jobs; it reads 1 only when every tenant was backlogged and served by
+// weight, so read it beside the per-tenant waits. A size class is the jobs
+// of one envelope; a job is wide when its envelope asks for at least half
+// the vCPUs of its pool's largest node. Per class the report gives the
+// share of the vCPU·s run in the measured window against the share of the
+// vCPU·s demanded by the jobs that arrived in it: under overload the two
+// stay equal when the shortfall is spread over every class. A job is lost
+// to a capacity race when it was taken from GitLab on room someone else
+// got first (quota admission's quota_rejected; vk's no_capacity and lost).
+//
+// # Goals
+//
+// [GoalScenarios] are the reference workload of issue 15 (at 0.9 and 1.1
+// of capacity) and two scenarios with both tenants backlogged; [Metrics]
+// are the figures its goals judge, each with the goal in words and a check
+// of vk's value against it or against the baselines of the same seed.
+// [RunGoals] runs them on several seeds and [GoalRun.WriteMarkdown] writes
+// the table (`vk-sim goals`).
 //
 // [VKParams.Variants] add runs of the same core with some policy knobs
 // changed ("vk/NAME"), e.g. packing above a utilization threshold and drain

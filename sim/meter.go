@@ -19,9 +19,11 @@ const (
 )
 
 // meter collects one policy's measurements as the run goes. Areas are
-// integrals over virtual time in vCPU·seconds, restricted to [0, window).
+// integrals over virtual time in vCPU·seconds, restricted to the measured
+// window [from, window); the per-bucket series cover all of [0, window).
 type meter struct {
 	window   time.Duration
+	from     time.Duration // the warmup's end: measurements start here
 	bucket   time.Duration
 	totalCPU float64
 	tmplCPU  []float64
@@ -36,6 +38,9 @@ type meter struct {
 	util       []float64
 	tenantUtil [][]float64
 	runArea    float64
+	tenantArea []float64 // per tenant: vCPU·s run in the measured window
+	tmplRun    []float64 // per template: vCPUs running now
+	tmplArea   []float64 // per template: vCPU·s run in the measured window
 	idleArea   float64
 	freeWait   float64
 	// staleLeased is the vCPUs of leases whose holder crashed, until they
@@ -59,7 +64,7 @@ type meter struct {
 
 func newMeter(s *Scenario, jobs []Job, totalCPU int64) *meter {
 	nb := int((s.Duration.Duration + s.Bucket.Duration - 1) / s.Bucket.Duration)
-	m := &meter{window: s.Duration.Duration, bucket: s.Bucket.Duration, totalCPU: float64(totalCPU),
+	m := &meter{window: s.Duration.Duration, from: s.Warmup.Duration, bucket: s.Bucket.Duration, totalCPU: float64(totalCPU),
 		freeCPU: float64(totalCPU), util: make([]float64, nb), tenantCPU: make([]float64, len(s.Tenants)),
 		start: make([]time.Duration, len(jobs)), failed: make([]string, len(jobs)), fails: map[string]int{}}
 	ti := map[string]int{}
@@ -70,6 +75,9 @@ func newMeter(s *Scenario, jobs []Job, totalCPU int64) *meter {
 		m.tmplCPU = append(m.tmplCPU, float64(j.CPUs))
 		m.tenantOf = append(m.tenantOf, ti[j.Tenant])
 	}
+	m.tmplRun = make([]float64, len(s.Jobs))
+	m.tmplArea = make([]float64, len(s.Jobs))
+	m.tenantArea = make([]float64, len(s.Tenants))
 	m.tenantJobs = make([]int, len(s.Tenants))
 	m.tenantPeak = make([]int, len(s.Tenants))
 	m.tenantUtil = make([][]float64, len(s.Tenants))
@@ -88,6 +96,9 @@ func (m *meter) advance(t time.Duration) {
 	for m.last < end {
 		b := int(m.last / m.bucket)
 		be := min(time.Duration(b+1)*m.bucket, end)
+		if m.last < m.from && be > m.from {
+			be = m.from // split the bucket at the warmup's end
+		}
 		dt := (be - m.last).Seconds()
 		m.util[b] += m.runCPU * dt
 		for i, c := range m.tenantCPU {
@@ -95,11 +106,19 @@ func (m *meter) advance(t time.Duration) {
 				m.tenantUtil[i][b] += c * dt
 			}
 		}
-		m.runArea += m.runCPU * dt
-		m.idleArea += m.heldIdle * dt
-		m.staleArea += m.staleLeased * dt
-		if m.waiting > 0 {
-			m.freeWait += m.freeCPU * dt
+		if m.last >= m.from {
+			m.runArea += m.runCPU * dt
+			m.idleArea += m.heldIdle * dt
+			m.staleArea += m.staleLeased * dt
+			if m.waiting > 0 {
+				m.freeWait += m.freeCPU * dt
+			}
+			for i, c := range m.tenantCPU {
+				m.tenantArea[i] += c * dt
+			}
+			for i, c := range m.tmplRun {
+				m.tmplArea[i] += c * dt
+			}
 		}
 		m.last = be
 	}
@@ -138,6 +157,7 @@ func (m *meter) started(t time.Duration, j, tmpl int) {
 	c := m.tmplCPU[tmpl]
 	m.runCPU += c
 	m.freeCPU -= c
+	m.tmplRun[tmpl] += c
 	tn := m.tenantOf[tmpl]
 	m.tenantCPU[tn] += c
 	m.tenantJobs[tn]++
@@ -150,6 +170,7 @@ func (m *meter) finished(t time.Duration, j, tmpl int) {
 	c := m.tmplCPU[tmpl]
 	m.runCPU -= c
 	m.freeCPU += c
+	m.tmplRun[tmpl] -= c
 	m.tenantCPU[m.tenantOf[tmpl]] -= c
 	m.tenantJobs[m.tenantOf[tmpl]]--
 	m.ended++

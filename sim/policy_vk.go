@@ -78,8 +78,8 @@ func runVKWith(ctx context.Context, w *world, p VKParams, check, countEnded bool
 		BackoffInitialSecs: p.BackoffInitialSecs,
 		BackoffMaxSecs:     p.BackoffMaxSecs,
 		LeaseSecs:          p.LeaseSecs,
-		// wide jobs (BS-20..23): packing above a utilization threshold
-		// and drain reservations, off unless the scenario sets them
+		// wide jobs (BS-20..23): packing and drain reservations; zero
+		// keeps sched's defaults
 		PackAboveUtilization: p.PackAboveUtilization,
 		DrainsPerPool:        p.DrainsPerPool,
 		WideFraction:         p.WideFraction,

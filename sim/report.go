@@ -22,22 +22,26 @@ func cpuHours(s float64) string { return strconv.FormatFloat(s/3600, 'f', 1, 64)
 func (rep *Report) WriteText(w io.Writer) error {
 	s := rep.Scenario
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s  seed %d  jobs %d  nodes %d (%d vCPU)  window %s\n", s.Name, rep.Seed, rep.Jobs, rep.Nodes, rep.CPUs, s.Duration.Duration)
+	fmt.Fprintf(&b, "scenario %s  seed %d  jobs %d  nodes %d (%d vCPU)  window %s", s.Name, rep.Seed, rep.Jobs, rep.Nodes, rep.CPUs, s.Duration.Duration)
+	if s.Warmup.Duration > 0 {
+		fmt.Fprintf(&b, " (the first %s not measured)", s.Warmup.Duration)
+	}
+	b.WriteString("\n")
 	if s.Description != "" {
 		fmt.Fprintf(&b, "%s\n", strings.TrimSpace(s.Description))
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tutil\twait p50\tp95\tp99\tstarted\tfailed\tquota-lost\tovershoot\ttimeout\tunstarted\theld-idle vCPU·h\tfree-while-waiting vCPU·h\tgitlab req\tempty\tjain\t")
+	fmt.Fprintln(tw, "policy\tutil\twait p50\tp95\tp99\tstarted\tfailed\tquota-lost\tovershoot\ttimeout\trace-lost\tunstarted\theld-idle vCPU·h\theld-idle\tfree-while-waiting vCPU·h\tgitlab req\tempty\treq/job\tjain\t")
 	for _, r := range rep.Results {
 		ws := Percentiles(r.Waits)
 		over := "-"
 		if (r.Policy == "quota-margin" || r.Policy == "k8s-lease") && s.Baseline.QuotaPods > 0 {
 			over = strconv.Itoa(r.MarginOvershoot)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%.3f\t\n", r.Label, pct(r.Util), secs(ws.P50), secs(ws.P95), secs(ws.P99),
-			r.Started, r.FailedTotal(), r.Failed[FailQuotaRejected]+r.Failed[FailQuotaNoRequest], over, r.Failed[FailPollTimeout], r.Unstarted,
-			cpuHours(r.HeldIdleCPUSecs), cpuHours(r.FreeWhileWaitingCPUSecs), r.GitLabRequests, r.EmptyAnswers, r.Jain)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.3f\t\n", r.Label, pct(r.Util), secs(ws.P50), secs(ws.P95), secs(ws.P99),
+			r.Started, r.FailedTotal(), r.Failed[FailQuotaRejected]+r.Failed[FailQuotaNoRequest], over, r.Failed[FailPollTimeout], r.RaceLost(), r.Unstarted,
+			cpuHours(r.HeldIdleCPUSecs), pct(rep.HeldIdleFraction(r)), cpuHours(r.FreeWhileWaitingCPUSecs), r.GitLabRequests, r.EmptyAnswers, r.RequestsPerStart(), r.Jain)
 	}
 	tw.Flush()
 	if by := failedBy(rep, FailQuotaNoRequest); by != "" {
@@ -67,31 +71,20 @@ func (rep *Report) WriteText(w io.Writer) error {
 		tw.Flush()
 	}
 
-	// waits by envelope size
-	sizes := map[string]bool{}
-	for _, j := range s.Jobs {
-		sizes[envLabel(j)] = true
-	}
-	sizeKeys := sortedStrings(sizes)
-	b.WriteString("\nwait p50/p95/p99 by envelope\n")
+	// per size class: waits, jobs left waiting, run against demanded vCPU·s
+	b.WriteString("\nby size class: wait p50/p95/p99 (jobs still waiting at the end count with their wait so far), jobs left waiting at the end, share of vCPU·s run against share of vCPU·s demanded\n")
 	tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "policy\t")
-	for _, k := range sizeKeys {
-		fmt.Fprintf(tw, "%s\t", k)
-	}
-	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "policy\tclass\tjobs\twait p50\tp95\tp99\tleft\trun share\tdemand share\t")
 	for _, r := range rep.Results {
-		by := rep.WaitsBy(r, func(t int) string { return envLabel(s.Jobs[t]) })
-		fmt.Fprintf(tw, "%s\t", r.Label)
-		for _, k := range sizeKeys {
-			fmt.Fprintf(tw, "%s\t", statCell(by[k]))
+		for _, c := range rep.Classes(r) {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t\n", r.Label, c.Class, c.Wait.N, secs(c.Wait.P50), secs(c.Wait.P95), secs(c.Wait.P99),
+				c.Left, pct(c.RunShare), pct(c.DemandShare))
 		}
-		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 
 	if len(s.Tenants) > 1 {
-		b.WriteString("\nby tenant: wait p50/p95/p99, share of vCPU·s run in the window (weight share)\n")
+		b.WriteString("\nby tenant: wait p50/p95/p99, share of busy vCPU·s in the measured window (weight share); Jain's index over share/weight\n")
 		tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprint(tw, "policy\t")
 		wsum := 0
@@ -99,7 +92,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(tw, "%s\t", t.Name)
 			wsum += t.Weight
 		}
-		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "jain\t")
 		for _, r := range rep.Results {
 			by := rep.WaitsBy(r, func(t int) string { return s.Jobs[t].Tenant })
 			total := 0.0
@@ -114,7 +107,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 				}
 				fmt.Fprintf(tw, "%s %s (%s)\t", statCell(by[t.Name]), pct(share), pct(float64(t.Weight)/float64(wsum)))
 			}
-			fmt.Fprintln(tw)
+			fmt.Fprintf(tw, "%.3f\t\n", r.Jain)
 		}
 		tw.Flush()
 	}
@@ -125,6 +118,16 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// HeldIdleFraction is r's held-idle vCPU·s as a fraction of the fleet's
+// capacity over the measured window.
+func (rep *Report) HeldIdleFraction(r *Result) float64 {
+	cap := float64(rep.CPUs) * (rep.Scenario.Duration.Duration - rep.Scenario.Warmup.Duration).Seconds()
+	if cap <= 0 {
+		return 0
+	}
+	return r.HeldIdleCPUSecs / cap
 }
 
 // WriteWall writes the wall-clock figures: the vk core's events per second.

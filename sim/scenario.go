@@ -57,6 +57,11 @@ type Scenario struct {
 	// Drain bounds the time after Duration spent finishing work (default
 	// 2 × Duration); jobs not started by then count as unstarted.
 	Drain Duration `toml:"drain"`
+	// Warmup is the start of the window left out of every measurement
+	// (utilization, shares, held-idle, waits of the jobs arriving in it),
+	// so a run is judged in its steady state; default 0. The time series
+	// still cover the whole window.
+	Warmup Duration `toml:"warmup"`
 	// Seed seeds the workload sample and every policy's PRNG unless a
 	// --seed flag overrides it; default 1.
 	Seed uint64 `toml:"seed"`
@@ -216,7 +221,11 @@ type VKParams struct {
 	LeaseSecs          int      `toml:"lease_secs"`           // sched Policy.LeaseSecs (ARB-28)
 	// PackAboveUtilization, DrainsPerPool, WideFraction and DrainMaxHold
 	// are the core's wide-job knobs (BS-21, BS-22; zero: sched's
-	// defaults, which neither pack nor drain).
+	// defaults, which pack while wide work waits or above 70 % and drain
+	// for waiting wide work). A negative pack_above_utilization packs
+	// only while wide work waits; a negative drains_per_pool places no
+	// drains: with both, a variant shows a core that neither packs above
+	// a threshold nor drains.
 	PackAboveUtilization float64  `toml:"pack_above_utilization"`
 	DrainsPerPool        int      `toml:"drains_per_pool"` // sched Policy.DrainsPerPool (BS-22)
 	WideFraction         float64  `toml:"wide_fraction"`   // sched Policy.WideFraction (BS-20)
@@ -451,6 +460,9 @@ func (s *Scenario) validate() error {
 	if s.Duration.Duration <= 0 {
 		bad("duration must be positive")
 	}
+	if s.Warmup.Duration >= s.Duration.Duration && s.Duration.Duration > 0 {
+		bad("warmup (%s) must be shorter than duration (%s)", s.Warmup.Duration, s.Duration.Duration)
+	}
 	if s.Duration.Duration > 30*24*time.Hour || s.Drain.Duration > 30*24*time.Hour {
 		bad("duration and drain are at most 30 days")
 	}
@@ -530,11 +542,11 @@ func (s *Scenario) validate() error {
 		}
 		vnames[x.Name] = true
 		v := x.apply(s.VK)
-		if v.RequestConcurrency <= 0 || v.RequestConcurrency > 64 || v.RelayConcurrent < 0 || v.ProbeLimit < -1 || v.BusySecs < 0 || v.BackoffInitialSecs < 0 || v.BackoffMaxSecs < 0 || v.LeaseSecs < 0 || v.DrainsPerPool < 0 {
-			bad("vk%s: request_concurrency must be in [1, 64] and no parameter negative", variantLabel(x.Name))
+		if v.RequestConcurrency <= 0 || v.RequestConcurrency > 64 || v.RelayConcurrent < 0 || v.ProbeLimit < -1 || v.BusySecs < 0 || v.BackoffInitialSecs < 0 || v.BackoffMaxSecs < 0 || v.LeaseSecs < 0 || v.DrainsPerPool < -1 {
+			bad("vk%s: request_concurrency must be in [1, 64], drains_per_pool at least -1 (no drains), probe_limit at least -1, and no other parameter negative", variantLabel(x.Name))
 		}
-		if !(v.PackAboveUtilization >= 0 && v.PackAboveUtilization <= 1) || !(v.WideFraction >= 0 && v.WideFraction <= 1) {
-			bad("vk%s: pack_above_utilization and wide_fraction are fractions in [0, 1]", variantLabel(x.Name))
+		if !(v.PackAboveUtilization >= -1 && v.PackAboveUtilization <= 1) || !(v.WideFraction >= 0 && v.WideFraction <= 1) {
+			bad("vk%s: pack_above_utilization is in [-1, 1] (negative: only while wide work waits) and wide_fraction a fraction in [0, 1]", variantLabel(x.Name))
 		}
 	}
 	b := s.Baseline

@@ -55,27 +55,41 @@ type Result struct {
 	Finished  int            // jobs that finished by the end of the run
 	Unstarted int            // neither started nor failed by the end of the run
 	Failed    map[string]int // by Fail* reason
-	// Util is the mean CPU-weighted utilization over the window, 0..1;
-	// UtilSeries the same per bucket.
+	// Util is the mean CPU-weighted utilization over the measured window
+	// (after the scenario's warmup), 0..1; UtilSeries the same per bucket
+	// of the whole window.
 	Util       float64
 	UtilSeries []float64 // per Scenario.Bucket, 0..1
 	// TenantSeries[t][b] is tenant t's share of the fleet's vCPUs in bucket b.
 	TenantSeries [][]float64
-	// TenantCPUSecs is what each tenant ran within the window (vCPU·s).
+	// TenantCPUSecs is what each tenant ran within the measured window
+	// (vCPU·s, busy vCPU·s).
 	TenantCPUSecs []float64
+	// TemplateCPUSecs is what each job template ran within the measured
+	// window; TemplateDemandCPUSecs what the jobs of each template that
+	// arrived in it asked for (vCPUs × runtime), run or not.
+	TemplateCPUSecs       []float64
+	TemplateDemandCPUSecs []float64
 	// TenantPeakJobs is the most jobs each tenant had running at once.
 	TenantPeakJobs []int
 	// Jain is Jain's fairness index over TenantCPUSecs[t]/weight[t] for
 	// tenants that had jobs (1 is perfectly weighted-fair).
 	Jain float64
-	// Waits are the waits (arrival at GitLab to running) of started jobs,
-	// by job ID; -1 for jobs that never started or failed.
+	// Waits are the waits (arrival at GitLab to running) of the jobs that
+	// arrived in the measured window, by job ID. A job still waiting at
+	// the end of the run counts with its wait so far (to the end of the
+	// drain); a failed job, or one that arrived during the warmup, is -1.
 	Waits []time.Duration
-	// HeldIdleCPUSecs: vCPU·s set aside without running a job (vk
+	// Left marks, by job ID, the jobs left waiting at the end of the run
+	// (neither started nor failed), whenever they arrived.
+	Left []bool
+	// HeldIdleCPUSecs: vCPU·s set aside without running a job in the
+	// measured window (vk
 	// reservations granted but not yet used, pulled jobs booting,
 	// k8s-lease's leases without a running pod).
 	HeldIdleCPUSecs float64
-	// FreeWhileWaitingCPUSecs: vCPU·s free while some job waited.
+	// FreeWhileWaitingCPUSecs: vCPU·s free while some job waited (in the
+	// measured window).
 	FreeWhileWaitingCPUSecs float64
 	GitLabRequests          int // job requests made (pull policies: one per job)
 	EmptyAnswers            int // job requests answered without a job
@@ -114,6 +128,22 @@ func (r *Result) FailedTotal() int {
 		n += v
 	}
 	return n
+}
+
+// RaceLost is the number of jobs lost to a capacity race: taken from
+// GitLab on room another taker got first and then failed by admission
+// (quota_rejected) or by the core (vk's no_capacity and lost).
+func (r *Result) RaceLost() int {
+	return r.Failed[FailQuotaRejected] + r.Failed[FailNoCapacity] + r.Failed[FailLost]
+}
+
+// RequestsPerStart is GitLab job requests per job started (0 when none
+// started).
+func (r *Result) RequestsPerStart() float64 {
+	if r.Started == 0 {
+		return 0
+	}
+	return float64(r.GitLabRequests) / float64(r.Started)
 }
 
 // DecisionsPerSec is the vk core's events per second of wall time, 0 when
@@ -239,54 +269,54 @@ func (r *Result) fill(s *Scenario, w *world) {
 	m := w.m
 	r.Events = w.eng.n
 	r.Failed = m.fails
-	win := w.window.Seconds()
-	r.Util = m.runArea / (m.totalCPU * win)
+	measured := (w.window - s.Warmup.Duration).Seconds()
+	r.Util = m.runArea / (m.totalCPU * measured)
 	r.UtilSeries = make([]float64, len(m.util))
+	win := w.window.Seconds()
 	bsec := s.Bucket.Duration.Seconds()
 	for b, a := range m.util {
 		width := min(bsec, win-float64(b)*bsec)
 		r.UtilSeries[b] = a / (m.totalCPU * width)
 	}
 	r.TenantSeries = make([][]float64, len(m.tenantUtil))
-	r.TenantCPUSecs = make([]float64, len(m.tenantUtil))
 	for t, ser := range m.tenantUtil {
 		r.TenantSeries[t] = make([]float64, len(ser))
 		for b, a := range ser {
 			width := min(bsec, win-float64(b)*bsec)
 			r.TenantSeries[t][b] = a / (m.totalCPU * width)
-			r.TenantCPUSecs[t] += a
+		}
+	}
+	r.TenantCPUSecs = m.tenantArea
+	r.TemplateCPUSecs = m.tmplArea
+	r.TemplateDemandCPUSecs = make([]float64, len(s.Jobs))
+	for _, j := range w.jobs {
+		if j.Arrive >= s.Warmup.Duration && j.Arrive < w.window {
+			r.TemplateDemandCPUSecs[j.Template] += m.tmplCPU[j.Template] * j.Runtime.Seconds()
 		}
 	}
 	hasJobs := make([]bool, len(s.Tenants))
 	for _, j := range w.jobs {
 		hasJobs[j.Tenant] = true
 	}
-	var sum, sq float64
-	n := 0
-	for t, c := range r.TenantCPUSecs {
-		if !hasJobs[t] {
-			continue
-		}
-		x := c / float64(max(s.Tenants[t].Weight, 1))
-		sum += x
-		sq += x * x
-		n++
-	}
-	if sq > 0 {
-		r.Jain = sum * sum / (float64(n) * sq)
-	}
+	r.Jain = jain(r.TenantCPUSecs, s.Tenants, hasJobs)
 	r.Waits = make([]time.Duration, len(w.jobs))
+	r.Left = make([]bool, len(w.jobs))
 	for j, st := range m.start {
+		wait := time.Duration(-1)
 		switch {
 		case st >= 0 && m.failed[j] == "":
 			r.Started++
-			r.Waits[j] = st - w.jobs[j].Arrive
+			wait = st - w.jobs[j].Arrive
 		case m.failed[j] == "":
+			// still waiting: it waited at least until the end of the drain
 			r.Unstarted++
-			r.Waits[j] = -1
-		default:
-			r.Waits[j] = -1
+			r.Left[j] = true
+			wait = max(w.end, w.eng.now) - w.jobs[j].Arrive
 		}
+		if w.jobs[j].Arrive < s.Warmup.Duration {
+			wait = -1
+		}
+		r.Waits[j] = wait
 	}
 	r.Finished = m.ended - r.FailedTotal()
 	r.TenantPeakJobs = m.tenantPeak
@@ -297,6 +327,27 @@ func (r *Result) fill(s *Scenario, w *world) {
 	r.PeakOvershoot = m.peakOver
 	r.MarginOvershoot = m.overshoot
 	r.StaleLeaseCPUSecs = m.staleArea
+}
+
+// jain is Jain's fairness index over cpuSecs[t]/weight[t] for the tenants
+// with had[t]: (Σx)² / (n·Σx²), 1 when every tenant got the same vCPU·s
+// per unit of weight, 1/n when one tenant got everything; 0 when no one ran.
+func jain(cpuSecs []float64, tenants []TenantSpec, had []bool) float64 {
+	var sum, sq float64
+	n := 0
+	for t, c := range cpuSecs {
+		if !had[t] {
+			continue
+		}
+		x := c / float64(max(tenants[t].Weight, 1))
+		sum += x
+		sq += x * x
+		n++
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(n) * sq)
 }
 
 // WaitStats are percentiles of a set of waits.

@@ -3,6 +3,7 @@
 //
 //	vk-sim run SCENARIO [--seed N] [--html FILE]
 //	vk-sim compare SCENARIO --policies vk,pull-fifo,… [--seed N] [--html FILE]
+//	vk-sim goals [--dir sim/scenarios] [--seeds 1,2,3,4,5] [--policies …] [--check-invariants]
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -28,6 +30,7 @@ func main() {
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(command("run", "run a scenario with its own policy list (default: all policies)", false))
 	root.AddCommand(command("compare", "compare the given policies on one scenario", true))
+	root.AddCommand(goalsCommand())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := root.ExecuteContext(ctx)
 	stop()
@@ -87,5 +90,44 @@ func command(use, short string, needPolicies bool) *cobra.Command {
 	c.Flags().Uint64Var(&seed, "seed", 0, "PRNG seed (0: the scenario's seed)")
 	c.Flags().StringVar(&html, "html", "", "also write a self-contained HTML report to FILE")
 	c.Flags().StringVar(&policies, "policies", "", "comma-separated policies: "+strings.Join(sim.PolicyNames, ","))
+	return c
+}
+
+// goalsCommand runs the goal scenarios on several seeds and prints the goal
+// table (Markdown) of the arbiter's goals (issue 15).
+func goalsCommand() *cobra.Command {
+	var (
+		dir      string
+		seeds    string
+		policies string
+		check    bool
+	)
+	c := &cobra.Command{
+		Use:   "goals",
+		Short: "run the goal scenarios (" + strings.Join(sim.GoalScenarios, ", ") + ") on several seeds and print the goal table",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opt := sim.GoalOptions{Dir: dir, CheckInvariants: check, Progress: cmd.ErrOrStderr()}
+			for _, f := range strings.Split(seeds, ",") {
+				n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+				if err != nil || n == 0 {
+					return fmt.Errorf("--seeds: %q is not a positive integer", f)
+				}
+				opt.Seeds = append(opt.Seeds, n)
+			}
+			if policies != "" {
+				opt.Policies = strings.Split(policies, ",")
+			}
+			g, err := sim.RunGoals(cmd.Context(), opt)
+			if err != nil {
+				return err
+			}
+			return g.WriteMarkdown(cmd.OutOrStdout())
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "sim/scenarios", "directory of the goal scenarios")
+	c.Flags().StringVar(&seeds, "seeds", "1,2,3,4,5", "comma-separated seeds")
+	c.Flags().StringVar(&policies, "policies", "", "comma-separated policies (default: all): "+strings.Join(sim.PolicyNames, ","))
+	c.Flags().BoolVar(&check, "check-invariants", false, "check sched's invariants after every step of vk (slow)")
 	return c
 }
