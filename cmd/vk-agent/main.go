@@ -18,7 +18,9 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/vk-ci/vk/node/exec/vmproto"
 	"golang.org/x/sys/unix"
@@ -69,13 +71,61 @@ func open(vsock uint, port string, stdio bool) (io.ReadWriteCloser, error) {
 	case vsock != 0:
 		return acceptVsock(uint32(vsock))
 	default:
-		f, err := os.OpenFile(port, os.O_RDWR, 0)
-		if err != nil {
-			return nil, fmt.Errorf("virtio-serial port: %w", err)
-		}
-		return f, nil
+		return openPort(port)
 	}
 }
+
+// openPort opens the virtio-serial port. Without udev there is no
+// /dev/virtio-ports/<name> link: the port is found by its name under
+// /sys/class/virtio-ports, waiting up to portWait for the driver.
+func openPort(port string) (io.ReadWriteCloser, error) {
+	deadline := time.Now().Add(portWait)
+	for {
+		if f, err := os.OpenFile(port, os.O_RDWR, 0); err == nil {
+			return f, nil
+		}
+		ents, _ := os.ReadDir("/sys/class/virtio-ports")
+		for _, e := range ents {
+			name, err := os.ReadFile(filepath.Join("/sys/class/virtio-ports", e.Name(), "name"))
+			if err == nil && strings.TrimSpace(string(name)) == filepath.Base(port) {
+				if f, err := os.OpenFile(filepath.Join("/dev", e.Name()), os.O_RDWR, 0); err == nil {
+					return f, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("virtio-serial port %s: not found", port)
+		}
+		time.Sleep(20 * time.Millisecond) // polling sysfs for a device to appear
+	}
+}
+
+// portWait bounds the wait for the virtio-serial port to appear.
+const portWait = 10 * time.Second
+
+// loadModules loads the kernel modules listed, one path a line, in
+// modulesList: the guest kernel's virtio drivers are modules, and no
+// modprobe runs before the agent.
+func loadModules() {
+	b, err := os.ReadFile(modulesList)
+	if err != nil {
+		return
+	}
+	for _, m := range strings.Fields(string(b)) {
+		f, err := os.Open(m)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "vk-agent: module %s: %v\n", m, err)
+			continue
+		}
+		if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+			fmt.Fprintf(os.Stderr, "vk-agent: module %s: %v\n", m, err)
+		}
+		f.Close()
+	}
+}
+
+// modulesList names the modules the init loads, in order.
+const modulesList = "/etc/vk-agent/modules"
 
 // acceptVsock listens on the guest's vsock port and returns the first
 // connection (the node's).
@@ -114,6 +164,7 @@ func initMain() int {
 	}
 	_ = os.MkdirAll("/dev/pts", 0o755)
 	_ = unix.Mount("devpts", "/dev/pts", "devpts", 0, "")
+	loadModules()
 	_ = os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	self, err := os.Executable()
 	if err != nil {
@@ -126,7 +177,12 @@ func initMain() int {
 		poweroff()
 		return 1
 	}
-	fmt.Fprintln(os.Stderr, "vk-agent: ready")
+	// Through the kernel log, so the console line carries the kernel's
+	// time since boot (the node's boot breakdown reads it).
+	if k, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0); err == nil {
+		fmt.Fprintln(k, "<4>vk-agent: init ready") // warning: shown at loglevel 5
+		k.Close()
+	}
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, 0, nil)
