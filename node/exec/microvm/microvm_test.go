@@ -3,6 +3,7 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -155,5 +156,35 @@ func TestJobStagesInOneVM(t *testing.T) {
 	}
 	if _, err := j.Run(ctx, exec.Script{Body: "true"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 		t.Errorf("Run after Cleanup succeeded")
+	}
+}
+
+// The KVM probe answers within its timeout — here, where KVM is nested
+// PVM and a stock guest kernel hangs, with an error — and leaves no QEMU
+// process or directory behind either way.
+func TestProbeKVMAnswersInTime(t *testing.T) {
+	if err := Available("", ""); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	root := t.TempDir()
+	start := time.Now()
+	err := ProbeKVM(context.Background(), Config{Root: root, Agent: buildAgent(t)}, 3*time.Second)
+	took := time.Since(start)
+	t.Logf("probe: %v after %v", err, took)
+	if took > 15*time.Second {
+		t.Errorf("probe took %v with a 3 s timeout", took)
+	}
+	if err != nil && !errors.Is(err, ErrUnavailable) {
+		t.Errorf("probe error %v does not wrap ErrUnavailable", err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("probe left %v", ents)
+	}
+	out, _ := osexec.Command("pgrep", "-f", filepath.Join(root, "probe")).Output()
+	if len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("probe QEMU still runs: %s", out)
 	}
 }
