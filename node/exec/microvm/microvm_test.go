@@ -1,6 +1,7 @@
 package microvm
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -80,6 +81,7 @@ func (w *lineWriter) String() string {
 // and sees none of the host's processes; cleanup leaves no QEMU process,
 // socket or directory.
 // spec: STAGE-04
+// spec: XFER-24
 func TestJobStagesInOneVM(t *testing.T) {
 	e := newExecutor(t)
 	ctx := context.Background()
@@ -111,6 +113,22 @@ func TestJobStagesInOneVM(t *testing.T) {
 	}
 	if out, _, res := run(`cat /builds/artefact; exit 3`); res.ExitCode != 3 || out != "kept\n" {
 		t.Fatalf("stage 2: %+v %q", res, out)
+	}
+	// The job's tree moves through the agent, both ways, with no archiver
+	// in the guest (XFER-24).
+	var tarball bytes.Buffer
+	if err := j.Client().Archive(ctx, ".", &tarball); err != nil {
+		t.Fatal(err)
+	}
+	h, err := tar.NewReader(bytes.NewReader(tarball.Bytes())).Next()
+	if err != nil || h.Name != "artefact" {
+		t.Errorf("archive of the job tree: first entry %v, %v; want artefact", h, err)
+	}
+	if err := j.Client().Extract(ctx, "in", bytes.NewReader(tarball.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, res := run(`cat in/artefact`); res.ExitCode != 0 || out != "kept\n" {
+		t.Errorf("extracted file in the guest: %+v %q", res, out)
 	}
 	hostKernel, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	out, _, _ := run(`cat /proc/sys/kernel/random/boot_id; ls /proc | grep -c '^[0-9]'`)
