@@ -80,8 +80,7 @@ func (w *lineWriter) String() string {
 // script's trap and an immediate one kills; the guest has its own kernel
 // and sees none of the host's processes; cleanup leaves no QEMU process,
 // socket or directory.
-// spec: STAGE-04
-// spec: XFER-24
+// spec: STAGE-04, XFER-24, NODE-15, NODE-16
 func TestJobStagesInOneVM(t *testing.T) {
 	e := newExecutor(t)
 	ctx := context.Background()
@@ -159,12 +158,18 @@ func TestJobStagesInOneVM(t *testing.T) {
 			t.Errorf("cancel %v: %+v, want code %d signal %q (out %q)", c.mode, res, c.code, c.signal, w.String())
 		}
 	}
-	if u := j.Usage(); u.CPU <= 0 || u.PeakMemBytes <= 0 {
+	u := j.Usage()
+	if u.CPU <= 0 || u.PeakMemBytes <= 0 {
 		t.Errorf("usage %+v", u)
 	}
 	pid := j.PID()
 	if err := j.Cleanup(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// QEMU's CPU (guest execution included) and VmHWM, read before the
+	// VM went away, stay the job's usage.
+	if u2 := j.Usage(); u2.CPU < u.CPU || u2.PeakMemBytes < u.PeakMemBytes {
+		t.Errorf("usage after cleanup %+v, before %+v", u2, u)
 	}
 	if err := syscall.Kill(pid, 0); err == nil {
 		t.Errorf("QEMU %d still runs after cleanup", pid)
