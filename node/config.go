@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/vk-ci/vk/internal/conffile"
+	"github.com/vk-ci/vk/node/exec/oci"
 	"github.com/vk-ci/vk/proto/client"
 )
 
@@ -171,8 +172,11 @@ type ExecutorConfig struct {
 	// fail configuration (FAIL-05) instead of running in the process
 	// backend (auto).
 	RequireImage bool `toml:"require_image"`
-	// Runc is the runc binary of the oci backend; "" means runc from PATH.
+	// Runc is the runtime binary of the oci backend; "" means runc (or,
+	// with [OCIConfig.Runtime] runsc, runsc) from PATH.
 	Runc string `toml:"runc"`
+	// OCI is [executor.oci]: the oci backend's runtime.
+	OCI OCIConfig `toml:"oci"`
 	// Images is [executor.images]: how the oci backend finds and keeps
 	// images.
 	Images ImagesConfig `toml:"images"`
@@ -200,6 +204,29 @@ type ExecutorConfig struct {
 	Cgroups bool `toml:"cgroups"`
 	// Schedule is [executor.schedule].
 	Schedule ScheduleConfig `toml:"schedule"`
+}
+
+// OCIConfig is [executor.oci].
+type OCIConfig struct {
+	// Runtime is runc (default: containers share the host's kernel) or
+	// runsc (gVisor: each job's container on gVisor's user-space
+	// kernel; no services yet).
+	Runtime string `toml:"runtime"`
+	// Platform is gVisor's platform under runsc; "" means ptrace, which
+	// needs no virtualisation.
+	Platform string `toml:"platform"`
+}
+
+// ociRuntimeBinary is the oci backend's runtime binary: [executor] runc,
+// else the runtime's own name.
+func (c Config) ociRuntimeBinary() string {
+	if c.Executor.Runc != "" {
+		return c.Executor.Runc
+	}
+	if c.Executor.OCI.Runtime == oci.RuntimeRunsc {
+		return oci.RuntimeRunsc
+	}
+	return oci.DefaultRunc
 }
 
 // ImagesConfig is [executor.images] (node/exec/oci/imagestore). The
@@ -344,6 +371,14 @@ func (c Config) Validate() error {
 	case "", ImageFallbackFail, ImageFallbackHost:
 	default:
 		bad("[executor] image_fallback %q: want fail or host", c.Executor.ImageFallback)
+	}
+	switch c.Executor.OCI.Runtime {
+	case "", "runc", "runsc":
+	default:
+		bad("[executor.oci] runtime %q: want runc or runsc", c.Executor.OCI.Runtime)
+	}
+	if c.Executor.OCI.Platform != "" && c.Executor.OCI.Runtime != "runsc" {
+		bad("[executor.oci] platform is gVisor's: it needs runtime = \"runsc\"")
 	}
 	if c.Executor.User != "" && !userRe.MatchString(c.Executor.User) {
 		bad("[executor] user %q: want uid:gid", c.Executor.User)

@@ -91,6 +91,18 @@ pull_policy = "if-not-present"
 				t.Errorf("cgroup parents %q %q", c.ociCgroupParent(), c.processCgroupParent())
 			}
 		}},
+		{name: "gvisor runtime", file: "version = 1\n[executor]\nbackend = \"oci\"\n[executor.oci]\nruntime = \"runsc\"\nplatform = \"ptrace\"\n", check: func(t *testing.T, c Config) {
+			if c.Executor.OCI.Runtime != "runsc" || c.Executor.OCI.Platform != "ptrace" || c.ociRuntimeBinary() != "runsc" {
+				t.Errorf("[executor.oci] = %+v, binary %q", c.Executor.OCI, c.ociRuntimeBinary())
+			}
+		}},
+		{name: "runc binary by default", file: "version = 1\n[executor]\nbackend = \"oci\"\n", check: func(t *testing.T, c Config) {
+			if c.ociRuntimeBinary() != "runc" {
+				t.Errorf("binary %q, want runc", c.ociRuntimeBinary())
+			}
+		}},
+		{name: "unknown oci runtime", file: "version = 1\n[executor.oci]\nruntime = \"kata\"\n", wantErr: "runtime"},
+		{name: "platform without runsc", file: "version = 1\n[executor.oci]\nplatform = \"kvm\"\n", wantErr: "platform"},
 		{name: "bad pull policy", file: "version = 1\n[executor.images]\npull_policy = \"sometimes\"\n", wantErr: "pull_policy"},
 		{name: "image registry is a host", file: "version = 1\n[executor.images]\nregistry = \"https://r.example.com/x\"\n", wantErr: "executor.images"},
 		{name: "unknown key names it", file: "version = 1\n[node]\nnmae = \"x\"\n", wantErr: "nmae"},

@@ -112,7 +112,7 @@ func (a *Agent) newBackends() (*backends, error) {
 	if cfg.Executor.Backend == BackendProcess {
 		return b, nil
 	}
-	err := oci.Available(cfg.Executor.Runc, "")
+	err := oci.Available(cfg.ociRuntimeBinary(), "")
 	if err == nil {
 		var store *imagestore.Store
 		store, err = imagestore.New(imagestore.Config{
@@ -125,6 +125,7 @@ func (a *Agent) newBackends() (*backends, error) {
 			b.images = store
 			b.oci, err = oci.New(oci.Config{
 				Root: b.ociRoot, Images: store, Runc: cfg.Executor.Runc,
+				Runtime: cfg.Executor.OCI.Runtime, RunscPlatform: cfg.Executor.OCI.Platform,
 				CgroupParent: b.ociParent, Clock: a.opts.Clock, Log: a.log,
 			})
 		}

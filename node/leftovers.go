@@ -79,15 +79,11 @@ func (a *Agent) cleanRuncRoot(root string) {
 	if _, err := os.Stat(root); err != nil {
 		return
 	}
-	runc := a.cfg.Executor.Runc
-	if runc == "" {
-		runc = "runc"
-	}
-	bin, err := osexec.LookPath(runc)
+	bin, err := osexec.LookPath(a.cfg.ociRuntimeBinary())
 	if err != nil {
 		return
 	}
-	out, err := osexec.Command(bin, "--root", root, "list", "-q").Output()
+	out, err := osexec.Command(bin, "--root", root, "list", "--quiet").Output()
 	if err != nil {
 		a.log.Warn("runc list of leftover containers failed", "root", root, logkey.Err, err)
 		return

@@ -64,6 +64,19 @@
 // Network: the namespace has only lo. Reaching the outside (a bridge, the
 // node's net.mode) is another issue's work.
 //
+// # gVisor
+//
+// With [Config.Runtime] runsc the same bundles run under gVisor's runsc
+// (platform ptrace by default, network none: the sandbox's own loopback
+// only): the job's system calls go to gVisor's user-space kernel, not the
+// host's. What differs: the container's processes are not host
+// processes, so a step's leftovers and cancels are listed with `runsc ps`
+// and signalled with `runsc kill --pid` (PID 1, the keeper, is spared);
+// services are refused with [ErrConfig] (no second sandbox can join the
+// job's network); an OOM in the job cgroup takes the whole sandbox, so
+// the steps after it fail to start; and gVisor's file-permission checks
+// on files the node wrote (a checkout before Adopt) are its own.
+//
 // # Errors the stage runner maps
 //
 //   - [ErrImagePull] (= imagestore.ErrPull): failure image_pull (FAIL-04).

@@ -43,6 +43,15 @@ var (
 const (
 	// DefaultRunc is the runc binary, looked up in PATH.
 	DefaultRunc = "runc"
+	// RuntimeRunc and RuntimeRunsc are the runtimes of [Config.Runtime]:
+	// runc shares the host kernel; runsc (gVisor) runs the containers
+	// on gVisor's user-space kernel, its ptrace platform by default.
+	RuntimeRunc  = "runc"
+	RuntimeRunsc = "runsc"
+	// DefaultRunscPlatform is the gVisor platform: ptrace needs no
+	// virtualisation, so it works on any host (KVM, where it works, is
+	// faster).
+	DefaultRunscPlatform = "ptrace"
 	// DefaultCgroupRoot is where the cgroup v1 controllers are mounted.
 	DefaultCgroupRoot = cgroupv1.DefaultRoot
 	// DefaultCgroupParent holds the jobs' cgroups under each controller
@@ -79,8 +88,15 @@ type Config struct {
 	Root string
 	// Images is the node's image store. Required.
 	Images *imagestore.Store
-	// Runc is the runc binary; "" means "runc" from PATH.
+	// Runtime is the OCI runtime: [RuntimeRunc] ("" too) or
+	// [RuntimeRunsc].
+	Runtime string
+	// Runc is the runtime's binary; "" means "runc" (or "runsc") from
+	// PATH.
 	Runc string
+	// RunscPlatform is gVisor's --platform under runsc; "" means
+	// [DefaultRunscPlatform].
+	RunscPlatform string
 	// RuncRoot is runc's state directory (runc --root); "" means
 	// Root/.runc. vk's containers live only there.
 	RuncRoot string
@@ -151,8 +167,18 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.Root == "" || cfg.Images == nil {
 		return nil, fmt.Errorf("%w: Root and Images are required", ErrConfig)
 	}
+	switch cfg.Runtime {
+	case "", RuntimeRunc:
+		cfg.Runtime = RuntimeRunc
+	case RuntimeRunsc:
+		if cfg.RunscPlatform == "" {
+			cfg.RunscPlatform = DefaultRunscPlatform
+		}
+	default:
+		return nil, fmt.Errorf("%w: runtime %q: want runc or runsc", ErrConfig, cfg.Runtime)
+	}
 	if cfg.Runc == "" {
-		cfg.Runc = DefaultRunc
+		cfg.Runc = cfg.Runtime
 	}
 	if err := Available(cfg.Runc, cfg.CgroupRoot); err != nil {
 		return nil, err
@@ -274,6 +300,12 @@ func creds(in []job.RegistryCredential) []imagestore.Credential {
 
 func (j *Job) prepare(ctx context.Context, spec Spec) error {
 	e := j.e
+	if e.gvisor() && len(spec.Services) > 0 {
+		// A service is a sibling container in the job's network
+		// namespace; under gVisor the job's network is the sandbox's
+		// own, which no second sandbox can join.
+		return fmt.Errorf("%w: the job has %d service(s) and this node runs containers under gVisor (runtime runsc), which does not run services yet", ErrConfig, len(spec.Services))
+	}
 	for _, d := range []string{j.hostBuilds(), j.hostTemp()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -493,7 +525,7 @@ func (j *Job) startJobContainer(cs containerSpec) error {
 	defer keepR.Close()
 	cid := j.id
 	pidFile := filepath.Join(j.dir, "job.pid")
-	cmd := j.e.runcCmd("run", "-d", "--bundle", bundle, "--pid-file", pidFile, cid)
+	cmd := j.e.runcCmd("run", "--detach", "--bundle", bundle, "--pid-file", pidFile, cid)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = keepR, logf, logf
 	j.containers = append(j.containers, cid)
 	if err := cmd.Run(); err != nil {
@@ -514,8 +546,18 @@ func (j *Job) startJobContainer(cs containerSpec) error {
 }
 
 func (e *Executor) runcCmd(args ...string) *osexec.Cmd {
-	return osexec.Command(e.runc, append([]string{"--root", e.cfg.RuncRoot}, args...)...)
+	global := []string{"--root", e.cfg.RuncRoot}
+	if e.gvisor() {
+		// The job's network is gVisor's own loopback only, as the
+		// runc containers have only lo.
+		global = append(global, "--platform="+e.cfg.RunscPlatform, "--network=none")
+	}
+	return osexec.Command(e.runc, append(global, args...)...)
 }
+
+// gvisor reports whether the containers run under runsc, whose processes
+// are not host processes: they are listed and signalled through runsc.
+func (e *Executor) gvisor() bool { return e.cfg.Runtime == RuntimeRunsc }
 
 // tail returns the last n lines of a file, for error messages.
 func tail(p string, n int) string {

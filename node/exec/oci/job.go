@@ -289,6 +289,9 @@ func (j *Job) killWhenScriptExits(pidFile string, stop <-chan struct{}) {
 // keeper: the running script and anything it started. It returns how many
 // processes it signalled.
 func (j *Job) signalScript(sig syscall.Signal) int {
+	if j.e.gvisor() {
+		return j.signalScriptGvisor(sig)
+	}
 	n := 0
 	for _, pid := range j.cg.Procs("job") {
 		if pid == j.initPID || pid <= 1 {

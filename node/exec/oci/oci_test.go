@@ -70,6 +70,9 @@ func newEnv(t testing.TB, mut func(*Config)) *env {
 		ServiceWait:  15 * time.Second,
 		Log:          testlog.New(t),
 	}
+	if rt := os.Getenv("VK_TEST_OCI_RUNTIME"); rt != "" {
+		cfg.Runtime = rt // the whole suite under another runtime, by hand
+	}
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -84,7 +87,7 @@ func newEnv(t testing.TB, mut func(*Config)) *env {
 
 func (e *env) assertClean(t testing.TB) {
 	t.Helper()
-	out, err := exec.Command(e.exe.runc, "--root", e.exe.cfg.RuncRoot, "list", "-q").CombinedOutput()
+	out, err := exec.Command(e.exe.runc, "--root", e.exe.cfg.RuncRoot, "list", "--quiet").CombinedOutput()
 	if err != nil {
 		t.Errorf("runc list: %v: %s", err, out)
 	} else if s := strings.TrimSpace(string(out)); s != "" {

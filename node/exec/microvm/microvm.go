@@ -1,0 +1,491 @@
+package microvm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/vmproto"
+)
+
+// Accelerators of [Config.Accel].
+const (
+	AccelKVM = "kvm"
+	AccelTCG = "tcg"
+)
+
+// Defaults.
+const (
+	DefaultQEMU    = "qemu-system-x86_64"
+	DefaultBusybox = "/bin/busybox"
+	DefaultMemMiB  = 512
+	// GuestBuildsDir is CI_BUILDS_DIR in the guest.
+	GuestBuildsDir = "/builds"
+	// GuestTempDir is the job's script directory in the guest.
+	GuestTempDir = "/tmp"
+)
+
+// ErrUnavailable: QEMU, the guest kernel or the agent is missing here.
+var ErrUnavailable = errors.New("microvm: unavailable")
+
+// Config configures an [Executor].
+type Config struct {
+	// Root holds each job's directory (the agent socket, the console log).
+	// Required.
+	Root string
+	// Agent is the static vk-agent binary (cmd/vk-agent, CGO_ENABLED=0).
+	// Required.
+	Agent string
+	// QEMU is the QEMU binary; "" means qemu-system-x86_64 from PATH
+	// (Debian: qemu-system-x86).
+	QEMU string
+	// Kernel is the guest kernel; "" means the newest /boot/vmlinuz-*
+	// (Debian: linux-image-amd64). Its virtio modules come from
+	// /lib/modules/<version>.
+	Kernel string
+	// Busybox is a static busybox for the guest's shell and tools; ""
+	// means /bin/busybox (Debian: busybox-static).
+	Busybox string
+	// Accel is kvm (default) or tcg (emulation: slow, but boots
+	// anywhere).
+	Accel string
+	// BootTimeout bounds boot to a ready agent; 0 means 10 s under kvm,
+	// 90 s under tcg.
+	BootTimeout time.Duration
+	// Log receives diagnostics; nil discards them.
+	Log *slog.Logger
+}
+
+// Executor boots one microVM per job. Safe for concurrent use.
+type Executor struct {
+	cfg     Config
+	qemu    string
+	initrd  string
+	modules []string
+	log     *slog.Logger
+}
+
+// Available reports why the backend cannot run here, naming the package
+// that is missing, or nil.
+func Available(qemu, kernel string) error {
+	if qemu == "" {
+		qemu = DefaultQEMU
+	}
+	if _, err := osexec.LookPath(qemu); err != nil {
+		return fmt.Errorf("%w: %v (apt-get install qemu-system-x86)", ErrUnavailable, err)
+	}
+	if kernel == "" {
+		kernel = newestKernel()
+	}
+	if _, err := os.Stat(kernel); kernel == "" || err != nil {
+		return fmt.Errorf("%w: no guest kernel /boot/vmlinuz-* (apt-get install linux-image-amd64)", ErrUnavailable)
+	}
+	return nil
+}
+
+func newestKernel() string {
+	ks, _ := filepath.Glob("/boot/vmlinuz-*")
+	if len(ks) == 0 {
+		return ""
+	}
+	sort.Strings(ks)
+	return ks[len(ks)-1]
+}
+
+// New checks the host and writes the guest's initramfs (agent, busybox,
+// virtio modules) once, shared by every job.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Root == "" || cfg.Agent == "" {
+		return nil, fmt.Errorf("%w: Root and Agent are required", exec.ErrConfiguration)
+	}
+	if cfg.QEMU == "" {
+		cfg.QEMU = DefaultQEMU
+	}
+	if cfg.Kernel == "" {
+		cfg.Kernel = newestKernel()
+	}
+	if cfg.Busybox == "" {
+		cfg.Busybox = DefaultBusybox
+	}
+	switch cfg.Accel {
+	case "":
+		cfg.Accel = AccelKVM
+	case AccelKVM, AccelTCG:
+	default:
+		return nil, fmt.Errorf("%w: accel %q: want kvm or tcg", exec.ErrConfiguration, cfg.Accel)
+	}
+	if cfg.BootTimeout == 0 {
+		cfg.BootTimeout = 10 * time.Second
+		if cfg.Accel == AccelTCG {
+			cfg.BootTimeout = 90 * time.Second
+		}
+	}
+	if err := Available(cfg.QEMU, cfg.Kernel); err != nil {
+		return nil, err
+	}
+	qemu, _ := osexec.LookPath(cfg.QEMU)
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Executor{cfg: cfg, qemu: qemu, log: log}
+	ver := strings.TrimPrefix(filepath.Base(cfg.Kernel), "vmlinuz-")
+	for _, m := range []string{"virtio/virtio_ring.ko", "virtio/virtio.ko", "virtio/virtio_mmio.ko", "char/virtio_console.ko"} {
+		p := filepath.Join("/lib/modules", ver, "kernel/drivers", m)
+		if _, err := os.Stat(p); err == nil { // absent: built into the kernel
+			e.modules = append(e.modules, p)
+		}
+	}
+	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
+		return nil, fmt.Errorf("%w: %w", exec.ErrConfiguration, err)
+	}
+	e.initrd = filepath.Join(cfg.Root, "initrd.cpio")
+	f, err := os.Create(e.initrd + ".tmp")
+	if err != nil {
+		return nil, err
+	}
+	err = writeInitramfs(f, initramfsSpec{agent: cfg.Agent, busybox: cfg.Busybox, modules: e.modules})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(e.initrd+".tmp", e.initrd)
+	}
+	if err != nil {
+		os.Remove(e.initrd + ".tmp")
+		return nil, fmt.Errorf("%w: initramfs: %w", ErrUnavailable, err)
+	}
+	return e, nil
+}
+
+// Boot is the breakdown of one job's start.
+type Boot struct {
+	// QEMU is Prepare's start to the agent's socket accepting (QEMU up).
+	QEMU time.Duration
+	// Kernel is the guest kernel's own time from boot to starting the
+	// agent as init, as its log stamps it.
+	Kernel time.Duration
+	// Ready is Prepare's start to the agent's hello: the guest can run a
+	// stage.
+	Ready time.Duration
+}
+
+// kernelArgs is the guest's command line: the console on the one serial
+// port, power off on panic, and no probing of what a microvm lacks (PCI,
+// the i8042 keyboard controller) or of the TSC and delay loop, which
+// under emulation costs seconds.
+const kernelArgs = "console=ttyS0 panic=-1 loglevel=5 lpj=2000000 tsc=reliable no_timer_check pci=off i8042.noaux i8042.nokbd i8042.nopnp"
+
+var idRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// Prepare boots the job's VM and waits for its agent. The guest is sized
+// by req.Size (0 means 1 CPU and [DefaultMemMiB]).
+func (e *Executor) Prepare(ctx context.Context, req exec.PrepareRequest) (exec.Job, error) {
+	j, err := e.boot(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
+	}
+	return j, nil
+}
+
+func (e *Executor) boot(ctx context.Context, req exec.PrepareRequest) (*Job, error) {
+	if !idRe.MatchString(req.ID) {
+		return nil, fmt.Errorf("invalid job id %q", req.ID)
+	}
+	start := time.Now()
+	dir := filepath.Join(e.cfg.Root, req.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	mem, cpus := req.Size.MemMiB, req.Size.CPUs
+	if mem <= 0 {
+		mem = DefaultMemMiB
+	}
+	if cpus <= 0 {
+		cpus = 1
+	}
+	sock := filepath.Join(dir, "agent.sock")
+	args := []string{
+		"-M", "microvm", "-accel", e.cfg.Accel, "-m", strconv.Itoa(int(mem)), "-smp", strconv.Itoa(int(cpus)),
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-kernel", e.cfg.Kernel, "-initrd", e.initrd,
+		"-append", kernelArgs,
+		"-serial", "file:" + filepath.Join(dir, "console.log"),
+		"-device", "virtio-serial-device",
+		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
+		"-device", "virtserialport,chardev=agent,name=vk.agent",
+	}
+	if e.cfg.Accel == AccelTCG {
+		// The guest's clock follows the instructions it ran, not the
+		// host's: on a loaded host an emulated vCPU that gets little CPU
+		// otherwise spends it all on the timer interrupts it fell behind
+		// on, and never boots.
+		args = append(args, "-icount", "shift=auto,sleep=on")
+	}
+	cmd := osexec.Command(e.qemu, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	qlog, err := os.Create(filepath.Join(dir, "qemu.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = qlog, qlog
+	if err := cmd.Start(); err != nil {
+		qlog.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	qlog.Close()
+	j := &Job{e: e, id: req.ID, dir: dir, cmd: cmd, size: req.Size, start: start, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(j.exited) }()
+	fail := func(err error) (*Job, error) {
+		_ = j.Cleanup(context.Background())
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
+	defer cancel()
+	var conn net.Conn
+	for conn == nil {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			conn = c
+			break
+		}
+		select {
+		case <-j.exited:
+			return fail(fmt.Errorf("qemu exited: %s", tailFile(filepath.Join(dir, "qemu.log"), 5)))
+		case <-ctx.Done():
+			return fail(fmt.Errorf("qemu's agent socket did not appear within %v", e.cfg.BootTimeout))
+		case <-time.After(5 * time.Millisecond): // polling a socket QEMU creates
+		}
+	}
+	j.boot.QEMU = time.Since(start)
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := vmproto.Dial(conn)
+		j.client = c
+		dialed <- err
+	}()
+	select {
+	case err := <-dialed:
+		if err != nil {
+			return fail(fmt.Errorf("agent: %w; console: %s", err, tailFile(filepath.Join(dir, "console.log"), 5)))
+		}
+	case <-j.exited:
+		conn.Close()
+		<-dialed
+		return fail(fmt.Errorf("the guest stopped before its agent was ready; console: %s", tailFile(filepath.Join(dir, "console.log"), 5)))
+	case <-ctx.Done():
+		conn.Close()
+		<-dialed
+		return fail(fmt.Errorf("the guest's agent was not ready within %v (accel %s); console: %s", e.cfg.BootTimeout, e.cfg.Accel, tailFile(filepath.Join(dir, "console.log"), 5)))
+	}
+	j.boot.Ready = time.Since(start)
+	j.boot.Kernel = kernelTime(filepath.Join(dir, "console.log"))
+	return j, nil
+}
+
+var readyRe = regexp.MustCompile(`\[\s*(\d+\.\d+)\] vk-agent: init ready`)
+
+// kernelTime reads the kernel's stamp of the agent's ready line.
+func kernelTime(console string) time.Duration {
+	b, _ := os.ReadFile(console)
+	m := readyRe.FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	s, _ := strconv.ParseFloat(string(m[1]), 64)
+	return time.Duration(s * float64(time.Second))
+}
+
+func tailFile(p string, n int) string {
+	b, _ := os.ReadFile(p)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Job is one job's VM.
+type Job struct {
+	e      *Executor
+	id     string
+	dir    string
+	cmd    *osexec.Cmd
+	client *vmproto.Client
+	size   exec.Size
+	start  time.Time
+	boot   Boot
+	exited chan struct{} // closed when QEMU exited
+
+	mu        sync.Mutex
+	proc      *vmproto.Proc
+	signalled bool
+	cleaned   bool
+	end       time.Time
+	cpu       time.Duration
+	peak      int64
+}
+
+// Boot returns the job's start breakdown.
+func (j *Job) Boot() Boot { return j.boot }
+
+// PID is QEMU's process ID.
+func (j *Job) PID() int { return j.cmd.Process.Pid }
+
+// BuildsDir is CI_BUILDS_DIR in the guest.
+func (j *Job) BuildsDir() string { return GuestBuildsDir }
+
+// TempDir is the scripts' directory in the guest.
+func (j *Job) TempDir() string { return GuestTempDir }
+
+// HostPath names a host directory under the job's: the guest's files
+// are not shared with the host (they move through the agent's archive
+// and extract), so what the node writes there does not reach the guest.
+func (j *Job) HostPath(guestPath string) string {
+	return filepath.Join(j.dir, "host", filepath.Clean("/"+guestPath))
+}
+
+// Adopt does nothing: the guest runs scripts as its root.
+func (j *Job) Adopt(string) error { return nil }
+
+// Client is the connection to the guest's agent (archive, extract).
+func (j *Job) Client() *vmproto.Client { return j.client }
+
+// Run runs the script in the guest with busybox's sh (the initramfs has
+// no bash yet).
+func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) (exec.RunResult, error) {
+	j.mu.Lock()
+	if j.cleaned {
+		j.mu.Unlock()
+		return exec.RunResult{}, exec.ErrCleanedUp
+	}
+	env := append([]string{"PATH=/bin:/sbin:/usr/bin", "HOME=/root"}, s.Env...)
+	started := time.Now()
+	p, err := j.client.Start(vmproto.Run{Script: s.Body, Shell: []string{"/bin/sh"}, Env: env, Dir: GuestBuildsDir}, stdout, stderr)
+	if err != nil {
+		j.mu.Unlock()
+		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
+	}
+	j.proc, j.signalled = p, false
+	j.mu.Unlock()
+	ex, err := p.Wait(ctx)
+	j.mu.Lock()
+	j.proc = nil
+	j.mu.Unlock()
+	if err != nil {
+		return exec.RunResult{}, fmt.Errorf("%w: the guest's agent went away: %w", exec.ErrStart, err)
+	}
+	if ex.Error != "" {
+		return exec.RunResult{}, fmt.Errorf("%w: %s", exec.ErrStart, ex.Error)
+	}
+	return exec.RunResult{ExitCode: ex.Code, Signal: ex.Signal, Wall: time.Since(started)}, nil
+}
+
+// Cancel signals the running script's process group in the guest.
+func (j *Job) Cancel(mode exec.CancelMode) {
+	sig := syscall.SIGTERM
+	if mode == exec.Immediate {
+		sig = syscall.SIGKILL
+	}
+	j.mu.Lock()
+	p := j.proc
+	j.signalled = p != nil
+	j.mu.Unlock()
+	if p != nil {
+		_ = p.Signal(sig)
+	}
+}
+
+// Usage is the VM's: QEMU's CPU time (the guest's vCPUs run in it) and
+// its peak resident memory, read from /proc while it runs.
+func (j *Job) Usage() exec.Usage {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	u := exec.Usage{Size: j.size}
+	if j.cleaned {
+		u.Wall, u.CPU, u.PeakMemBytes = j.end.Sub(j.start), j.cpu, j.peak
+		return u
+	}
+	u.Wall = time.Since(j.start)
+	u.CPU, u.PeakMemBytes = procUsage(j.cmd.Process.Pid)
+	return u
+}
+
+// procUsage reads a process's utime+stime and VmHWM.
+func procUsage(pid int) (time.Duration, int64) {
+	var cpu time.Duration
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+			f := strings.Fields(string(b)[i+1:])
+			if len(f) > 12 {
+				ut, _ := strconv.ParseInt(f[11], 10, 64)
+				st, _ := strconv.ParseInt(f[12], 10, 64)
+				cpu = time.Duration(ut+st) * (time.Second / 100) // USER_HZ
+			}
+		}
+	}
+	var peak int64
+	if f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				peak = kb << 10
+			}
+		}
+		f.Close()
+	}
+	return cpu, peak
+}
+
+// Cleanup closes the agent's connection (the guest powers off), waits
+// for QEMU to exit — killing it after 5 s — and removes the job's
+// directory with its socket and logs. Safe to call more than once.
+func (j *Job) Cleanup(ctx context.Context) error {
+	j.mu.Lock()
+	if j.cleaned {
+		j.mu.Unlock()
+		return nil
+	}
+	j.cleaned = true
+	j.cpu, j.peak = procUsage(j.cmd.Process.Pid)
+	j.mu.Unlock()
+	if j.client != nil {
+		j.client.Close()
+	}
+	t := time.NewTimer(5 * time.Second)
+	select {
+	case <-j.exited:
+	case <-t.C:
+		_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
+		<-j.exited
+	case <-ctx.Done():
+		_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
+		<-j.exited
+	}
+	t.Stop()
+	j.mu.Lock()
+	j.end = time.Now()
+	j.mu.Unlock()
+	if err := os.RemoveAll(j.dir); err != nil {
+		return fmt.Errorf("microvm: cleanup %s: %w", j.id, err)
+	}
+	return nil
+}
