@@ -377,6 +377,13 @@ func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
 		// BS-22: the node emptied enough; the first waiter claims it
 		c.liftDrain(n)
 		c.place(p, w, cls, n)
+		// The drain is spent, not the wide demand: while more of p waits
+		// than it holds drains, the next waiter's drain is chosen now (one
+		// drain choice per drain spent), before room left on n or freed
+		// by the lift goes to other placements of the pass.
+		if nw, _ := c.pick(p, p.skipNormal); nw != nil {
+			c.maybeDrain(p, nw)
+		}
 		return false
 	}
 	n, why := c.pickNode(p, w, cls)

@@ -23,7 +23,10 @@ import (
 //     or starts, and a waiter of the placement takes it as soon as the
 //     envelope fits there. A placement holds at most one drain per waiting
 //     request, a pool at most drainCap; a drain ends when a waiter of its
-//     placement is placed on it, when the placement has fewer waiters than
+//     placement is placed on it (if more of the placement still waits than
+//     it holds drains, the next waiter's drain is chosen in the same
+//     decision, before other work takes what is left), when the placement
+//     has fewer waiters than
 //     drains (the latest goes) or none that waits for room, when the node
 //     stops serving or matching, or after Policy.DrainMaxHold (then it is
 //     chosen again from fresh predictions).
