@@ -389,18 +389,7 @@ func rawTenants(data []byte, prefix []string) map[string]any {
 // (nil: the top level). A document that does not parse gives nil: the
 // strict decode reports its syntax errors.
 func EmptyProjects(name string, data []byte, prefix []string) error {
-	var tree map[string]any
-	if err := toml.Unmarshal(data, &tree); err != nil {
-		return nil
-	}
-	for _, k := range prefix {
-		sub, ok := tree[k].(map[string]any)
-		if !ok {
-			return nil
-		}
-		tree = sub
-	}
-	tenants, _ := tree["tenants"].(map[string]any)
+	tenants := rawTenants(data, prefix)
 	names := make([]string, 0, len(tenants))
 	for n := range tenants {
 		names = append(names, n)
