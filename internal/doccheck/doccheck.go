@@ -221,11 +221,30 @@ func Keys(t reflect.Type) []string {
 
 var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
+// textLeaf reports whether t is read from one TOML string, not a table: it
+// decodes itself from text and has no keys of its own. A struct that also
+// reads a one-line form (hub's [store] or `store = "mem:"`) has both: its
+// table's keys count.
+func textLeaf(t reflect.Type) bool {
+	if !reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return false
+	}
+	if t.Kind() != reflect.Struct {
+		return true
+	}
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("toml"), ","); f.IsExported() && name != "" && name != "-" {
+			return false
+		}
+	}
+	return true
+}
+
 func walkKeys(t reflect.Type, prefix string, out *[]string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(textUnmarshaler) {
+	if textLeaf(t) {
 		return
 	}
 	switch t.Kind() {
@@ -279,7 +298,7 @@ func walkDoc(v any, t reflect.Type, prefix string, out *[]string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(textUnmarshaler) {
+	if textLeaf(t) {
 		return
 	}
 	switch x := v.(type) {
@@ -396,7 +415,7 @@ func walkPaths(v any, t reflect.Type, prefix string, out *[]string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(textUnmarshaler) {
+	if textLeaf(t) {
 		return
 	}
 	switch x := v.(type) {
