@@ -288,13 +288,17 @@ func join(prefix, name string) string {
 // go-toml decodes into map[string]any) that the config type t has no
 // field for, as dotted paths. A map field takes any key.
 func UnknownKeys(doc map[string]any, t reflect.Type) []string {
-	var out []string
-	walkDoc(doc, t, "", &out)
-	slices.Sort(out)
-	return out
+	var unknown, known []string
+	walkDoc(doc, t, "", "", &unknown, &known)
+	slices.Sort(unknown)
+	return unknown
 }
 
-func walkDoc(v any, t reflect.Type, prefix string, out *[]string) {
+// walkDoc walks the decoded document v against the config type t. key is
+// the document's own dotted path (map keys as written), path the type's
+// (map keys as "*", Keys' form): keys t has no field for go to unknown as
+// key paths, the ones it has go to known as type paths.
+func walkDoc(v any, t reflect.Type, key, path string, unknown, known *[]string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -305,14 +309,16 @@ func walkDoc(v any, t reflect.Type, prefix string, out *[]string) {
 	case []any:
 		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
 			for _, e := range x {
-				walkDoc(e, t.Elem(), prefix, out)
+				walkDoc(e, t.Elem(), key, path, unknown, known)
 			}
 		}
 	case map[string]any:
 		switch t.Kind() {
 		case reflect.Map:
+			p := join(path, "*")
+			*known = append(*known, p)
 			for k, e := range x {
-				walkDoc(e, t.Elem(), join(prefix, k), out)
+				walkDoc(e, t.Elem(), join(key, k), p, unknown, known)
 			}
 		case reflect.Struct:
 			fields := map[string]reflect.Type{}
@@ -320,10 +326,11 @@ func walkDoc(v any, t reflect.Type, prefix string, out *[]string) {
 			for k, e := range x {
 				ft, ok := fields[k]
 				if !ok {
-					*out = append(*out, join(prefix, k))
+					*unknown = append(*unknown, join(key, k))
 					continue
 				}
-				walkDoc(e, ft, join(prefix, k), out)
+				*known = append(*known, join(path, k))
+				walkDoc(e, ft, join(key, k), join(path, k), unknown, known)
 			}
 		}
 	}
@@ -405,43 +412,8 @@ var (
 // DocPaths returns the key paths of the config type t that the decoded
 // TOML document doc sets, in Keys' form (map keys as "*").
 func DocPaths(doc map[string]any, t reflect.Type) []string {
-	var out []string
-	walkPaths(doc, t, "", &out)
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-func walkPaths(v any, t reflect.Type, prefix string, out *[]string) {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if textLeaf(t) {
-		return
-	}
-	switch x := v.(type) {
-	case []any:
-		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
-			for _, e := range x {
-				walkPaths(e, t.Elem(), prefix, out)
-			}
-		}
-	case map[string]any:
-		switch t.Kind() {
-		case reflect.Map:
-			p := join(prefix, "*")
-			*out = append(*out, p)
-			for _, e := range x {
-				walkPaths(e, t.Elem(), p, out)
-			}
-		case reflect.Struct:
-			fields := map[string]reflect.Type{}
-			collectFields(t, fields)
-			for k, e := range x {
-				if ft, ok := fields[k]; ok {
-					*out = append(*out, join(prefix, k))
-					walkPaths(e, ft, join(prefix, k), out)
-				}
-			}
-		}
-	}
+	var unknown, known []string
+	walkDoc(doc, t, "", "", &unknown, &known)
+	slices.Sort(known)
+	return slices.Compact(known)
 }
