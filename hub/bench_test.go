@@ -91,7 +91,7 @@ func BenchmarkReserveClaimOutcomeParallel(b *testing.B) {
 	const loops = 8
 	rep := &client.RelayReport{Concurrent: 0}
 	for i := range loops {
-		rep.Runners = append(rep.Runners, client.RunnerReport{Name: fmt.Sprintf("p%d", i), Placement: testPlacement, RequestConcurrency: 1})
+		rep.Runners = append(rep.Runners, client.RunnerReport{Name: fmt.Sprintf("p%d", i), Placement: testPlacement, RequestConcurrency: 1, TokenAccepted: true})
 	}
 	if err := d.RelayConnected(b.Context(), h.relay, h.rsend); err != nil {
 		b.Fatal(err)

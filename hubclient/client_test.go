@@ -230,6 +230,14 @@ func TestNewConnectionPerRequest(t *testing.T) {
 	if len(sigs) != n {
 		t.Errorf("%d requests carried %d distinct signatures, want %d (one per connection)", n, len(sigs), n)
 	}
+	// The first connection makes a full handshake; every later one resumes
+	// its TLS session, and the hub verified each request's own signature.
+	h.mu.Lock()
+	resumed := h.resumed
+	h.mu.Unlock()
+	if resumed != n-1 {
+		t.Errorf("%d of %d requests resumed a TLS session, want %d", resumed, n, n-1)
+	}
 }
 
 // A hub whose certificate does not chain to the pinned CA is refused

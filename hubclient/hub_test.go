@@ -38,15 +38,16 @@ type seen struct {
 // request's signature with reqsign.VerifyRequest, counts connections and
 // answers each route from a script.
 type fakeHub struct {
-	t      testing.TB
-	srv    *httptest.Server
-	caPEM  []byte
-	pub    ed25519.PublicKey
-	key    ed25519.PrivateKey
-	mu     sync.Mutex
-	script map[string][]reply // by route pattern; guarded by mu
-	reqs   []seen             // guarded by mu
-	conns  int                // new connections; guarded by mu
+	t       testing.TB
+	srv     *httptest.Server
+	caPEM   []byte
+	pub     ed25519.PublicKey
+	key     ed25519.PrivateKey
+	mu      sync.Mutex
+	script  map[string][]reply // by route pattern; guarded by mu
+	reqs    []seen             // guarded by mu
+	conns   int                // new connections; guarded by mu
+	resumed int                // requests on resumed TLS sessions; guarded by mu
 	// fallback answers a route whose script is empty; nil: 418.
 	fallback *reply
 }
@@ -104,6 +105,9 @@ func (h *fakeHub) serve(route string) http.HandlerFunc {
 			return
 		}
 		h.mu.Lock()
+		if r.TLS.DidResume {
+			h.resumed++
+		}
 		h.reqs = append(h.reqs, seen{method: r.Method, target: r.RequestURI, principal: id, sig: r.Header.Get(client.HeaderSignature), body: body})
 		var rep reply
 		if q := h.script[route]; len(q) > 0 {

@@ -71,6 +71,15 @@ func VerifyRequest(r *http.Request, body []byte, lookup KeyLookup, now time.Time
 // the response body is closed. A retry is a new RoundTrip, hence a new
 // connection and a fresh signature. HTTP/2 is never negotiated.
 //
+// When TLSConfig carries a ClientSessionCache, each new connection resumes
+// a TLS 1.3 session when it can (a PSK handshake with a fresh key exchange:
+// no certificate chain, no server signature), which makes the connection
+// per request far cheaper. The binding holds: the exporter comes from each
+// handshake's own transcript and key exchange, so it differs on every
+// connection, resumed or not, and a signature is still good on its own
+// connection only. crypto/tls never sends 0-RTT early data, so nothing
+// replayable travels before the handshake completes.
+//
 // The request body is read into memory to hash it. Use it as the Transport
 // of an [http.Client], or as the HTTP client of a WebSocket dialer for
 // signed session upgrades. The zero value is not usable: Key, Principal and

@@ -25,6 +25,9 @@
 // Because the exporter differs for every TLS connection, a signature is good
 // on its own connection only (AUTH-14): a client opens a fresh connection for
 // every request and signs every retry afresh. [Transport] does exactly that.
+// TLS 1.3 session resumption does not change this (each resumed handshake
+// has its own exporter), so clients may resume to make those connections
+// cheap.
 // A TLS-terminating proxy in front of the hub breaks the binding and is not
 // supported. WebSocket sessions authenticate the same way: the upgrade
 // request is a signed GET of the session path with an empty body (Transport

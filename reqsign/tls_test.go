@@ -27,6 +27,7 @@ type signedServer struct {
 	srv     *httptest.Server
 	results chan error
 	conns   atomic.Int64
+	resumes atomic.Int64 // requests that arrived on a resumed TLS session
 	now     time.Time
 	client  *tls.Config
 }
@@ -43,6 +44,9 @@ func newSignedServer(t *testing.T, keys map[string]ed25519.PublicKey, now time.T
 	}
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if r.TLS != nil && r.TLS.DidResume {
+			s.resumes.Add(1)
+		}
 		p, err := VerifyRequest(r, body, lookup, s.now, 0)
 		s.results <- err
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -153,7 +154,23 @@ func NewServer(cfg Config) (*Server, error) {
 	} {
 		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}
+	registerPprof(s.mux)
 	return s, nil
+}
+
+// registerPprof serves the Go runtime's profiles under /debug/pprof/ on
+// the admin socket only (the same peer check as every admin route): heap,
+// goroutine, allocs, block, mutex, threadcreate by name, a CPU profile
+// (profile?seconds=N), an execution trace (trace?seconds=N), cmdline and
+// symbol. The hub's network listeners use their own muxes and never serve
+// them (net/http/pprof's registration on http.DefaultServeMux is unused).
+func registerPprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // Handler returns the admin HTTP handler (for tests and custom listeners;

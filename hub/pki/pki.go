@@ -148,12 +148,17 @@ func FormatFingerprint(hexfp string) string {
 }
 
 // ServerConfig returns a TLS 1.3-only server configuration serving cert,
-// offering HTTP/1.1 only (the client API and WebSocket sessions).
+// offering HTTP/1.1 only (the client API and WebSocket sessions). It issues
+// session tickets (crypto/tls rotates their keys itself), so a client with
+// a session cache resumes instead of a full handshake on its per-request
+// connections; a resumed connection has its own exporter, so a request
+// signature stays bound to its connection (AUTH-14).
 func ServerConfig(cert tls.Certificate) *tls.Config {
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{cert},
-		NextProtos:   []string{"http/1.1"},
+		MinVersion:             tls.VersionTLS13,
+		Certificates:           []tls.Certificate{cert},
+		NextProtos:             []string{"http/1.1"},
+		SessionTicketsDisabled: false,
 	}
 }
 
