@@ -103,7 +103,8 @@ func overflow(t *testing.T, ctx context.Context) int {
 // pending GitLab server and then the pending project by clicking Approve,
 // drains and undrains a node, and changes its ceiling, and each click
 // lands in the hub's store and driver as the admin commands would.
-// VK_UI_SCREENSHOT_DIR=dir keeps a PNG of every page (docs/img).
+// VK_UI_SCREENSHOT_DIR=dir keeps a PNG of every page there as ui-<page>.png
+// (docs/img holds them for docs/ui.md).
 //
 // spec: OPS-01, OPS-02, OPS-06, API-56
 func TestBrowserOperatorFlow(t *testing.T) {
@@ -263,7 +264,7 @@ func TestBrowserOperatorFlow(t *testing.T) {
 		}
 		if dir != "" {
 			png := read(t, ctx, "shoot "+p.path, chromedp.FullScreenshot(100))
-			if err := os.WriteFile(filepath.Join(dir, p.name+".png"), png, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, "ui-"+p.name+".png"), png, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
