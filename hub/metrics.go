@@ -3,12 +3,16 @@ package hub
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vk-ci/vk/internal/version"
+	"github.com/vk-ci/vk/proto/client"
 )
 
 // metrics are the hub's Prometheus metrics (docs/hub.md lists them) on
@@ -45,6 +49,8 @@ func newMetrics() *metrics {
 	m.counter("vk_hub_jobs_finished_total", "Jobs finished, by failure (\"\" for success).", "failure")
 	m.gauge("vk_hub_nodes_connected", "Node sessions connected.")
 	m.gauge("vk_hub_relays_connected", "Relay sessions connected.")
+	m.gauge("vk_hub_build_info", "Always 1; the labels name the build.", "version", "commit", "go_version")
+	m.set("vk_hub_build_info", 1, "version", version.Version, "commit", version.Commit, "go_version", runtime.Version())
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: nil})
 	return m
@@ -72,6 +78,15 @@ func (m *metrics) hist(name, help string, buckets []float64, labels ...string) {
 	v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 	m.reg.MustRegister(v)
 	m.hists[name] = v
+}
+
+// failureLabel is a job's failure as a label value: "success" for none,
+// the same words as the node's vk_node_jobs_finished_total.
+func failureLabel(f client.Failure) string {
+	if f == "" {
+		return "success"
+	}
+	return string(f)
 }
 
 // values returns the values of label pairs ("k", "v", …).
