@@ -23,6 +23,9 @@ func TestMetricsDocumented(t *testing.T) {
 	m.set("vk_hub_queue_depth", 1, "class", "jobs")
 	m.set("vk_hub_jobs", 1, "state", "running")
 	m.add("vk_hub_jobs_finished_total", 1, "failure", failureLabel(""))
+	for _, g := range []string{"vk_hub_tenant_held", "vk_hub_tenant_waiting", "vk_hub_tenant_cap", "vk_hub_tenant_weight"} {
+		m.set(g, 1, "tenant", "acme")
+	}
 	fams, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
