@@ -1,7 +1,9 @@
 package hub
 
 import (
+	"encoding/json"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -69,5 +71,46 @@ func TestFailureLabel(t *testing.T) {
 	}
 	if got := failureLabel(client.FailureScript); got != string(client.FailureScript) {
 		t.Errorf("failureLabel(script) = %q", got)
+	}
+}
+
+// The Grafana dashboard in deploy/ is valid JSON and queries only metrics
+// docs/metrics.md lists (a histogram's _bucket series by its name).
+func TestGrafanaDashboardUsesDocumentedMetrics(t *testing.T) {
+	doc, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("../deploy/grafana-vk.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("deploy/grafana-vk.json: %v", err)
+	}
+	if len(dash.Panels) == 0 {
+		t.Fatal("the dashboard has no panels")
+	}
+	name := regexp.MustCompile(`vk_[a-z_]+`)
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q queries nothing", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				n = strings.TrimSuffix(n, "_bucket")
+				if !strings.Contains(string(doc), "`"+n+"`") {
+					t.Errorf("panel %q queries %s, which docs/metrics.md does not list", p.Title, n)
+				}
+			}
+		}
 	}
 }
