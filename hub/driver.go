@@ -506,7 +506,7 @@ func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
 	j.rec.State, j.rec.Result, j.result, j.spec = store.JobFinished, b, &res, nil
 	id := j.rec.ID
 	d.w.do(func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
-	d.met.add("vk_hub_jobs_finished_total", 1, "failure", string(res.Failure))
+	d.met.add("vk_hub_jobs_finished_total", 1, "failure", failureLabel(res.Failure))
 	d.log.Info("job finished", logkey.JobID, j.rec.ID, "failure", string(res.Failure), "message", res.Message)
 	d.storeFinished(j, true)
 }
@@ -532,6 +532,52 @@ func (d *Driver) countJobs() {
 		d.met.set("vk_hub_jobs", float64(counts[s]), "state", string(s))
 	}
 	d.met.set("vk_hub_queue_depth", float64(counts[store.JobQueued]), "class", "jobs")
+	d.countTenants()
+}
+
+// countTenants sets the per-tenant gauges: admissions held (reservations
+// and the jobs under them), requests waiting (unclaimed tickets not yet
+// granted, and queued jobs), and each policy tenant's cap and weight;
+// O(tickets + admissions + jobs), at scrape time.
+func (d *Driver) countTenants() {
+	held, waiting := map[string]int{}, map[string]int{}
+	for _, a := range d.adms {
+		held[a.tenant]++
+	}
+	for _, tk := range d.tickets {
+		if tk.adm == 0 {
+			tenant, _ := policyTenantOf(d.policy, tk.owner, tk.runner)
+			waiting[tenant]++
+		}
+	}
+	for _, j := range d.jobs {
+		if j.rec.State == store.JobQueued {
+			waiting[j.rec.Tenant]++
+		}
+	}
+	for _, g := range []string{"vk_hub_tenant_held", "vk_hub_tenant_waiting", "vk_hub_tenant_cap", "vk_hub_tenant_weight"} {
+		d.met.gauges[g].Reset() // a tenant gone from the policy and the queue goes from the scrape
+	}
+	if d.policy != nil {
+		for name, tp := range d.policy.Tenants {
+			held[name] += 0
+			waiting[name] += 0
+			w := tp.Weight
+			if w == 0 {
+				w = 1
+			}
+			d.met.set("vk_hub_tenant_weight", float64(w), "tenant", name)
+			if tp.Cap > 0 {
+				d.met.set("vk_hub_tenant_cap", float64(tp.Cap), "tenant", name)
+			}
+		}
+	}
+	for name, n := range held {
+		d.met.set("vk_hub_tenant_held", float64(n), "tenant", name)
+	}
+	for name, n := range waiting {
+		d.met.set("vk_hub_tenant_waiting", float64(n), "tenant", name)
+	}
 }
 
 // onTick lets time pass in the core and declares nodes lost whose session

@@ -3,12 +3,16 @@ package hub
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vk-ci/vk/internal/version"
+	"github.com/vk-ci/vk/proto/client"
 )
 
 // metrics are the hub's Prometheus metrics (docs/hub.md lists them) on
@@ -43,8 +47,14 @@ func newMetrics() *metrics {
 	m.gauge("vk_hub_queue_depth", "Requests waiting for a node, by class (tickets: waiting, offered or granted, unclaimed; jobs: queued).", "class")
 	m.gauge("vk_hub_jobs", "Unsettled jobs, by state.", "state")
 	m.counter("vk_hub_jobs_finished_total", "Jobs finished, by failure (\"\" for success).", "failure")
+	m.gauge("vk_hub_tenant_held", "Admissions a tenant holds (reservations and the jobs under them), by tenant.", "tenant")
+	m.gauge("vk_hub_tenant_waiting", "Requests of a tenant waiting (tickets not yet granted, queued jobs), by tenant.", "tenant")
+	m.gauge("vk_hub_tenant_cap", "A policy tenant's cap (absent: no cap), by tenant.", "tenant")
+	m.gauge("vk_hub_tenant_weight", "A policy tenant's weight, by tenant.", "tenant")
 	m.gauge("vk_hub_nodes_connected", "Node sessions connected.")
 	m.gauge("vk_hub_relays_connected", "Relay sessions connected.")
+	m.gauge("vk_hub_build_info", "Always 1; the labels name the build.", "version", "commit", "go_version")
+	m.set("vk_hub_build_info", 1, "version", version.Version, "commit", version.Commit, "go_version", runtime.Version())
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: nil})
 	return m
@@ -72,6 +82,15 @@ func (m *metrics) hist(name, help string, buckets []float64, labels ...string) {
 	v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 	m.reg.MustRegister(v)
 	m.hists[name] = v
+}
+
+// failureLabel is a job's failure as a label value: "success" for none,
+// the same words as the node's vk_node_jobs_finished_total.
+func failureLabel(f client.Failure) string {
+	if f == "" {
+		return "success"
+	}
+	return string(f)
 }
 
 // values returns the values of label pairs ("k", "v", …).

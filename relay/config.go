@@ -53,6 +53,9 @@ type Config struct {
 	ShutdownTimeout int `toml:"shutdown_timeout"`
 	// Hub holds the hub options; the hub itself is the enrolment's.
 	Hub HubConfig `toml:"hub"`
+	// MetricsListen is a loopback host:port serving Prometheus /metrics
+	// (docs/metrics.md); "" means no listener.
+	MetricsListen string `toml:"metrics_listen"`
 }
 
 // GitLabConfig is [gitlab].
@@ -143,6 +146,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StateDir == "" {
 		bad("state_dir must not be empty")
+	}
+	if c.MetricsListen != "" && !loopbackAddr(c.MetricsListen) {
+		bad("metrics_listen = %q: want a loopback host:port", c.MetricsListen)
 	}
 	for _, a := range c.Hub.Allow {
 		if a != "update" {

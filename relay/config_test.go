@@ -83,11 +83,13 @@ func TestValidate(t *testing.T) {
 		{"bad allow", "[hub]\nallow = [\"reboot\"]\n" + runnerTOML, []string{"hub.allow", "reboot"}, ErrConfig},
 		{"no runners", "", []string{"no [[runners]]"}, ErrConfig},
 		{"negative limit", runnerTOML + "limit = -1\n", []string{"runners[0].limit = -1"}, ErrConfig},
+		{"metrics_listen loopback", "metrics_listen = \"127.0.0.1:9102\"\n" + runnerTOML, nil, nil},
+		{"metrics_listen public", "metrics_listen = \"0.0.0.0:9102\"\n" + runnerTOML, []string{"metrics_listen", "loopback"}, ErrConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := tc.body
 			// [gitlab] must come before the runners' tables.
-			if strings.HasPrefix(body, "[hub]") || strings.HasPrefix(body, "concurrent") {
+			if strings.HasPrefix(body, "[hub]") || strings.HasPrefix(body, "concurrent") || strings.HasPrefix(body, "metrics_listen") {
 				body = "version = 1\n" + body
 				body = strings.Replace(body, "[[runners]]", "[gitlab]\nurl = \"https://gitlab.example.com\"\n[[runners]]", 1)
 			} else {

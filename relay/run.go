@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -108,7 +109,13 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 			return fmt.Errorf("%w: gitlab.tls_ca_file %s holds no certificate", ErrConfig, cfg.GitLab.TLSCAFile)
 		}
 	}
-	gl, err := gitlab.New(gitlab.Config{URL: cfg.GitLab.URL, RootCAs: roots, Logger: log, Clock: opt.Clock})
+	gcfg := gitlab.Config{URL: cfg.GitLab.URL, RootCAs: roots, Logger: log, Clock: opt.Clock}
+	var met *relayMetrics
+	if cfg.MetricsListen != "" {
+		met = newRelayMetrics(cfg.Concurrent)
+		gcfg.Doer = met.doer(gitlab.DefaultHTTPClient(roots))
+	}
+	gl, err := gitlab.New(gcfg)
 	if err != nil {
 		return err
 	}
@@ -178,6 +185,22 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 		}})
 	if err != nil {
 		return err
+	}
+
+	if met != nil {
+		limits := map[string]int{}
+		for _, rc := range cfg.Runners {
+			limits[rc.Name] = rc.RequestConcurrency
+		}
+		met.watch(mgr.Heartbeat, limits)
+		ln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("relay: metrics_listen: %w", err)
+		}
+		msrv := &http.Server{Handler: met.handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = msrv.Serve(ln) }()
+		defer msrv.Close()
+		log.Info("metrics listening", "addr", ln.Addr().String())
 	}
 
 	host, _ := os.Hostname()

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vk-ci/vk/internal/need"
 )
 
 // chromium returns the path of a Chromium binary, or skips the test.
@@ -21,7 +23,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no chromium on PATH (apt-get install -y chromium): the browser test is skipped")
+	need.Missingf(t, "chromium not installed (apt-get install -y chromium): the browser test needs it")
 	return ""
 }
 

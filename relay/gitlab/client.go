@@ -180,6 +180,10 @@ func apiBase(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// DefaultHTTPClient is the Doer New uses when Config.Doer is nil, for a
+// caller that wraps it (the relay counts requests for its metrics).
+func DefaultHTTPClient(roots *x509.CertPool) *http.Client { return defaultHTTPClient(roots) }
+
 func defaultHTTPClient(roots *x509.CertPool) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
