@@ -135,10 +135,3 @@ func (rep *Report) TenantShares(r *Result) (share, weight []float64) {
 	}
 	return share, weight
 }
-
-func classCell(c ClassStats) string {
-	if c.Wait.N == 0 {
-		return "-"
-	}
-	return secs(c.Wait.P50) + "/" + secs(c.Wait.P95) + "/" + secs(c.Wait.P99)
-}
