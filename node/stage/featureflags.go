@@ -18,8 +18,8 @@ type featureFlag struct {
 // line and of the FF_* exports at the head of every stage script. The node
 // acts on those that change the trace or the script: FF_TIMESTAMPS,
 // FF_MASK_ALL_DEFAULT_TOKENS, FF_SCRIPT_SECTIONS,
-// FF_ENABLE_BASH_EXIT_CODE_CHECK, FF_USE_LEGACY_BASH_EVAL and
-// FF_USE_GITALY_CORRELATION_ID; the others are executor or transfer
+// FF_ENABLE_BASH_EXIT_CODE_CHECK, FF_USE_LEGACY_BASH_EVAL,
+// FF_POSIXLY_CORRECT_ESCAPES and FF_USE_GITALY_CORRELATION_ID; the others are executor or transfer
 // settings of gitlab-runner's own, only reported and exported.
 var featureFlags = []featureFlag{
 	{"FF_TEST_FEATURE", false},
@@ -78,12 +78,13 @@ var featureFlags = []featureFlag{
 
 // Feature flags the node acts on.
 const (
-	ffTimestamps           = "FF_TIMESTAMPS"
-	ffMaskAllDefaultTokens = "FF_MASK_ALL_DEFAULT_TOKENS"
-	ffScriptSections       = "FF_SCRIPT_SECTIONS"
-	ffBashExitCodeCheck    = "FF_ENABLE_BASH_EXIT_CODE_CHECK"
-	ffLegacyBashEval       = "FF_USE_LEGACY_BASH_EVAL"
-	ffGitalyCorrelationID  = "FF_USE_GITALY_CORRELATION_ID"
+	ffTimestamps            = "FF_TIMESTAMPS"
+	ffMaskAllDefaultTokens  = "FF_MASK_ALL_DEFAULT_TOKENS"
+	ffScriptSections        = "FF_SCRIPT_SECTIONS"
+	ffBashExitCodeCheck     = "FF_ENABLE_BASH_EXIT_CODE_CHECK"
+	ffLegacyBashEval        = "FF_USE_LEGACY_BASH_EVAL"
+	ffGitalyCorrelationID   = "FF_USE_GITALY_CORRELATION_ID"
+	ffPosixlyCorrectEscapes = "FF_POSIXLY_CORRECT_ESCAPES"
 )
 
 // resolveFlags returns every feature flag's value for a job: its job

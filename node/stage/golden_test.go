@@ -452,6 +452,19 @@ func TestGoldenTraces(t *testing.T) {
 			normal: func(s string) string { return strings.ReplaceAll(s, runtime.GOOS+"/"+runtime.GOARCH, "OS/ARCH") },
 		},
 		{
+			// FF_POSIXLY_CORRECT_ESCAPES: the script quotes in double
+			// quotes, not $'…'; bash reads the same values either way, so
+			// the job's output is as without the flag.
+			name: "ff_posixly_correct_escapes", fixture: "job_response_successful.json", sortIO: true,
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "CI_DEBUG_TRACE", Value: "true"})
+				addVar(j, job.Variable{Key: "FF_POSIXLY_CORRECT_ESCAPES", Value: "true"})
+				addVar(j, job.Variable{Key: "QUOTED", Value: "a \"b\" $c `d` \\e", Raw: true})
+				setScript(j, `printf '%s\n' "$QUOTED"`)
+			},
+			normal: func(s string) string { return strings.ReplaceAll(s, runtime.GOOS+"/"+runtime.GOARCH, "OS/ARCH") },
+		},
+		{
 			// A stage appends KEY=value to $GITLAB_ENV; the later stages
 			// export it (gitlab-runner's dotenv between stages).
 			name: "gitlab_env", fixture: "job_response_after_script.json",

@@ -601,6 +601,7 @@ func (x *run) writer() *scriptWriter {
 		scriptSections: x.ff[ffScriptSections] && x.job.Trace.Sections,
 		checkErrors:    x.ff[ffBashExitCodeCheck],
 		legacyEval:     x.ff[ffLegacyBashEval],
+		posixEscape:    x.ff[ffPosixlyCorrectEscapes],
 	}
 	if v, _ := x.lookup("CI_DEBUG_TRACE"); v == "true" {
 		w.xtrace = true
@@ -652,7 +653,7 @@ func (x *run) getSources(ctx context.Context) bool {
 			w := x.writer()
 			w.exports(x.exports("running"))
 			w.notice("Skipping Git repository setup")
-			w.line("mkdir -p " + shellEscape(x.projectDir))
+			w.line("mkdir -p " + w.escape(x.projectDir))
 			w.notice("Skipping Git checkout")
 			w.notice("Skipping Git submodules setup")
 			var res exec.RunResult
