@@ -428,6 +428,17 @@ func TestGoldenTraces(t *testing.T) {
 			normal: func(s string) string { return awkTimeRe.ReplaceAllString(s, "${1}:UNIX:section_") },
 		},
 		{
+			// A flag's value is expanded before it is parsed, as
+			// gitlab-runner does: FF_SCRIPT_SECTIONS=$MY_FLAG is on.
+			name: "ff_expanded_value", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "MY_FLAG", Value: "true"})
+				addVar(j, job.Variable{Key: "FF_SCRIPT_SECTIONS", Value: "$MY_FLAG"})
+				setScript(j, "echo first\necho second", `echo "exported: $FF_SCRIPT_SECTIONS"`)
+			},
+			normal: func(s string) string { return awkTimeRe.ReplaceAllString(s, "${1}:UNIX:section_") },
+		},
+		{
 			// Several flags off their defaults: the header lists them in
 			// gitlab-runner's order; an unparseable value keeps the
 			// default and is not listed.

@@ -1140,7 +1140,7 @@ func (x *run) exports(status string) []exportVar {
 	for _, e := range all {
 		val := e.value
 		if !e.raw {
-			val = expand(val, lookup)
+			val = job.Expand(val, lookup)
 		}
 		out = append(out, exportVar{Key: e.key, Value: val, File: e.file})
 	}

@@ -147,7 +147,7 @@ func TestExpand(t *testing.T) {
 		{"$1 $-", "$1 $-"},
 	}
 	for _, tc := range tests {
-		if got := expand(tc.in, lookup); got != tc.want {
+		if got := job.Expand(tc.in, lookup); got != tc.want {
 			t.Errorf("expand(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}

@@ -37,12 +37,41 @@ func Lookup(vars []Variable, key string) (string, bool) {
 	return "", false
 }
 
+// FlagValue returns the value of the job's feature flag variable name as
+// gitlab-runner reads it before parsing it (getVariablesForFeatureFlagResolution):
+// the last variable of that name, [Expand]ed unless raw, in one pass,
+// against the job's variables (the last of a key winning) and, for a key
+// the job does not set, fallback (gitlab-runner's feature flag defaults;
+// nil: none); and whether the job sets it.
+func (j *CiJob) FlagValue(name string, fallback func(string) (string, bool)) (string, bool) {
+	for i := len(j.Variables) - 1; i >= 0; i-- {
+		v := j.Variables[i]
+		if v.Key != name {
+			continue
+		}
+		if v.Raw {
+			return v.Value, true
+		}
+		return Expand(v.Value, func(key string) (string, bool) {
+			if s, ok := Lookup(j.Variables, key); ok {
+				return s, true
+			}
+			if fallback != nil {
+				return fallback(key)
+			}
+			return "", false
+		}), true
+	}
+	return "", false
+}
+
 // Timestamps reports whether the node stamps the job's output lines: the
-// FF_TIMESTAMPS job variable, true unless set to a false value ("false",
+// FF_TIMESTAMPS job variable ([CiJob.FlagValue]), true unless set to a
+// false value ("false",
 // "0", "f", case-insensitive, as strconv.ParseBool reads it) (TRACE-03).
 // An unparseable value keeps the default, as gitlab-runner's feature flags do.
 func (j *CiJob) Timestamps() bool {
-	v, ok := Lookup(j.Variables, "FF_TIMESTAMPS")
+	v, ok := j.FlagValue("FF_TIMESTAMPS", nil)
 	if !ok {
 		return true
 	}
@@ -51,4 +80,48 @@ func (j *CiJob) Timestamps() bool {
 		return false
 	}
 	return true
+}
+
+// Expand replaces $KEY, ${KEY} and $$ in value the way gitlab-runner expands
+// non-raw variables (os.Expand semantics; $$ is a literal $). Unknown keys
+// expand to "".
+func Expand(value string, lookup func(string) (string, bool)) string {
+	if !strings.Contains(value, "$") {
+		return value
+	}
+	var b strings.Builder
+	for i := 0; i < len(value); i++ {
+		c := value[i]
+		if c != '$' || i+1 >= len(value) {
+			b.WriteByte(c)
+			continue
+		}
+		n := value[i+1]
+		switch {
+		case n == '$':
+			b.WriteByte('$')
+			i++
+		case n == '{':
+			end := strings.IndexByte(value[i+2:], '}')
+			if end < 0 {
+				b.WriteByte(c)
+				continue
+			}
+			v, _ := lookup(value[i+2 : i+2+end])
+			b.WriteString(v)
+			i += 2 + end
+		case n == '_' || n >= 'a' && n <= 'z' || n >= 'A' && n <= 'Z':
+			j := i + 1
+			for j < len(value) && (value[j] == '_' || value[j] >= 'a' && value[j] <= 'z' ||
+				value[j] >= 'A' && value[j] <= 'Z' || value[j] >= '0' && value[j] <= '9') {
+				j++
+			}
+			v, _ := lookup(value[i+1 : j])
+			b.WriteString(v)
+			i = j - 1
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
