@@ -476,6 +476,15 @@ func TestGoldenTraces(t *testing.T) {
 			normal: func(s string) string { return strings.ReplaceAll(s, runtime.GOOS+"/"+runtime.GOARCH, "OS/ARCH") },
 		},
 		{
+			// GIT_STRATEGY=empty: gitlab-runner's own notice, the
+			// project directory removed and made again.
+			name: "git_strategy_empty", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "GIT_STRATEGY", Value: "empty", Public: true})
+				setScript(j, `ls -A | wc -l`)
+			},
+		},
+		{
 			// A stage appends KEY=value to $GITLAB_ENV; the later stages
 			// export it (gitlab-runner's dotenv between stages).
 			name: "gitlab_env", fixture: "job_response_after_script.json",

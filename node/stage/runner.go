@@ -661,8 +661,15 @@ func (x *run) getSources(ctx context.Context) bool {
 		case strategy == "none" || strategy == "empty":
 			w := x.writer()
 			w.exports(x.exports("running"))
-			w.notice("Skipping Git repository setup")
-			w.line("mkdir -p " + w.escape(x.projectDir))
+			// As gitlab-runner's handleGetSourcesStrategy: empty starts
+			// from a new directory; both make it with MkDir, a command.
+			if strategy == "empty" {
+				w.notice("Skipping Git repository setup and creating an empty build directory")
+				w.rmDir(x.projectDir)
+			} else {
+				w.notice("Skipping Git repository setup")
+			}
+			w.command("mkdir", "-p", x.projectDir)
 			w.notice("Skipping Git checkout")
 			w.notice("Skipping Git submodules setup")
 			var res exec.RunResult

@@ -186,6 +186,31 @@ func (w *scriptWriter) cd(dir string) {
 	w.check()
 }
 
+// command writes a command as gitlab-runner's Command does: the command
+// and each argument escaped, then the exit-status check when checkErrors.
+func (w *scriptWriter) command(name string, args ...string) {
+	parts := []string{w.escape(name)}
+	for _, a := range args {
+		parts = append(parts, w.escape(a))
+	}
+	w.line(strings.Join(parts, " "))
+	w.check()
+}
+
+// rmDir removes a directory as gitlab-runner's RmDir does: made writable
+// first when it exists, then `rm -r -f "<path>"`, each a command followed
+// by the exit-status check when checkErrors.
+func (w *scriptWriter) rmDir(dir string) {
+	w.line(`if [ -d "` + dir + `" ]; then`)
+	w.line(`  chmod -R u+rwX "` + dir + `"`)
+	if w.checkErrors {
+		w.line("  _runner_exit_code=$?; if [ $_runner_exit_code -ne 0 ]; then exit $_runner_exit_code; fi")
+	}
+	w.line("fi")
+	w.line(`rm -r -f "` + dir + `"`)
+	w.check()
+}
+
 // rmFile removes a file (gitlab-runner's RmFile: `rm -f "<path>"`, a
 // command, so followed by the exit-status check when checkErrors).
 func (w *scriptWriter) rmFile(file string) {
