@@ -143,8 +143,13 @@ func TestExpand(t *testing.T) {
 		{"$MISSING|${MISSING}|", "||"},
 		{"$$A", "$A"},
 		{"trailing $", "trailing $"},
-		{"${unterminated", "${unterminated"},
-		{"$1 $-", "$1 $-"},
+		// As os.Expand in gitlab-runner: bad syntax is eaten, the
+		// shell's special parameters are empty, "-" is a plain key.
+		{"${unterminated", "unterminated"},
+		{"${}", ""},
+		{"$1 $- $? $@ $*x", "    x"},
+		{"awk '{print $1}'", "awk '{print }'"},
+		{"${A}b$A", "1b1"},
 	}
 	for _, tc := range tests {
 		if got := job.Expand(tc.in, lookup); got != tc.want {

@@ -1,6 +1,9 @@
 package job
 
-import "strings"
+import (
+	"os"
+	"strings"
+)
 
 // Variable is a CI/CD variable (SPEC-11), as GitLab sends it.
 type Variable struct {
@@ -82,46 +85,24 @@ func (j *CiJob) Timestamps() bool {
 	return true
 }
 
-// Expand replaces $KEY, ${KEY} and $$ in value the way gitlab-runner expands
-// non-raw variables (os.Expand semantics; $$ is a literal $). Unknown keys
-// expand to "".
+// Expand replaces $KEY, ${KEY} and $$ in value the way gitlab-runner
+// expands non-raw variables (spec.Variables.ExpandValue): os.Expand, with
+// "$" naming a literal $, the shell's special parameters ($*, $#, $@, $!,
+// $?, $0 … $9) expanding to "", any other key to lookup's value or "", and
+// bad syntax eaten as os.Expand eats it ("${A" gives "A"). A variable value
+// such as `awk '{print $1}'` therefore loses its $1, as in gitlab-runner.
 func Expand(value string, lookup func(string) (string, bool)) string {
 	if !strings.Contains(value, "$") {
 		return value
 	}
-	var b strings.Builder
-	for i := 0; i < len(value); i++ {
-		c := value[i]
-		if c != '$' || i+1 >= len(value) {
-			b.WriteByte(c)
-			continue
+	return os.Expand(value, func(key string) string {
+		switch key {
+		case "$":
+			return "$"
+		case "*", "#", "@", "!", "?", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9":
+			return ""
 		}
-		n := value[i+1]
-		switch {
-		case n == '$':
-			b.WriteByte('$')
-			i++
-		case n == '{':
-			end := strings.IndexByte(value[i+2:], '}')
-			if end < 0 {
-				b.WriteByte(c)
-				continue
-			}
-			v, _ := lookup(value[i+2 : i+2+end])
-			b.WriteString(v)
-			i += 2 + end
-		case n == '_' || n >= 'a' && n <= 'z' || n >= 'A' && n <= 'Z':
-			j := i + 1
-			for j < len(value) && (value[j] == '_' || value[j] >= 'a' && value[j] <= 'z' ||
-				value[j] >= 'A' && value[j] <= 'Z' || value[j] >= '0' && value[j] <= '9') {
-				j++
-			}
-			v, _ := lookup(value[i+1 : j])
-			b.WriteString(v)
-			i = j - 1
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
+		v, _ := lookup(key)
+		return v
+	})
 }
