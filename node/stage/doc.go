@@ -51,14 +51,16 @@
 // Each script stage is one bash script shaped exactly like gitlab-runner's
 // BashWriter output: `trap exit 1 TERM`, errexit and pipefail, noclobber
 // off, and the body eval'ed with stdin closed. The body exports the node's
-// variables (CI_BUILDS_DIR, CI_PROJECT_DIR, CI_RUNNER_VERSION,
-// CI_RUNNER_EXECUTABLE_ARCH, CI_SERVER_TLS_CA_FILE as a file when the job
-// carries server_ca_pem), then the job's variables in order (non-raw values
+// variables (CI_BUILDS_DIR, CI_PROJECT_DIR, CI_CONCURRENT_ID and
+// CI_CONCURRENT_PROJECT_ID (gitlab-runner's slots, see slots.go),
+// CI_RUNNER_VERSION, CI_RUNNER_EXECUTABLE_ARCH, CI_SERVER_TLS_CA_FILE as a
+// file when the job carries server_ca_pem), then the job's variables in order (non-raw values
 // expanded with $KEY/${KEY}, the last of a key winning, a file variable
 // written with printf into <project>.tmp/<KEY> and exported as that path),
 // then CI_JOB_STATUS; it cd's into CI_PROJECT_DIR and writes each command
 // echoed in green as `$ command` (a multi-line command as its first line
-// plus "# collapsed multi-line command"), quoting as helpers.ShellEscape.
+// plus "# collapsed multi-line command"), quoting as helpers.ShellEscape
+// (helpers.PosixShellEscape with FF_POSIXLY_CORRECT_ESCAPES).
 //
 // # Failures
 //

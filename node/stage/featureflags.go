@@ -18,8 +18,8 @@ type featureFlag struct {
 // line and of the FF_* exports at the head of every stage script. The node
 // acts on those that change the trace or the script: FF_TIMESTAMPS,
 // FF_MASK_ALL_DEFAULT_TOKENS, FF_SCRIPT_SECTIONS,
-// FF_ENABLE_BASH_EXIT_CODE_CHECK, FF_USE_LEGACY_BASH_EVAL and
-// FF_USE_GITALY_CORRELATION_ID; the others are executor or transfer
+// FF_ENABLE_BASH_EXIT_CODE_CHECK, FF_USE_LEGACY_BASH_EVAL,
+// FF_POSIXLY_CORRECT_ESCAPES and FF_USE_GITALY_CORRELATION_ID; the others are executor or transfer
 // settings of gitlab-runner's own, only reported and exported.
 var featureFlags = []featureFlag{
 	{"FF_TEST_FEATURE", false},
@@ -78,16 +78,31 @@ var featureFlags = []featureFlag{
 
 // Feature flags the node acts on.
 const (
-	ffTimestamps           = "FF_TIMESTAMPS"
-	ffMaskAllDefaultTokens = "FF_MASK_ALL_DEFAULT_TOKENS"
-	ffScriptSections       = "FF_SCRIPT_SECTIONS"
-	ffBashExitCodeCheck    = "FF_ENABLE_BASH_EXIT_CODE_CHECK"
-	ffLegacyBashEval       = "FF_USE_LEGACY_BASH_EVAL"
-	ffGitalyCorrelationID  = "FF_USE_GITALY_CORRELATION_ID"
+	ffTimestamps            = "FF_TIMESTAMPS"
+	ffMaskAllDefaultTokens  = "FF_MASK_ALL_DEFAULT_TOKENS"
+	ffScriptSections        = "FF_SCRIPT_SECTIONS"
+	ffBashExitCodeCheck     = "FF_ENABLE_BASH_EXIT_CODE_CHECK"
+	ffLegacyBashEval        = "FF_USE_LEGACY_BASH_EVAL"
+	ffGitalyCorrelationID   = "FF_USE_GITALY_CORRELATION_ID"
+	ffPosixlyCorrectEscapes = "FF_POSIXLY_CORRECT_ESCAPES"
 )
 
+// flagDefault returns a feature flag's default as the variable
+// gitlab-runner puts before the job's when it resolves the flags
+// (GetDefaultFeatureFlagsVariables), for [job.CiJob.FlagValue].
+func flagDefault(key string) (string, bool) {
+	for _, f := range featureFlags {
+		if f.name == key {
+			return strconv.FormatBool(f.def), true
+		}
+	}
+	return "", false
+}
+
 // resolveFlags returns every feature flag's value for a job: its job
-// variable when strconv.ParseBool reads it (as gitlab-runner's
+// variable, expanded as gitlab-runner expands it first
+// ([job.CiJob.FlagValue]: `FF_SCRIPT_SECTIONS: $MY_FLAG` reads MY_FLAG),
+// when strconv.ParseBool reads it (as gitlab-runner's
 // populateFeatureFlags does; the node has no runner-level flags, TRACE-03),
 // else the default. FF_TIMESTAMPS follows [job.CiJob.Timestamps], which the
 // relay reads too.
@@ -95,7 +110,7 @@ func resolveFlags(j *job.CiJob) map[string]bool {
 	ff := make(map[string]bool, len(featureFlags))
 	for _, f := range featureFlags {
 		ff[f.name] = f.def
-		if v, ok := job.Lookup(j.Variables, f.name); ok {
+		if v, ok := j.FlagValue(f.name, flagDefault); ok {
 			if b, err := strconv.ParseBool(v); err == nil {
 				ff[f.name] = b
 			}
@@ -106,7 +121,8 @@ func resolveFlags(j *job.CiJob) map[string]bool {
 }
 
 // flagErrors returns gitlab-runner's settings warning for the job's
-// feature flag variables that strconv.ParseBool cannot read, or "": one
+// feature flag variables that strconv.ParseBool cannot read once
+// expanded, or "": one
 // "NAME: could not parse feature flag, expected bool, got VALUE" per flag
 // in list order, the lines joined by "\n" (errors.Join). gitlab-runner
 // resolves the flags twice while building its settings and reports each
@@ -114,7 +130,7 @@ func resolveFlags(j *job.CiJob) map[string]bool {
 func flagErrors(j *job.CiJob) string {
 	var errs []string
 	for _, f := range featureFlags {
-		if v, ok := job.Lookup(j.Variables, f.name); ok {
+		if v, ok := j.FlagValue(f.name, flagDefault); ok {
 			if _, err := strconv.ParseBool(v); err != nil {
 				errs = append(errs, f.name+": could not parse feature flag, expected bool, got "+v)
 			}

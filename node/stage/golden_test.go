@@ -428,6 +428,17 @@ func TestGoldenTraces(t *testing.T) {
 			normal: func(s string) string { return awkTimeRe.ReplaceAllString(s, "${1}:UNIX:section_") },
 		},
 		{
+			// A flag's value is expanded before it is parsed, as
+			// gitlab-runner does: FF_SCRIPT_SECTIONS=$MY_FLAG is on.
+			name: "ff_expanded_value", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "MY_FLAG", Value: "true"})
+				addVar(j, job.Variable{Key: "FF_SCRIPT_SECTIONS", Value: "$MY_FLAG"})
+				setScript(j, "echo first\necho second", `echo "exported: $FF_SCRIPT_SECTIONS"`)
+			},
+			normal: func(s string) string { return awkTimeRe.ReplaceAllString(s, "${1}:UNIX:section_") },
+		},
+		{
 			// Several flags off their defaults: the header lists them in
 			// gitlab-runner's order; an unparseable value keeps the
 			// default and is not listed.
@@ -450,6 +461,28 @@ func TestGoldenTraces(t *testing.T) {
 				addVar(j, job.Variable{Key: "FF_ENABLE_BASH_EXIT_CODE_CHECK", Value: "true"})
 			},
 			normal: func(s string) string { return strings.ReplaceAll(s, runtime.GOOS+"/"+runtime.GOARCH, "OS/ARCH") },
+		},
+		{
+			// FF_POSIXLY_CORRECT_ESCAPES: the script quotes in double
+			// quotes, not $'…'; bash reads the same values either way, so
+			// the job's output is as without the flag.
+			name: "ff_posixly_correct_escapes", fixture: "job_response_successful.json", sortIO: true,
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "CI_DEBUG_TRACE", Value: "true"})
+				addVar(j, job.Variable{Key: "FF_POSIXLY_CORRECT_ESCAPES", Value: "true"})
+				addVar(j, job.Variable{Key: "QUOTED", Value: "a \"b\" $c `d` \\e", Raw: true})
+				setScript(j, `printf '%s\n' "$QUOTED"`)
+			},
+			normal: func(s string) string { return strings.ReplaceAll(s, runtime.GOOS+"/"+runtime.GOARCH, "OS/ARCH") },
+		},
+		{
+			// GIT_STRATEGY=empty: gitlab-runner's own notice, the
+			// project directory removed and made again.
+			name: "git_strategy_empty", fixture: "job_response_successful.json",
+			edit: func(j *job.CiJob) {
+				addVar(j, job.Variable{Key: "GIT_STRATEGY", Value: "empty", Public: true})
+				setScript(j, `ls -A | wc -l`)
+			},
 		},
 		{
 			// A stage appends KEY=value to $GITLAB_ENV; the later stages

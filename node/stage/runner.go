@@ -82,6 +82,7 @@ type Runner struct {
 	// afterFunc is context.AfterFunc (tests replace it to hold back the
 	// node-stop callback and prove the result does not depend on it).
 	afterFunc func(ctx context.Context, f func()) (stop func() bool)
+	slots     slots // CI_CONCURRENT_ID, CI_CONCURRENT_PROJECT_ID
 }
 
 // New returns a runner.
@@ -245,9 +246,13 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Handle, error) {
 		start: r.clk.Now(),
 		log:   r.log.With(logkey.JobID, s.ID, logkey.GitLabJobID, j.Job.ID),
 	}
+	var release func()
+	x.concurrentID, x.projectConcurrentID, release = r.slots.acquire(
+		j.ServerURL+"#"+strconv.FormatInt(j.Job.RunnerID, 10), j.Job.ProjectID)
 	stop := r.afterFunc(ctx, h.Interrupt) // the node is stopping (FAIL-08)
 	go func() {
 		defer close(h.done)
+		defer release()
 		defer abort(nil)
 		defer stop()
 		h.res = x.run(abortCtx)
@@ -284,6 +289,10 @@ type run struct {
 	size       exec.Size
 	projectDir string // as scripts see it
 	tmpDir     string // projectDir + ".tmp": file variables, CA file
+
+	// concurrentID and projectConcurrentID are the job's slots
+	// (CI_CONCURRENT_ID, CI_CONCURRENT_PROJECT_ID): see [slots].
+	concurrentID, projectConcurrentID int
 
 	failure  Failure
 	exitCode int
@@ -601,6 +610,7 @@ func (x *run) writer() *scriptWriter {
 		scriptSections: x.ff[ffScriptSections] && x.job.Trace.Sections,
 		checkErrors:    x.ff[ffBashExitCodeCheck],
 		legacyEval:     x.ff[ffLegacyBashEval],
+		posixEscape:    x.ff[ffPosixlyCorrectEscapes],
 	}
 	if v, _ := x.lookup("CI_DEBUG_TRACE"); v == "true" {
 		w.xtrace = true
@@ -651,8 +661,15 @@ func (x *run) getSources(ctx context.Context) bool {
 		case strategy == "none" || strategy == "empty":
 			w := x.writer()
 			w.exports(x.exports("running"))
-			w.notice("Skipping Git repository setup")
-			w.line("mkdir -p " + shellEscape(x.projectDir))
+			// As gitlab-runner's handleGetSourcesStrategy: empty starts
+			// from a new directory; both make it with MkDir, a command.
+			if strategy == "empty" {
+				w.notice("Skipping Git repository setup and creating an empty build directory")
+				w.rmDir(x.projectDir)
+			} else {
+				w.notice("Skipping Git repository setup")
+			}
+			w.command("mkdir", "-p", x.projectDir)
 			w.notice("Skipping Git checkout")
 			w.notice("Skipping Git submodules setup")
 			var res exec.RunResult
@@ -1077,7 +1094,8 @@ func (x *run) failText() string {
 // exports returns the variables every stage script exports (STAGE-05), in
 // gitlab-runner's GetAllVariables order: every feature flag with its
 // resolved value; CI_JOB_IMAGE when the job names one; the node's own
-// (CI_BUILDS_DIR, CI_PROJECT_DIR, CI_SERVER, CI_JOB_STATUS, CI_JOB_TIMEOUT,
+// (CI_BUILDS_DIR, CI_PROJECT_DIR, CI_CONCURRENT_ID, CI_CONCURRENT_PROJECT_ID,
+// CI_SERVER, CI_JOB_STATUS, CI_JOB_TIMEOUT,
 // CI_SERVER_TLS_CA_FILE as a file); the job's in order (expanded unless
 // raw; file variables as files; its FF_* give way to the resolved ones);
 // then CI_DISPOSABLE_ENVIRONMENT, the node's CI_RUNNER_VERSION and
@@ -1101,6 +1119,8 @@ func (x *run) exports(status string) []exportVar {
 	all = append(all,
 		v{key: "CI_BUILDS_DIR", value: x.ej.BuildsDir(), raw: true},
 		v{key: "CI_PROJECT_DIR", value: x.projectDir, raw: true},
+		v{key: "CI_CONCURRENT_ID", value: strconv.Itoa(x.concurrentID), raw: true},
+		v{key: "CI_CONCURRENT_PROJECT_ID", value: strconv.Itoa(x.projectConcurrentID), raw: true},
 		v{key: "CI_SERVER", value: "yes", raw: true},
 		v{key: "CI_JOB_STATUS", value: status, raw: true},
 		v{key: "CI_JOB_TIMEOUT", value: strconv.FormatInt(timeout, 10), raw: true},
@@ -1139,7 +1159,7 @@ func (x *run) exports(status string) []exportVar {
 	for _, e := range all {
 		val := e.value
 		if !e.raw {
-			val = expand(val, lookup)
+			val = job.Expand(val, lookup)
 		}
 		out = append(out, exportVar{Key: e.key, Value: val, File: e.file})
 	}

@@ -69,6 +69,39 @@ func shellEscape(s string) string {
 	return b.String()
 }
 
+// posixShellEscape quotes s as gitlab-runner's helpers.PosixShellEscape
+// does (its bash shell's quoting with FF_POSIXLY_CORRECT_ESCAPES, for
+// shells without ANSI-C quoting): two single quotes when empty; in double quotes when
+// one of ` " \ $ (each backslash-escaped) or of  !#%&()*<=>?[| (kept)
+// appears; else literal. Every other byte, control characters and
+// non-ASCII included, stays as it is.
+func posixShellEscape(s string) string {
+	if s == "" {
+		return "''"
+	}
+	var b strings.Builder
+	b.Grow(len(s) * 2)
+	quote := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case strings.IndexByte("`\"\\$", c) >= 0:
+			b.WriteByte('\\')
+			b.WriteByte(c)
+			quote = true
+		case strings.IndexByte(" !#%&()*<=>?[|", c) >= 0:
+			b.WriteByte(c)
+			quote = true
+		default:
+			b.WriteByte(c)
+		}
+	}
+	if quote {
+		return `"` + b.String() + `"`
+	}
+	return b.String()
+}
+
 // exportVar is one variable as a stage script exports it.
 type exportVar struct {
 	Key, Value string
@@ -92,14 +125,26 @@ type scriptWriter struct {
 	// legacyEval runs the body as ": | eval '…'" (FF_USE_LEGACY_BASH_EVAL)
 	// instead of in a subshell with stdin closed.
 	legacyEval bool
-	skipped    []string // keys not exported (invalid names)
+	// posixEscape quotes as POSIX shells read it, in double quotes, not
+	// in bash's $'…' (FF_POSIXLY_CORRECT_ESCAPES).
+	posixEscape bool
+	skipped     []string // keys not exported (invalid names)
 }
 
 func (w *scriptWriter) line(s string) { w.b.WriteString(s + "\n") }
 
+// escape quotes s as gitlab-runner's BashWriter.escape does: ShellEscape,
+// or PosixShellEscape with FF_POSIXLY_CORRECT_ESCAPES.
+func (w *scriptWriter) escape(s string) string {
+	if w.posixEscape {
+		return posixShellEscape(s)
+	}
+	return shellEscape(s)
+}
+
 // notice echoes text in bold green (gitlab-runner's Noticef).
 func (w *scriptWriter) notice(text string) {
-	w.line("echo " + shellEscape(ansiBoldGreen+text+ansiReset))
+	w.line("echo " + w.escape(ansiBoldGreen+text+ansiReset))
 }
 
 // gitlabEnvFile is the dotenv file behind GITLAB_ENV, in tmpDir
@@ -113,7 +158,7 @@ const gitlabEnvFile = "gitlab_runner_env"
 func (w *scriptWriter) exports(vars []exportVar) {
 	defer func() {
 		env := path.Join(w.tmpDir, gitlabEnvFile)
-		w.line("export GITLAB_ENV=" + shellEscape(env))
+		w.line("export GITLAB_ENV=" + w.escape(env))
 		w.line(fmt.Sprintf("mkdir -p %q", w.tmpDir))
 		w.line(fmt.Sprintf("touch %q", env))
 		w.line(fmt.Sprintf(`while read -r line; do export "$line"; done < %q`, env))
@@ -126,18 +171,43 @@ func (w *scriptWriter) exports(vars []exportVar) {
 		if v.File {
 			file := path.Join(w.tmpDir, v.Key)
 			w.line(fmt.Sprintf("mkdir -p %q", w.tmpDir))
-			w.line(fmt.Sprintf("printf '%%s' %s > %q", shellEscape(v.Value), file))
+			w.line(fmt.Sprintf("printf '%%s' %s > %q", w.escape(v.Value), file))
 			w.line(fmt.Sprintf("export %s=%q", v.Key, file))
 			continue
 		}
-		w.line("export " + v.Key + "=" + shellEscape(v.Value))
+		w.line("export " + v.Key + "=" + w.escape(v.Value))
 	}
 }
 
 // cd changes to dir (gitlab-runner's Cd: `cd <escaped>`, a Command, so
 // followed by the exit-status check when checkErrors).
 func (w *scriptWriter) cd(dir string) {
-	w.line("cd " + shellEscape(dir))
+	w.line("cd " + w.escape(dir))
+	w.check()
+}
+
+// command writes a command as gitlab-runner's Command does: the command
+// and each argument escaped, then the exit-status check when checkErrors.
+func (w *scriptWriter) command(name string, args ...string) {
+	parts := []string{w.escape(name)}
+	for _, a := range args {
+		parts = append(parts, w.escape(a))
+	}
+	w.line(strings.Join(parts, " "))
+	w.check()
+}
+
+// rmDir removes a directory as gitlab-runner's RmDir does: made writable
+// first when it exists, then `rm -r -f "<path>"`, each a command followed
+// by the exit-status check when checkErrors.
+func (w *scriptWriter) rmDir(dir string) {
+	w.line(`if [ -d "` + dir + `" ]; then`)
+	w.line(`  chmod -R u+rwX "` + dir + `"`)
+	if w.checkErrors {
+		w.line("  _runner_exit_code=$?; if [ $_runner_exit_code -ne 0 ]; then exit $_runner_exit_code; fi")
+	}
+	w.line("fi")
+	w.line(`rm -r -f "` + dir + `"`)
 	w.check()
 }
 
@@ -173,7 +243,7 @@ func (w *scriptWriter) commands(prefix string, cmds ...string) {
 		case multi && w.scriptSections:
 			id := fmt.Sprintf("%s_%d", prefix, i)
 			w.line("printf '%b\\n' section_start:$(awk 'BEGIN{srand(); print srand()}'):section_" + id +
-				"[hide_duration=true,collapsed=true]\r" + ansiClear + shellEscape(ansiBoldGreen+"$ "+c+ansiReset))
+				"[hide_duration=true,collapsed=true]\r" + ansiClear + w.escape(ansiBoldGreen+"$ "+c+ansiReset))
 			w.line("printf '%b\\n' section_end:$(awk 'BEGIN{srand(); print srand()}'):section_" + id + "\r" + ansiClear)
 		case multi:
 			w.notice("$ " + first + " # collapsed multi-line command")
@@ -201,54 +271,10 @@ func (w *scriptWriter) finish() string {
 	b.WriteString(`case "$(set -o)" in *"pipefail"*) set -o pipefail;; esac; set -o errexit` + "\n")
 	b.WriteString("set +o noclobber\n")
 	if w.legacyEval {
-		b.WriteString(": | eval " + shellEscape(w.b.String()) + "\n")
+		b.WriteString(": | eval " + w.escape(w.b.String()) + "\n")
 	} else {
-		b.WriteString("(" + trap + "; eval " + shellEscape(w.b.String()) + ") < /dev/null\n")
+		b.WriteString("(" + trap + "; eval " + w.escape(w.b.String()) + ") < /dev/null\n")
 	}
 	b.WriteString("exit 0\n")
-	return b.String()
-}
-
-// expand replaces $KEY, ${KEY} and $$ in value the way gitlab-runner expands
-// non-raw variables (os.Expand semantics; $$ is a literal $). Unknown keys
-// expand to "".
-func expand(value string, lookup func(string) (string, bool)) string {
-	if !strings.Contains(value, "$") {
-		return value
-	}
-	var b strings.Builder
-	for i := 0; i < len(value); i++ {
-		c := value[i]
-		if c != '$' || i+1 >= len(value) {
-			b.WriteByte(c)
-			continue
-		}
-		n := value[i+1]
-		switch {
-		case n == '$':
-			b.WriteByte('$')
-			i++
-		case n == '{':
-			end := strings.IndexByte(value[i+2:], '}')
-			if end < 0 {
-				b.WriteByte(c)
-				continue
-			}
-			v, _ := lookup(value[i+2 : i+2+end])
-			b.WriteString(v)
-			i += 2 + end
-		case n == '_' || n >= 'a' && n <= 'z' || n >= 'A' && n <= 'Z':
-			j := i + 1
-			for j < len(value) && (value[j] == '_' || value[j] >= 'a' && value[j] <= 'z' ||
-				value[j] >= 'A' && value[j] <= 'Z' || value[j] >= '0' && value[j] <= '9') {
-				j++
-			}
-			v, _ := lookup(value[i+1 : j])
-			b.WriteString(v)
-			i = j - 1
-		default:
-			b.WriteByte(c)
-		}
-	}
 	return b.String()
 }

@@ -41,6 +41,70 @@ func TestShellEscapeMatchesGitLabRunner(t *testing.T) {
 	}
 }
 
+// With FF_POSIXLY_CORRECT_ESCAPES gitlab-runner quotes as
+// helpers.PosixShellEscape does: double quotes only when a character POSIX
+// shells treat specially appears, every other byte as it is (a newline, a
+// ';' or a "'" alone leave the string unquoted there too).
+//
+// spec: STAGE-05
+func TestPosixShellEscapeMatchesGitLabRunner(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", "''"},
+		{"plain/path-1.2_@,", "plain/path-1.2_@,"},
+		{"two words", `"two words"`},
+		{"it's", "it's"},
+		{"a\nb;c", "a\nb;c"},
+		{"say \"hi\"", `"say \"hi\""`},
+		{"back\\slash", `"back\\slash"`},
+		{"$HOME `id`", "\"\\$HOME \\`id\\`\""},
+		{"\x1b[32;1m$ echo\x1b[0;m", "\"\x1b[32;1m\\$ echo\x1b[0;m\""},
+		{"é", "é"},
+		{"a=b", `"a=b"`},
+		{"x|y&z", `"x|y&z"`},
+	}
+	for _, tc := range tests {
+		if got := posixShellEscape(tc.in); got != tc.want {
+			t.Errorf("posixShellEscape(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+		w := scriptWriter{posixEscape: true}
+		if got := w.escape(tc.in); got != tc.want {
+			t.Errorf("escape(%q) with FF_POSIXLY_CORRECT_ESCAPES = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// Any string that posixShellEscape double-quotes survives it → sh → printf
+// unchanged, in bash and in a POSIX sh (dash) alike, which cannot read the
+// default $'…' quoting.
+//
+// spec: STAGE-05
+func TestPosixShellEscapeRoundTripsThroughSh(t *testing.T) {
+	var inputs []string
+	rapid.Check(t, func(t *rapid.T) {
+		s := string(rapid.SliceOfN(rapid.ByteRange(1, 255), 0, 20).Draw(t, "s"))
+		inputs = append(inputs, "$"+s) // '$' makes it quoted
+	})
+	var script strings.Builder
+	for _, s := range inputs {
+		script.WriteString("printf '%s\\0' " + posixShellEscape(s) + "\n")
+	}
+	for _, sh := range []string{"bash", "sh"} {
+		if _, err := exec.LookPath(sh); err != nil {
+			continue
+		}
+		out, err := exec.Command(sh, "-c", script.String()).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", sh, err)
+		}
+		got := strings.Split(string(out), "\x00")
+		for i, s := range inputs {
+			if got[i] != s {
+				t.Fatalf("%s read %q back as %q (escaped %s)", sh, s, got[i], posixShellEscape(s))
+			}
+		}
+	}
+}
+
 // Any string survives shellEscape → bash → echo unchanged.
 //
 // spec: STAGE-05
@@ -79,11 +143,16 @@ func TestExpand(t *testing.T) {
 		{"$MISSING|${MISSING}|", "||"},
 		{"$$A", "$A"},
 		{"trailing $", "trailing $"},
-		{"${unterminated", "${unterminated"},
-		{"$1 $-", "$1 $-"},
+		// As os.Expand in gitlab-runner: bad syntax is eaten, the
+		// shell's special parameters are empty, "-" is a plain key.
+		{"${unterminated", "unterminated"},
+		{"${}", ""},
+		{"$1 $- $? $@ $*x", "    x"},
+		{"awk '{print $1}'", "awk '{print }'"},
+		{"${A}b$A", "1b1"},
 	}
 	for _, tc := range tests {
-		if got := expand(tc.in, lookup); got != tc.want {
+		if got := job.Expand(tc.in, lookup); got != tc.want {
 			t.Errorf("expand(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
@@ -126,6 +195,11 @@ func TestScriptShape(t *testing.T) {
 			"(trap 'exit 1' TERM; eval " + shellEscape(head+hi+collapsed+"echo\n\n") + ") < /dev/null\nexit 0\n"},
 		{"FF_SCRIPT_SECTIONS", scriptWriter{scriptSections: true}, prologue + opts +
 			"(trap 'exit 1' TERM; eval " + shellEscape(head+hi+sectioned+"echo\n\n") + ") < /dev/null\nexit 0\n"},
+		{"FF_POSIXLY_CORRECT_ESCAPES", scriptWriter{posixEscape: true}, prologue + opts +
+			"(trap 'exit 1' TERM; eval " + posixShellEscape(strings.ReplaceAll(head, "export K=$'v v'", `export K="v v"`)+
+			"echo \"\x1b[32;1m\\$ echo hi\x1b[0;m\"\necho hi\n"+
+			"echo \"\x1b[32;1m\\$ a # collapsed multi-line command\x1b[0;m\"\na\nb\n"+
+			"echo\n\n") + ") < /dev/null\nexit 0\n"},
 		{"FF_ENABLE_BASH_EXIT_CODE_CHECK", scriptWriter{checkErrors: true}, prologue + opts +
 			"(trap 'exit 1' TERM; eval " + shellEscape(head+check+hi+check+collapsed+check+"echo\n\n"+check) + ") < /dev/null\nexit 0\n"},
 	}

@@ -1,6 +1,9 @@
 package job
 
-import "strings"
+import (
+	"os"
+	"strings"
+)
 
 // Variable is a CI/CD variable (SPEC-11), as GitLab sends it.
 type Variable struct {
@@ -37,12 +40,41 @@ func Lookup(vars []Variable, key string) (string, bool) {
 	return "", false
 }
 
+// FlagValue returns the value of the job's feature flag variable name as
+// gitlab-runner reads it before parsing it (getVariablesForFeatureFlagResolution):
+// the last variable of that name, [Expand]ed unless raw, in one pass,
+// against the job's variables (the last of a key winning) and, for a key
+// the job does not set, fallback (gitlab-runner's feature flag defaults;
+// nil: none); and whether the job sets it.
+func (j *CiJob) FlagValue(name string, fallback func(string) (string, bool)) (string, bool) {
+	for i := len(j.Variables) - 1; i >= 0; i-- {
+		v := j.Variables[i]
+		if v.Key != name {
+			continue
+		}
+		if v.Raw {
+			return v.Value, true
+		}
+		return Expand(v.Value, func(key string) (string, bool) {
+			if s, ok := Lookup(j.Variables, key); ok {
+				return s, true
+			}
+			if fallback != nil {
+				return fallback(key)
+			}
+			return "", false
+		}), true
+	}
+	return "", false
+}
+
 // Timestamps reports whether the node stamps the job's output lines: the
-// FF_TIMESTAMPS job variable, true unless set to a false value ("false",
+// FF_TIMESTAMPS job variable ([CiJob.FlagValue]), true unless set to a
+// false value ("false",
 // "0", "f", case-insensitive, as strconv.ParseBool reads it) (TRACE-03).
 // An unparseable value keeps the default, as gitlab-runner's feature flags do.
 func (j *CiJob) Timestamps() bool {
-	v, ok := Lookup(j.Variables, "FF_TIMESTAMPS")
+	v, ok := j.FlagValue("FF_TIMESTAMPS", nil)
 	if !ok {
 		return true
 	}
@@ -51,4 +83,26 @@ func (j *CiJob) Timestamps() bool {
 		return false
 	}
 	return true
+}
+
+// Expand replaces $KEY, ${KEY} and $$ in value the way gitlab-runner
+// expands non-raw variables (spec.Variables.ExpandValue): os.Expand, with
+// "$" naming a literal $, the shell's special parameters ($*, $#, $@, $!,
+// $?, $0 … $9) expanding to "", any other key to lookup's value or "", and
+// bad syntax eaten as os.Expand eats it ("${A" gives "A"). A variable value
+// such as `awk '{print $1}'` therefore loses its $1, as in gitlab-runner.
+func Expand(value string, lookup func(string) (string, bool)) string {
+	if !strings.Contains(value, "$") {
+		return value
+	}
+	return os.Expand(value, func(key string) string {
+		switch key {
+		case "$":
+			return "$"
+		case "*", "#", "@", "!", "?", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9":
+			return ""
+		}
+		v, _ := lookup(key)
+		return v
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vk-ci/vk/proto/job"
 	"github.com/vk-ci/vk/relay/gitlab"
 )
 
@@ -62,10 +63,20 @@ func (e *RefusalError) Notices() []Notice {
 
 // Timestamps reports whether the relay stamps the lines it writes for
 // this job: the job's FF_TIMESTAMPS variable, on unless set to a false
-// value, read as proto/job's CiJob.Timestamps reads it (TRACE-03,
-// TRACE-07). For a job that could not be decoded, use true.
+// value once expanded against the job's variables unless raw, read as
+// proto/job's CiJob.Timestamps reads it (TRACE-03, TRACE-07). For a job
+// that could not be decoded, use true.
 func Timestamps(vars []gitlab.Variable) bool {
-	v, ok := gitlab.VariableValue(vars, "FF_TIMESTAMPS")
+	var v string
+	ok := false
+	for i := len(vars) - 1; i >= 0 && !ok; i-- {
+		if vars[i].Key == "FF_TIMESTAMPS" {
+			v, ok = vars[i].Value, true
+			if !vars[i].Raw {
+				v = job.Expand(v, func(key string) (string, bool) { return gitlab.VariableValue(vars, key) })
+			}
+		}
+	}
 	if !ok {
 		return true
 	}

@@ -55,6 +55,9 @@ func TestTimestamps(t *testing.T) {
 		{[]gitlab.Variable{{Key: "FF_TIMESTAMPS", Value: "true"}}, true},
 		{[]gitlab.Variable{{Key: "FF_TIMESTAMPS", Value: "maybe"}}, true},
 		{[]gitlab.Variable{{Key: "FF_TIMESTAMPS", Value: "false"}, {Key: "FF_TIMESTAMPS", Value: "true"}}, true},
+		// Expanded first, as gitlab-runner expands feature flag values.
+		{[]gitlab.Variable{{Key: "OFF", Value: "false"}, {Key: "FF_TIMESTAMPS", Value: "$OFF"}}, false},
+		{[]gitlab.Variable{{Key: "OFF", Value: "false"}, {Key: "FF_TIMESTAMPS", Value: "$OFF", Raw: true}}, true},
 	}
 	for _, tt := range tests {
 		if got := Timestamps(tt.vars); got != tt.want {
