@@ -56,6 +56,8 @@ type Core struct {
 	out    []Action
 
 	violations []string
+	// violationsDropped counts violations past maxViolations.
+	violationsDropped int
 
 	// restored maps reservations of persisted claimed admissions, until
 	// their node's held adopts or denies them (DECISIONS 6).
@@ -537,7 +539,20 @@ func (c *Core) startJob(jb *job, n *node, rs *reservation) {
 	c.emit(Start{Job: jb.id, Node: n.id, Reservation: rid, Envelope: jb.env()})
 }
 
-func (c *Core) violate(s string) { c.violations = append(c.violations, s) }
+// maxViolations bounds the violations a Core keeps: the first ones say
+// what went wrong, and a Core in a long-running hub must not grow without
+// bound if a bug makes it violate on every step. The rest are counted.
+const maxViolations = 64
+
+// violate records a rule the Core broke while deciding, for
+// CheckInvariants to report.
+func (c *Core) violate(s string) {
+	if len(c.violations) >= maxViolations {
+		c.violationsDropped++
+		return
+	}
+	c.violations = append(c.violations, s)
+}
 
 // charge adds d to what the runner, its relay and its tenant hold (ARB-11)
 // and refreshes everything that depends on it.

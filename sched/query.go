@@ -245,6 +245,10 @@ func (c *Core) Nodes() []NodeView {
 // normal work into headroom, a tenant over its cap).
 func (c *Core) CheckInvariants() []string {
 	errs := slices.Clone(c.violations)
+	if c.violationsDropped > 0 {
+		errs = append(errs, strconv.Itoa(c.violationsDropped)+" more violations not kept")
+	}
+	noticed := len(errs)
 	bad := func(parts ...string) {
 		s := ""
 		for _, p := range parts {
@@ -354,7 +358,7 @@ func (c *Core) CheckInvariants() []string {
 	errs = append(errs, c.checkWide()...)
 	// maps were walked in no order: sort what was found, after the
 	// violations noticed while deciding (in their order)
-	slices.Sort(errs[len(c.violations):])
+	slices.Sort(errs[noticed:])
 	return errs
 }
 
