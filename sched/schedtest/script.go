@@ -81,12 +81,27 @@ type Script struct {
 	inv     map[sched.RelayID]*sched.RelayInventory
 }
 
+// parseError is a script argument that does not parse. The argument
+// readers panic with it, and Run turns it into its error, so a typo such as
+// cpu=8x fails the script instead of reading as 0.
+type parseError struct{ msg string }
+
+func (e parseError) Error() string { return e.msg }
+
+// id reads an identifier such as n1 or r12 (a prefix, then a number); ""
+// is 0.
 func id(s string) uint64 {
-	i := strings.IndexFunc(s, func(r rune) bool { return r >= '0' && r <= '9' })
-	if i < 0 {
+	if s == "" {
 		return 0
 	}
-	v, _ := strconv.ParseUint(s[i:], 10, 64)
+	i := strings.IndexFunc(s, func(r rune) bool { return r >= '0' && r <= '9' })
+	if i < 0 {
+		panic(parseError{fmt.Sprintf("identifier %q has no number", s)})
+	}
+	v, err := strconv.ParseUint(s[i:], 10, 64)
+	if err != nil {
+		panic(parseError{fmt.Sprintf("identifier %q: want a prefix and a number", s)})
+	}
 	return v
 }
 
@@ -112,7 +127,17 @@ func kv(fields []string) (pos []string, m map[string]string) {
 	return pos, m
 }
 
-func atoi(s string) int { v, _ := strconv.Atoi(s); return v }
+// atoi reads a whole number; "" is 0.
+func atoi(s string) int {
+	if s == "" {
+		return 0
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		panic(parseError{fmt.Sprintf("%q is not a whole number", s)})
+	}
+	return v
+}
 
 func list(s string) []string {
 	if s == "" {
@@ -157,7 +182,16 @@ func render(acts []sched.Action) []string {
 }
 
 // Run executes one command line and returns its output lines.
-func (s *Script) Run(line string) ([]string, error) {
+func (s *Script) Run(line string) (out []string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pe, ok := r.(parseError)
+			if !ok {
+				panic(r)
+			}
+			out, err = nil, pe
+		}
+	}()
 	if s.reports == nil {
 		s.reports = map[sched.NodeID]sched.NodeReport{}
 		s.inv = map[sched.RelayID]*sched.RelayInventory{}
