@@ -2,7 +2,7 @@
 // virtual time and compares it with the policies CI fleets use today.
 //
 //	vk-sim run SCENARIO [--seed N] [--html FILE]
-//	vk-sim compare SCENARIO --policies vk,pull-fifo,… [--seed N] [--html FILE]
+//	vk-sim compare SCENARIO [--policies vk,pull-fifo,…] [--seed N] [--html FILE]
 //	vk-sim goals [--dir sim/scenarios] [--seeds 1,2,3,4,5] [--policies …] [--check-invariants]
 package main
 
@@ -29,7 +29,7 @@ func main() {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(command("run", "run a scenario with its own policy list (default: all policies)", false))
-	root.AddCommand(command("compare", "compare the given policies on one scenario", true))
+	root.AddCommand(command("compare", "compare policies on one scenario (default: every known policy)", true))
 	root.AddCommand(goalsCommand())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := root.ExecuteContext(ctx)
@@ -40,7 +40,9 @@ func main() {
 	}
 }
 
-func command(use, short string, needPolicies bool) *cobra.Command {
+// command builds run or compare. With allPolicies (compare), no
+// --policies means every known policy, whatever the scenario lists.
+func command(use, short string, allPolicies bool) *cobra.Command {
 	var (
 		seed     uint64
 		html     string
@@ -58,8 +60,8 @@ func command(use, short string, needPolicies bool) *cobra.Command {
 			opt := sim.Options{Scenario: s, Seed: seed, Progress: os.Stderr}
 			if policies != "" {
 				opt.Policies = strings.Split(policies, ",")
-			} else if needPolicies {
-				return fmt.Errorf("compare needs --policies (known: %s)", strings.Join(sim.PolicyNames, ","))
+			} else if allPolicies {
+				opt.Policies = sim.PolicyNames
 			}
 			rep, err := sim.Run(cmd.Context(), opt)
 			if err != nil {

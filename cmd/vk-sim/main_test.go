@@ -30,12 +30,20 @@ func TestRunCommand(t *testing.T) {
 	}
 }
 
-func TestCompareNeedsPolicies(t *testing.T) {
+// compare without --policies compares every known policy; with it, only
+// those named.
+func TestComparePolicies(t *testing.T) {
 	c := command("compare", "", true)
-	c.SetOut(new(bytes.Buffer))
+	var all bytes.Buffer
+	c.SetOut(&all)
 	c.SetArgs([]string{"../../sim/scenarios/rollout.toml"})
-	if err := c.Execute(); err == nil {
-		t.Fatal("compare without --policies succeeded")
+	if err := c.Execute(); err != nil {
+		t.Fatalf("compare without --policies: %v", err)
+	}
+	for _, p := range sim.PolicyNames {
+		if !strings.Contains(all.String(), p) {
+			t.Errorf("compare without --policies left out %s:\n%s", p, all.String())
+		}
 	}
 	c = command("compare", "", true)
 	var out bytes.Buffer
