@@ -383,7 +383,9 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, route string, e
 	}
 	status := ae.status()
 	lvl := slog.LevelInfo
-	if status >= 500 {
+	if status >= 500 && !errors.Is(ae.Err, context.Canceled) {
+		// A request whose client went away, or that the hub's shutdown
+		// ended, is routine: it needs no operator's attention.
 		lvl = slog.LevelWarn
 	}
 	a.log.Log(r.Context(), lvl, "request refused", logkey.Route, route, logkey.Status, status,

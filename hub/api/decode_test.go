@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -173,4 +176,27 @@ func FuzzDecodeJobSubmission(f *testing.F) {
 	fuzzDecode[client.JobSubmission](f,
 		`{"runner":"r1","admission":"a1","request_id":"00112233445566778899aabbccddeeff","placement":`+seedPlacement+`,"reservation":"r2","place_within_secs":300,"spec":`+string(spec)+`}`,
 		`{"spec":{"kind":"other"}}`)
+}
+
+// An answer the client did not wait for (its request's context ended) is
+// logged at info; a real internal error at warn.
+func TestWriteErrorLevels(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want slog.Level
+	}{
+		{"client gone", context.Canceled, slog.LevelInfo},
+		{"internal", errors.New("disk on fire"), slog.LevelWarn},
+		{"refused", Errorf(client.CodeConflict, "job not finished"), slog.LevelInfo},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			a := New(Config{Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			a.writeError(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/x", nil), "GET /v1/x", tc.err)
+			if want := "level=" + tc.want.String(); !strings.Contains(logs.String(), want) {
+				t.Fatalf("log %q, want %s", logs.String(), want)
+			}
+		})
+	}
 }
