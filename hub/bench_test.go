@@ -87,26 +87,8 @@ func BenchmarkReserveClaimOutcomeParallel(b *testing.B) {
 	defer cancel()
 	an := &autoNode{h: h, frames: make(chan dispatch.Message, 4096)}
 	go an.run(ctx)
-	d := h.srv.Driver()
 	const loops = 8
-	rep := &client.RelayReport{Concurrent: 0}
-	for i := range loops {
-		rep.Runners = append(rep.Runners, client.RunnerReport{Name: fmt.Sprintf("p%d", i), Placement: testPlacement, RequestConcurrency: 1, TokenAccepted: true})
-	}
-	if err := d.RelayConnected(b.Context(), h.relay, h.rsend); err != nil {
-		b.Fatal(err)
-	}
-	if err := d.RelayFrame(b.Context(), h.relay, rep); err != nil {
-		b.Fatal(err)
-	}
-	hb := &client.RelayHeartbeat{}
-	for _, r := range rep.Runners {
-		hb.Runners = append(hb.Runners, client.RunnerHeartbeat{Name: r.Name, State: client.RunnerPolling})
-	}
-	d.RelayFrame(b.Context(), h.relay, hb)
-	d.NodeConnected(b.Context(), "n1", an, false)
-	h.nodeSay(&dispatch.Report{Resources: dispatch.Resources{Mem: 64 << 30, Disk: 400 << 30, CPUs: 64}, Pools: []string{"linux"}, Labels: []string{"ssd"}})
-	h.nodeSay(&dispatch.Held{})
+	benchFleet(b, h, an, loops)
 	var next atomic.Int32
 	b.SetParallelism(loops / 2) // GOMAXPROCS 2 × 4 = 8 loops
 	b.ResetTimer()
@@ -138,4 +120,30 @@ func BenchmarkReserveClaimOutcomeParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+}
+
+// benchFleet connects a relay with loops polling runners of testPlacement
+// and node n1 (64 CPUs, 64 GiB, pool linux) behind node, as the hub's
+// benchmarks start.
+func benchFleet(b *testing.B, h *harness, node NodeSender, loops int) {
+	b.Helper()
+	d := h.srv.Driver()
+	rep := &client.RelayReport{Concurrent: 0}
+	for i := range loops {
+		rep.Runners = append(rep.Runners, client.RunnerReport{Name: fmt.Sprintf("p%d", i), Placement: testPlacement, RequestConcurrency: 1, TokenAccepted: true})
+	}
+	if err := d.RelayConnected(b.Context(), h.relay, h.rsend); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.RelayFrame(b.Context(), h.relay, rep); err != nil {
+		b.Fatal(err)
+	}
+	hb := &client.RelayHeartbeat{}
+	for _, r := range rep.Runners {
+		hb.Runners = append(hb.Runners, client.RunnerHeartbeat{Name: r.Name, State: client.RunnerPolling})
+	}
+	d.RelayFrame(b.Context(), h.relay, hb)
+	d.NodeConnected(b.Context(), "n1", node, false)
+	h.nodeSay(&dispatch.Report{Resources: dispatch.Resources{Mem: 64 << 30, Disk: 400 << 30, CPUs: 64}, Pools: []string{"linux"}, Labels: []string{"ssd"}})
+	h.nodeSay(&dispatch.Held{})
 }

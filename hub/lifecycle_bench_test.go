@@ -121,26 +121,8 @@ func benchLifecycle(b *testing.B, resume bool) {
 	defer cancel()
 	node := &lifecycleNode{h: h, frames: make(chan dispatch.Message, 1<<16)}
 	go node.run(ctx)
-	d := h.srv.Driver()
 	const loops = 8
-	rep := &client.RelayReport{Concurrent: 0}
-	for i := range loops {
-		rep.Runners = append(rep.Runners, client.RunnerReport{Name: fmt.Sprintf("p%d", i), Placement: testPlacement, RequestConcurrency: 1, TokenAccepted: true})
-	}
-	if err := d.RelayConnected(b.Context(), h.relay, h.rsend); err != nil {
-		b.Fatal(err)
-	}
-	if err := d.RelayFrame(b.Context(), h.relay, rep); err != nil {
-		b.Fatal(err)
-	}
-	hb := &client.RelayHeartbeat{}
-	for _, r := range rep.Runners {
-		hb.Runners = append(hb.Runners, client.RunnerHeartbeat{Name: r.Name, State: client.RunnerPolling})
-	}
-	d.RelayFrame(b.Context(), h.relay, hb)
-	d.NodeConnected(b.Context(), "n1", node, false)
-	h.nodeSay(&dispatch.Report{Resources: dispatch.Resources{Mem: 64 << 30, Disk: 400 << 30, CPUs: 64}, Pools: []string{"linux"}, Labels: []string{"ssd"}})
-	h.nodeSay(&dispatch.Held{})
+	benchFleet(b, h, node, loops)
 
 	lat := &latencies{by: map[string][]time.Duration{}}
 	var next, gitlabJob atomic.Int64
