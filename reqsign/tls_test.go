@@ -1,7 +1,6 @@
 package reqsign
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
@@ -83,30 +82,8 @@ func (s *signedServer) result(t *testing.T) error {
 // headers from that connection's exporter; it returns the status code.
 func (s *signedServer) raw(t *testing.T, method, target string, body []byte, sign func(ekm []byte, h http.Header)) int {
 	t.Helper()
-	c, err := tls.Dial("tcp", s.srv.Listener.Addr().String(), s.client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cs := c.ConnectionState()
-	ekm, err := Exporter(&cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest(method, "https://"+s.srv.Listener.Addr().String()+target, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sign(ekm, req.Header)
-	if err := req.Write(c); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	code, _ := s.rawConn(t, s.client, method, target, body, sign)
+	return code
 }
 
 // spec: AUTH-11, AUTH-12, AUTH-13, AUTH-14
