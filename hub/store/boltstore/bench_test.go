@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/boltstore"
 	"github.com/vk-ci/vk/hub/store/storetest"
 )
@@ -22,48 +21,13 @@ func benchStore(b *testing.B) *boltstore.Store {
 }
 
 // BenchmarkCreateJob: one durable (fsynced) job record per op, ~1 KiB spec.
-func BenchmarkCreateJob(b *testing.B) {
-	s := benchStore(b)
-	ctx := context.Background()
-	j := storetest.FullJob("x")
-	j.Spec = make([]byte, 1024)
-	i := 0
-	for b.Loop() {
-		j.ID = fmt.Sprintf("job-%08d", i)
-		i++
-		if err := s.CreateJob(ctx, j); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkCreateJob(b *testing.B) { storetest.BenchCreateJob(b, benchStore(b)) }
 
 // BenchmarkUpdateJob: one durable read-modify-write of a job per op.
-func BenchmarkUpdateJob(b *testing.B) {
-	s := benchStore(b)
-	ctx := context.Background()
-	if err := s.CreateJob(ctx, storetest.FullJob("job-1")); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, err := s.UpdateJob(ctx, "job-1", func(j *store.Job) error { j.Revision++; return nil }); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkUpdateJob(b *testing.B) { storetest.BenchUpdateJob(b, benchStore(b)) }
 
 // BenchmarkGetJob: one read of a job record per op.
-func BenchmarkGetJob(b *testing.B) {
-	s := benchStore(b)
-	ctx := context.Background()
-	if err := s.CreateJob(ctx, storetest.FullJob("job-1")); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, err := s.GetJob(ctx, "job-1"); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkGetJob(b *testing.B) { storetest.BenchGetJob(b, benchStore(b)) }
 
 // BenchmarkCreateJobParallel: durable job creates from 16 concurrent
 // writers (GOMAXPROCS × 8), each waiting for its own fsync, with group

@@ -2,11 +2,9 @@ package pgstore_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/pgstore"
 	"github.com/vk-ci/vk/hub/store/storetest"
 	"github.com/vk-ci/vk/internal/pgtest"
@@ -35,18 +33,7 @@ func benchStore(b *testing.B, fenced bool) *pgstore.Store {
 }
 
 func benchCreate(b *testing.B, fenced bool) {
-	s := benchStore(b, fenced)
-	ctx := context.Background()
-	j := storetest.FullJob("x")
-	j.Spec = make([]byte, 1024)
-	i := 0
-	for b.Loop() {
-		j.ID = fmt.Sprintf("job-%08d", i)
-		i++
-		if err := s.CreateJob(ctx, j); err != nil {
-			b.Fatal(err)
-		}
-	}
+	storetest.BenchCreateJob(b, benchStore(b, fenced))
 }
 
 // BenchmarkCreateJob: one durable job record per op, ~1 KiB spec.
@@ -57,29 +44,7 @@ func BenchmarkCreateJob(b *testing.B) { benchCreate(b, false) }
 func BenchmarkCreateJobFenced(b *testing.B) { benchCreate(b, true) }
 
 // BenchmarkUpdateJob: one durable read-modify-write of a job per op.
-func BenchmarkUpdateJob(b *testing.B) {
-	s := benchStore(b, false)
-	ctx := context.Background()
-	if err := s.CreateJob(ctx, storetest.FullJob("job-1")); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, err := s.UpdateJob(ctx, "job-1", func(j *store.Job) error { j.Revision++; return nil }); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkUpdateJob(b *testing.B) { storetest.BenchUpdateJob(b, benchStore(b, false)) }
 
 // BenchmarkGetJob: one read of a job record per op.
-func BenchmarkGetJob(b *testing.B) {
-	s := benchStore(b, false)
-	ctx := context.Background()
-	if err := s.CreateJob(ctx, storetest.FullJob("job-1")); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, err := s.GetJob(ctx, "job-1"); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkGetJob(b *testing.B) { storetest.BenchGetJob(b, benchStore(b, false)) }

@@ -1,0 +1,53 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/vk-ci/vk/hub/store"
+)
+
+// The bodies of the store benchmarks every implementation runs, so their
+// figures compare one for one (docs/benchmarks.md, "hub/store").
+
+// BenchCreateJob stores one job record with a ~1 KiB spec per op.
+func BenchCreateJob(b *testing.B, s store.Store) {
+	ctx := context.Background()
+	j := FullJob("x")
+	j.Spec = make([]byte, 1024)
+	i := 0
+	for b.Loop() {
+		j.ID = fmt.Sprintf("job-%08d", i)
+		i++
+		if err := s.CreateJob(ctx, j); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchUpdateJob makes one read-modify-write of a job per op.
+func BenchUpdateJob(b *testing.B, s store.Store) {
+	ctx := context.Background()
+	if err := s.CreateJob(ctx, FullJob("job-1")); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := s.UpdateJob(ctx, "job-1", func(j *store.Job) error { j.Revision++; return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchGetJob reads one job record per op.
+func BenchGetJob(b *testing.B, s store.Store) {
+	ctx := context.Background()
+	if err := s.CreateJob(ctx, FullJob("job-1")); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := s.GetJob(ctx, "job-1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
