@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -222,7 +221,7 @@ func TestShutdownTimeoutLeavesJob(t *testing.T) {
 func TestRunRefusedTokenAtVerify(t *testing.T) {
 	e := newRunEnv(t, 60)
 	e.toks = []string{"glrt-not-a-token-gitlab-knows"}
-	var logs syncLog
+	var logs testlog.Buffer
 	errc := make(chan error, 1)
 	go func() {
 		errc <- Run(t.Context(), e.cfg, e.toks, slog.New(slog.NewTextHandler(&logs, nil)), Options{Clock: e.clk, Hub: e.hub})
@@ -265,22 +264,4 @@ func TestRunRefusedTokenLater(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return with its only runner's token refused")
 	}
-}
-
-// syncLog is a log sink safe for concurrent writes.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

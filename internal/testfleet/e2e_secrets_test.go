@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +16,6 @@ import (
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/internal/testlog"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the fleet's concurrent loggers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // forms are s as it may sit in a file: plain, JSON-escaped, and the parts
 // of its base64 encoding that appear whatever its alignment.
@@ -60,7 +41,7 @@ func forms(s string) []string {
 //
 // spec: AUTH-03, AUTH-07
 func TestSecretsNeverAtRest(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	log := slog.New(slog.NewMultiHandler(testlog.New(t).Handler(), slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	f := newFleet(t, testfleet.Options{Log: log})
 	tn := f.Tenants()[0]

@@ -48,3 +48,23 @@ func (discard) Enabled(context.Context, slog.Level) bool  { return false }
 func (discard) Handle(context.Context, slog.Record) error { return nil }
 func (d discard) WithAttrs([]slog.Attr) slog.Handler      { return d }
 func (d discard) WithGroup(string) slog.Handler           { return d }
+
+// Buffer collects what concurrent loggers write, for a test to search
+// afterwards (a log must not hold a secret, say). The zero value is ready.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *Buffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *Buffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

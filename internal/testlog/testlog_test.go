@@ -7,3 +7,22 @@ func TestNewLogsAndSurvivesCleanup(t *testing.T) {
 	log.Info("hello", "k", "v")
 	Discard().Info("dropped")
 }
+
+func TestBufferCollectsConcurrentWrites(t *testing.T) {
+	var b Buffer
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 100 {
+				b.Write([]byte("x"))
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	if n := len(b.String()); n != 400 {
+		t.Fatalf("buffer holds %d bytes, want 400", n)
+	}
+}
