@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/hub/pki"
-	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/reqsign"
 )
@@ -103,25 +102,6 @@ func TestHeadersRefusedBeforeBody(t *testing.T) {
 	}
 }
 
-// limitedHarness is a harness whose pre-authentication limits are small.
-func limitedHarness(t *testing.T, edit func(*Config)) *harness {
-	t.Helper()
-	key, err := reqsign.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, clk: clock.NewFake(testStart), dir: t.TempDir(), relay: "relay-1", key: key, logs: &syncBuffer{}}
-	h.cfg = DefaultConfig()
-	h.cfg.Addr = "127.0.0.1:0"
-	h.cfg.StateDir = h.dir
-	h.cfg.CapacityPolicy = &PolicyConfig{ProbeLimit: 64}
-	h.cfg.ImmediateWaitMillis = 0
-	edit(&h.cfg)
-	h.start()
-	h.enrol()
-	return h
-}
-
 // waitFor waits until cond holds. The hub acts on its own deadlines and
 // readers, so the test watches the counters that are the result (like
 // testify's Eventually), for 20 s at most.
@@ -154,7 +134,7 @@ func waitStats(t *testing.T, h *harness, what string, ok func(open, unauth int) 
 // spec: AUTH-13
 func TestStalledConnectionsBounded(t *testing.T) {
 	const perPeer, attackers = 16, 200
-	h := limitedHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *Config) {
 		c.Limits.MaxUnauthPerPeer = perPeer
 		c.Limits.HeaderTimeoutSecs = 1
 		c.Limits.BodySecsPerMiB = 1
@@ -201,7 +181,7 @@ func TestStalledConnectionsBounded(t *testing.T) {
 //
 // spec: API-46
 func TestBodyDeadline(t *testing.T) {
-	h := limitedHarness(t, func(c *Config) { c.Limits.BodySecsPerMiB = 1 })
+	h := newHarness(t, func(c *Config) { c.Limits.BodySecsPerMiB = 1 })
 	c, err := rawTLS(t, h, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +205,7 @@ func TestBodyDeadline(t *testing.T) {
 //
 // spec: API-54
 func TestUnauthBodyBudget(t *testing.T) {
-	h := limitedHarness(t, func(c *Config) { c.Limits.UnauthBodyBudgetBytes = 2 << 20 })
+	h := newHarness(t, func(c *Config) { c.Limits.UnauthBodyBudgetBytes = 2 << 20 })
 	hold, err := rawTLS(t, h, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +246,7 @@ func TestUnauthBodyBudget(t *testing.T) {
 //
 // spec: AUTH-08
 func TestJoinBodyLimits(t *testing.T) {
-	h := limitedHarness(t, func(c *Config) { c.Limits.BodySecsPerMiB = 1 })
+	h := newHarness(t, func(c *Config) { c.Limits.BodySecsPerMiB = 1 })
 	for _, tc := range []struct {
 		length int64
 		status int
@@ -287,7 +267,7 @@ func TestJoinBodyLimits(t *testing.T) {
 // (closing the extra one at accept) and closes a stalled one at its
 // header deadline.
 func TestUILimits(t *testing.T) {
-	h := limitedHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *Config) {
 		c.UI.Addr = "127.0.0.1:0"
 		c.UI.MaxConnsPerPeer = 2
 		c.Limits.HeaderTimeoutSecs = 1
