@@ -49,17 +49,30 @@ func (discard) Handle(context.Context, slog.Record) error { return nil }
 func (d discard) WithAttrs([]slog.Attr) slog.Handler      { return d }
 func (d discard) WithGroup(string) slog.Handler           { return d }
 
-// Buffer collects what concurrent loggers write, for a test to search
-// afterwards (a log must not hold a secret, say). The zero value is ready.
+// Buffer collects what concurrent writers (loggers, a job's output
+// pumps) write, for a test to read afterwards or while they run. The zero
+// value is ready; Watching makes one that also signals when it first holds
+// a string.
 type Buffer struct {
-	mu sync.Mutex
-	b  strings.Builder
+	mu   sync.Mutex
+	b    strings.Builder
+	want string
+	seen chan struct{}
 }
+
+// Watching returns a Buffer whose Seen channel closes once what was
+// written holds want.
+func Watching(want string) *Buffer { return &Buffer{want: want, seen: make(chan struct{})} }
 
 func (l *Buffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.b.Write(p)
+	l.b.Write(p)
+	if l.want != "" && strings.Contains(l.b.String(), l.want) {
+		l.want = "" // seen: close once
+		close(l.seen)
+	}
+	return len(p), nil
 }
 
 // String returns everything written so far.
@@ -68,3 +81,7 @@ func (l *Buffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// Seen is closed once the buffer held the string given to Watching; a
+// zero Buffer's never is.
+func (l *Buffer) Seen() <-chan struct{} { return l.seen }

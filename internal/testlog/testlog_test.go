@@ -26,3 +26,20 @@ func TestBufferCollectsConcurrentWrites(t *testing.T) {
 		t.Fatalf("buffer holds %d bytes, want 400", n)
 	}
 }
+
+func TestWatchingClosesOnceSeen(t *testing.T) {
+	b := Watching("hello")
+	b.Write([]byte("hel"))
+	select {
+	case <-b.Seen():
+		t.Fatal("Seen closed before the string was written")
+	default:
+	}
+	b.Write([]byte("lo world"))
+	b.Write([]byte(" hello again")) // a second match must not close twice
+	select {
+	case <-b.Seen():
+	default:
+		t.Fatal("Seen not closed after the string was written")
+	}
+}

@@ -1,7 +1,6 @@
 package process
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,37 +14,6 @@ import (
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/node/exec"
 )
-
-// syncBuf is a goroutine-safe buffer that can signal when it first holds a
-// string.
-type syncBuf struct {
-	mu   sync.Mutex
-	b    bytes.Buffer
-	want string
-	seen chan struct{}
-}
-
-func newSyncBuf(want string) *syncBuf { return &syncBuf{want: want, seen: make(chan struct{})} }
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Write(p)
-	if s.want != "" && strings.Contains(s.b.String(), s.want) {
-		select {
-		case <-s.seen:
-		default:
-			close(s.seen)
-		}
-	}
-	return len(p), nil
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func newExec(t *testing.T, cfg Config) *Executor {
 	t.Helper()
@@ -102,7 +70,7 @@ func TestRunStreamsAndExitCodes(t *testing.T) {
 	t.Setenv("VK_SECRET_FROM_NODE", "leak")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var o, e syncBuf
+			var o, e testlog.Buffer
 			res, err := j.Run(t.Context(), exec.Script{Name: "s", Body: tc.body, Env: []string{"EXTRA=x"}}, &o, &e)
 			if err != nil {
 				t.Fatal(err)
@@ -120,9 +88,9 @@ func TestCancel(t *testing.T) {
 	script := `trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done`
 	t.Run("graceful", func(t *testing.T) {
 		j := prepare(t, e, exec.Size{})
-		out := newSyncBuf("ready")
-		go func() { <-out.seen; j.Cancel(exec.Graceful) }()
-		res, err := j.Run(t.Context(), exec.Script{Name: "s", Body: script}, out, &syncBuf{})
+		out := testlog.Watching("ready")
+		go func() { <-out.Seen(); j.Cancel(exec.Graceful) }()
+		res, err := j.Run(t.Context(), exec.Script{Name: "s", Body: script}, out, &testlog.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,9 +100,9 @@ func TestCancel(t *testing.T) {
 	})
 	t.Run("immediate", func(t *testing.T) {
 		j := prepare(t, e, exec.Size{})
-		out := newSyncBuf("ready")
-		go func() { <-out.seen; j.Cancel(exec.Immediate) }()
-		res, err := j.Run(t.Context(), exec.Script{Name: "s", Body: script}, out, &syncBuf{})
+		out := testlog.Watching("ready")
+		go func() { <-out.Seen(); j.Cancel(exec.Immediate) }()
+		res, err := j.Run(t.Context(), exec.Script{Name: "s", Body: script}, out, &testlog.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,10 +112,10 @@ func TestCancel(t *testing.T) {
 	})
 	t.Run("context", func(t *testing.T) {
 		j := prepare(t, e, exec.Size{})
-		out := newSyncBuf("ready")
+		out := testlog.Watching("ready")
 		ctx, cancel := context.WithCancel(t.Context())
-		go func() { <-out.seen; cancel() }()
-		res, err := j.Run(ctx, exec.Script{Name: "s", Body: script}, out, &syncBuf{})
+		go func() { <-out.Seen(); cancel() }()
+		res, err := j.Run(ctx, exec.Script{Name: "s", Body: script}, out, &testlog.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +128,7 @@ func TestCancel(t *testing.T) {
 func TestCleanupRemovesEverything(t *testing.T) {
 	e := newExec(t, Config{})
 	j := prepare(t, e, exec.Size{CPUs: 1, MemMiB: 64})
-	if _, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "echo x > file"}, &syncBuf{}, &syncBuf{}); err != nil {
+	if _, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "echo x > file"}, &testlog.Buffer{}, &testlog.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	var cgDirs []string
@@ -177,7 +145,7 @@ func TestCleanupRemovesEverything(t *testing.T) {
 			t.Errorf("%s still exists after Cleanup (err %v)", d, err)
 		}
 	}
-	if _, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "true"}, &syncBuf{}, &syncBuf{}); !errors.Is(err, exec.ErrCleanedUp) {
+	if _, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "true"}, &testlog.Buffer{}, &testlog.Buffer{}); !errors.Is(err, exec.ErrCleanedUp) {
 		t.Errorf("Run after Cleanup: %v, want ErrCleanedUp", err)
 	}
 	if err := j.Cleanup(t.Context()); err != nil {
@@ -196,7 +164,7 @@ func TestMemoryLimitKillsJob(t *testing.T) {
 	}
 	j := prepare(t, e, exec.Size{CPUs: 1, MemMiB: 32})
 	// bash holds 128 MiB in a variable.
-	res, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "x=$(head -c 134217728 /dev/zero | tr '\\0' a); echo ${#x}"}, &syncBuf{}, &syncBuf{})
+	res, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "x=$(head -c 134217728 /dev/zero | tr '\\0' a); echo ${#x}"}, &testlog.Buffer{}, &testlog.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +179,7 @@ func TestMemoryLimitKillsJob(t *testing.T) {
 		t.Errorf("Usage().PeakMemBytes = %d, want within (0, 32 MiB]", u.PeakMemBytes)
 	}
 	// A run within the limit is not reported as OOM.
-	res, err = j.Run(t.Context(), exec.Script{Name: "s", Body: "x=$(head -c 1048576 /dev/zero | tr '\\0' a); echo ${#x}"}, &syncBuf{}, &syncBuf{})
+	res, err = j.Run(t.Context(), exec.Script{Name: "s", Body: "x=$(head -c 1048576 /dev/zero | tr '\\0' a); echo ${#x}"}, &testlog.Buffer{}, &testlog.Buffer{})
 	if err != nil || res.OOMKilled || res.ExitCode != 0 {
 		t.Errorf("Run within the limit = %+v, %v", res, err)
 	}
@@ -222,7 +190,7 @@ func TestUsageCountsCPU(t *testing.T) {
 	e := newExec(t, Config{})
 	j := prepare(t, e, exec.Size{})
 	start := time.Now()
-	if _, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"}, &syncBuf{}, &syncBuf{}); err != nil {
+	if _, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"}, &testlog.Buffer{}, &testlog.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	u := j.Usage()
@@ -251,7 +219,7 @@ func TestRunsAsUnprivilegedUser(t *testing.T) {
 		}
 	}
 	j := prepare(t, e, exec.Size{})
-	var o, er syncBuf
+	var o, er testlog.Buffer
 	res, err := j.Run(t.Context(), exec.Script{Name: "s", Body: "id -u; id -g; touch mine && echo wrote"}, &o, &er)
 	if err != nil {
 		t.Fatal(err)

@@ -10,12 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vk-ci/vk/internal/testlog"
 )
 
 // socketpair returns the two ends of a Unix stream socket pair, the same
@@ -59,37 +60,9 @@ func agentPair(t *testing.T) (*Client, string) {
 	return c, root
 }
 
-// syncBuf is a buffer the client's reader writes while the test reads,
-// with a channel closed once it holds want.
-type syncBuf struct {
-	mu   sync.Mutex
-	b    bytes.Buffer
-	want string
-	seen chan struct{}
-}
-
-func newSyncBuf(want string) *syncBuf { return &syncBuf{want: want, seen: make(chan struct{})} }
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	had := s.want != "" && strings.Contains(s.b.String(), s.want)
-	s.b.Write(p)
-	if !had && s.want != "" && strings.Contains(s.b.String(), s.want) {
-		close(s.seen)
-	}
-	return len(p), nil
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func run(t *testing.T, c *Client, r Run) (Exit, string, string) {
 	t.Helper()
-	var out, errb syncBuf
+	var out, errb testlog.Buffer
 	p, err := c.Start(r, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
@@ -170,12 +143,12 @@ func TestCancel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := newSyncBuf("ready\n")
+			out := testlog.Watching("ready\n")
 			p, err := c.Start(Run{Script: tt.script}, out, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
-			<-out.seen
+			<-out.Seen()
 			if err := p.Signal(tt.sig); err != nil {
 				t.Fatal(err)
 			}
@@ -195,12 +168,12 @@ func TestCancel(t *testing.T) {
 
 func TestWaitContextKillsTheScript(t *testing.T) {
 	c, _ := agentPair(t)
-	out := newSyncBuf("ready\n")
+	out := testlog.Watching("ready\n")
 	p, err := c.Start(Run{Script: "echo ready; sleep 100"}, out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-out.seen
+	<-out.Seen()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	ex, err := p.Wait(ctx)
