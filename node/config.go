@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	osexec "os/exec"
@@ -350,7 +349,7 @@ func (c Config) Validate() error {
 	if c.Node.ShutdownTimeoutSecs < 0 {
 		bad("[node] shutdown_timeout_secs is negative")
 	}
-	if c.Node.MetricsListen != "" && !loopback(c.Node.MetricsListen) {
+	if c.Node.MetricsListen != "" && !conffile.Loopback(c.Node.MetricsListen) {
 		bad("[node] metrics_listen %q: want a loopback host:port", c.Node.MetricsListen)
 	}
 	for _, l := range c.Node.Labels {
@@ -418,18 +417,6 @@ func mirrorHosts(m map[string][]string) []string {
 		out = append(append(out, k), v...)
 	}
 	return out
-}
-
-func loopback(hostport string) bool {
-	h, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return false
-	}
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }
 
 // parseUser reads "uid:gid".

@@ -147,7 +147,7 @@ func (c *Config) Validate() error {
 	if c.StateDir == "" {
 		bad("state_dir must not be empty")
 	}
-	if c.MetricsListen != "" && !loopbackAddr(c.MetricsListen) {
+	if c.MetricsListen != "" && !conffile.Loopback(c.MetricsListen) {
 		bad("metrics_listen = %q: want a loopback host:port", c.MetricsListen)
 	}
 	for _, a := range c.Hub.Allow {

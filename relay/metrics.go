@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"net"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -179,17 +178,4 @@ func (c *runnerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, v, r.Name, string(s))
 		}
 	}
-}
-
-// loopbackAddr reports whether hostport is a loopback host:port.
-func loopbackAddr(hostport string) bool {
-	h, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return false
-	}
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }

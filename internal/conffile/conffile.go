@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -162,4 +163,18 @@ func list(vs []int) string {
 		s[i] = fmt.Sprint(v)
 	}
 	return strings.Join(s, " or ")
+}
+
+// Loopback reports whether hostport is a loopback host:port ("localhost",
+// 127.0.0.0/8 or ::1), as a metrics_listen key must be.
+func Loopback(hostport string) bool {
+	h, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }

@@ -123,3 +123,14 @@ func TestTypeErrorsInOperatorWords(t *testing.T) {
 		}
 	}
 }
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9100": true, "localhost:9100": true, "[::1]:9100": true, "127.9.9.9:1": true,
+		"0.0.0.0:9100": false, ":9100": false, "10.0.0.1:9100": false, "127.0.0.1": false, "example.com:80": false,
+	} {
+		if got := Loopback(addr); got != want {
+			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
