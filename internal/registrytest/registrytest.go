@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vk-ci/vk/internal/need"
 )
 
 // Binary is the registry executable the helper runs.
@@ -57,7 +59,7 @@ func Available() bool {
 func New(t testing.TB) *Registry {
 	t.Helper()
 	if !Available() {
-		t.Skipf("registrytest: %s not installed (apt-get install -y docker-registry)", Binary)
+		need.Missingf(t, "registrytest: %s not installed (apt-get install -y docker-registry)", Binary)
 	}
 	dir := t.TempDir()
 	r := &Registry{t: t, Dir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "config.yml"), logPath: filepath.Join(dir, "registry.log")}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/deptest"
+	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/internal/testlog"
@@ -42,7 +43,7 @@ var testSeq struct {
 func newEnv(t testing.TB, mut func(*Config)) *env {
 	t.Helper()
 	if err := Available("", ""); err != nil {
-		t.Skipf("container executor unavailable here (.ci/run installs runc): %v", err)
+		need.Missingf(t, "container executor unavailable here (.ci/run installs runc): %v", err)
 	}
 	reg := registrytest.New(t)
 	base := ocitest.Layer(t, ocitest.BaseFiles(t))
