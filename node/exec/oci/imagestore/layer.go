@@ -2,9 +2,6 @@ package imagestore
 
 import (
 	"archive/tar"
-	"bufio"
-	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -15,39 +12,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 )
 
-// Whiteout markers of the OCI layer format.
+// Whiteout markers of the OCI layer format. The flattened tar that
+// mutate.Extract gives holds none; a stray one is skipped, never written.
 const (
 	whiteoutPrefix = ".wh."
-	whiteoutOpaque = ".wh..wh..opq"
 	// maxSymlinks bounds symlink resolution inside a rootfs.
 	maxSymlinks = 255
 )
-
-// decompress wraps r in the decompressor its magic bytes name: gzip, zstd,
-// or none (plain tar).
-func decompress(r io.Reader) (io.Reader, func(), error) {
-	br := bufio.NewReader(r)
-	magic, _ := br.Peek(4)
-	switch {
-	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return nil, nil, err
-		}
-		return zr, func() { zr.Close() }, nil
-	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return nil, nil, err
-		}
-		return zr, zr.Close, nil
-	}
-	return br, func() {}, nil
-}
 
 // cleanRel makes a tar entry name a clean path relative to the rootfs;
 // ok is false for the root itself.
@@ -105,191 +79,182 @@ func secureJoin(root, rel string) (string, error) {
 	return filepath.Join(append([]string{root}, cur...)...), nil
 }
 
-// ApplyLayer applies one layer (a tar, optionally gzip or zstd
-// compressed) read from f onto the rootfs at root: first its whiteouts
-// (".wh.NAME" removes NAME, ".wh..wh..opq" empties its directory of what
-// lower layers put there), then its entries. Entry paths are confined to
-// root whatever their names and the symlinks already there. f is read
-// twice, so it must be seekable. Ownership and device nodes are restored
+// extractTar writes the entries of the plain tar read from r onto the
+// rootfs at root, replacing what is there (a directory stays a directory).
+// The store feeds it an image flattened by mutate.Extract, so whiteouts
+// are already applied. Entry paths are confined to root whatever their
+// names and the symlinks already there. Hard links are made after every
+// other entry, since a flattened tar lists upper layers first and a link
+// may come before its target. Ownership and device nodes are restored
 // only when running as root.
-func ApplyLayer(root string, f io.ReadSeeker) error {
-	// Pass 1: whiteouts, which only ever affect lower layers.
-	if err := eachEntry(f, func(h *tar.Header, _ io.Reader) error {
-		rel, ok := cleanRel(h.Name)
-		if !ok {
-			return nil
-		}
-		dir, base := path.Split(rel)
-		if !strings.HasPrefix(base, whiteoutPrefix) {
-			return nil
-		}
-		pdir, err := secureJoin(root, dir+"x")
-		if err != nil {
-			return err
-		}
-		pdir = filepath.Dir(pdir)
-		if base == whiteoutOpaque {
-			ents, err := os.ReadDir(pdir)
-			if err != nil {
-				return nil // nothing below to hide
-			}
-			for _, e := range ents {
-				if err := os.RemoveAll(filepath.Join(pdir, e.Name())); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		victim := strings.TrimPrefix(base, whiteoutPrefix)
-		if victim == "" || victim == "." || victim == ".." {
-			return nil
-		}
-		return os.RemoveAll(filepath.Join(pdir, victim))
-	}); err != nil {
-		return err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	// Pass 2: the entries.
-	type dirTime struct {
-		p string
-		t time.Time
-	}
-	var dirs []dirTime
-	root0 := os.Geteuid() == 0
-	err := eachEntry(f, func(h *tar.Header, r io.Reader) error {
-		rel, ok := cleanRel(h.Name)
-		if !ok {
-			return nil
-		}
-		if strings.HasPrefix(path.Base(rel), whiteoutPrefix) {
-			return nil
-		}
-		p, err := secureJoin(root, rel)
-		if err != nil {
-			return err
-		}
-		if p == root {
-			return nil
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		mode := uint32(h.Mode & 0o7777)
-		// Replace whatever is there, except a directory by a directory.
-		if fi, err := os.Lstat(p); err == nil {
-			if !(fi.IsDir() && h.Typeflag == tar.TypeDir) {
-				if err := os.RemoveAll(p); err != nil {
-					return err
-				}
-			}
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-			dirs = append(dirs, dirTime{p, h.ModTime})
-		case tar.TypeReg: // archive/tar reports legacy TypeRegA entries as TypeReg
-			out, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, r)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			if err := os.Symlink(h.Linkname, p); err != nil {
-				return err
-			}
-		case tar.TypeLink:
-			lrel, ok := cleanRel(h.Linkname)
-			if !ok {
-				return fmt.Errorf("hard link %q to the root", h.Name)
-			}
-			target, err := secureJoin(root, lrel)
-			if err != nil {
-				return err
-			}
-			fi, err := os.Lstat(target)
-			if err != nil {
-				return fmt.Errorf("hard link %q: %w", h.Name, err)
-			}
-			if fi.IsDir() {
-				return fmt.Errorf("hard link %q to a directory", h.Name)
-			}
-			if err := os.Link(target, p); err != nil {
-				return err
-			}
-			return nil // a link shares its target's metadata
-		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-			if !root0 && h.Typeflag != tar.TypeFifo {
-				return nil
-			}
-			m := mode
-			switch h.Typeflag {
-			case tar.TypeChar:
-				m |= unix.S_IFCHR
-			case tar.TypeBlock:
-				m |= unix.S_IFBLK
-			default:
-				m |= unix.S_IFIFO
-			}
-			if err := unix.Mknod(p, m, int(unix.Mkdev(uint32(h.Devmajor), uint32(h.Devminor)))); err != nil {
-				return err
-			}
-		default:
-			return nil // other types (e.g. GNU sparse metadata) are skipped
-		}
-		if root0 {
-			if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
-				return err
-			}
-		}
-		if h.Typeflag != tar.TypeSymlink {
-			// After chown, which clears setuid bits.
-			if err := unix.Chmod(p, mode); err != nil {
-				return err
-			}
-			if h.Typeflag != tar.TypeDir {
-				_ = os.Chtimes(p, h.ModTime, h.ModTime)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		_ = os.Chtimes(dirs[i].p, dirs[i].t, dirs[i].t)
-	}
-	return nil
-}
-
-// eachEntry calls fn for each entry of the (optionally compressed) tar
-// read from r.
-func eachEntry(r io.Reader, fn func(*tar.Header, io.Reader) error) error {
-	dr, done, err := decompress(r)
-	if err != nil {
-		return fmt.Errorf("layer: %w", err)
-	}
-	defer done()
-	tr := tar.NewReader(dr)
+//
+// go-containerregistry has no counterpart: it flattens into a tar stream
+// and leaves writing it to disk, confined, to the caller.
+func extractTar(root string, r io.Reader) error {
+	w := &treeWriter{root: root, asRoot: os.Geteuid() == 0}
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			break
 		}
 		if err != nil {
 			return fmt.Errorf("layer: %w", err)
 		}
-		if err := fn(h, tr); err != nil {
+		if err := w.entry(h, tr); err != nil {
 			return fmt.Errorf("layer: %s: %w", h.Name, err)
 		}
 	}
+	for _, h := range w.links {
+		if err := w.hardLink(h); err != nil {
+			return fmt.Errorf("layer: %s: %w", h.Name, err)
+		}
+	}
+	for i := len(w.dirs) - 1; i >= 0; i-- {
+		_ = os.Chtimes(w.dirs[i].p, w.dirs[i].t, w.dirs[i].t)
+	}
+	return nil
+}
+
+// treeWriter is extractTar's state.
+type treeWriter struct {
+	root   string
+	asRoot bool          // running as root: restore owners and devices
+	links  []*tar.Header // hard links, made last
+	dirs   []dirTime     // directories' times, set last
+}
+
+type dirTime struct {
+	p string
+	t time.Time
+}
+
+// place resolves an entry's name to a host path under the root, makes its
+// parent and removes what is in the way; "" means skip the entry.
+func (w *treeWriter) place(h *tar.Header) (string, error) {
+	rel, ok := cleanRel(h.Name)
+	if !ok || strings.HasPrefix(path.Base(rel), whiteoutPrefix) {
+		return "", nil
+	}
+	p, err := secureJoin(w.root, rel)
+	if err != nil || p == w.root {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", err
+	}
+	// Replace whatever is there, except a directory by a directory.
+	if fi, err := os.Lstat(p); err == nil && !(fi.IsDir() && h.Typeflag == tar.TypeDir) {
+		if err := os.RemoveAll(p); err != nil {
+			return "", err
+		}
+	}
+	return p, nil
+}
+
+// entry writes one entry, a hard link excepted (kept for the end).
+func (w *treeWriter) entry(h *tar.Header, r io.Reader) error {
+	if h.Typeflag == tar.TypeLink {
+		w.links = append(w.links, h)
+		return nil
+	}
+	p, err := w.place(h)
+	if err != nil || p == "" {
+		return err
+	}
+	mode := uint32(h.Mode & 0o7777)
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		w.dirs = append(w.dirs, dirTime{p, h.ModTime})
+	case tar.TypeReg: // archive/tar reports legacy TypeRegA entries as TypeReg
+		if err := writeFile(p, r); err != nil {
+			return err
+		}
+	case tar.TypeSymlink:
+		if err := os.Symlink(h.Linkname, p); err != nil {
+			return err
+		}
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		if !w.asRoot && h.Typeflag != tar.TypeFifo {
+			return nil
+		}
+		if err := mknod(p, h, mode); err != nil {
+			return err
+		}
+	default:
+		return nil // other types (e.g. GNU sparse metadata) are skipped
+	}
+	return w.meta(p, h, mode)
+}
+
+// meta restores an entry's owner (as root), mode and times.
+func (w *treeWriter) meta(p string, h *tar.Header, mode uint32) error {
+	if w.asRoot {
+		if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
+			return err
+		}
+	}
+	if h.Typeflag == tar.TypeSymlink {
+		return nil
+	}
+	// After chown, which clears setuid bits.
+	if err := unix.Chmod(p, mode); err != nil {
+		return err
+	}
+	if h.Typeflag != tar.TypeDir {
+		_ = os.Chtimes(p, h.ModTime, h.ModTime)
+	}
+	return nil
+}
+
+// hardLink makes a hard link to a file already in the rootfs; a link
+// shares its target's metadata.
+func (w *treeWriter) hardLink(h *tar.Header) error {
+	p, err := w.place(h)
+	if err != nil || p == "" {
+		return err
+	}
+	lrel, ok := cleanRel(h.Linkname)
+	if !ok {
+		return fmt.Errorf("hard link %q to the root", h.Name)
+	}
+	target, err := secureJoin(w.root, lrel)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(target)
+	if err != nil {
+		return fmt.Errorf("hard link %q: %w", h.Name, err)
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("hard link %q to a directory", h.Name)
+	}
+	return os.Link(target, p)
+}
+
+func writeFile(p string, r io.Reader) error {
+	out, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, r)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func mknod(p string, h *tar.Header, mode uint32) error {
+	switch h.Typeflag {
+	case tar.TypeChar:
+		mode |= unix.S_IFCHR
+	case tar.TypeBlock:
+		mode |= unix.S_IFBLK
+	default:
+		mode |= unix.S_IFIFO
+	}
+	return unix.Mknod(p, mode, int(unix.Mkdev(uint32(h.Devmajor), uint32(h.Devminor))))
 }

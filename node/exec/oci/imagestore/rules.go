@@ -53,14 +53,6 @@ func (r Ref) String() string {
 	return r.Registry + "/" + r.Repository + ":" + r.Tag
 }
 
-// reference is the tag or digest as the registry API takes it.
-func (r Ref) reference() string {
-	if r.Digest != "" {
-		return r.Digest
-	}
-	return r.Tag
-}
-
 // namesRegistry reports whether an image name's first component is a
 // registry host, as Docker decides it: it has a dot or a port, or is
 // "localhost".

@@ -15,6 +15,15 @@
 // mounts an overlay (or makes a copy) on top. Layers shared between images
 // are unpacked once per image — per-layer sharing is a later refinement.
 //
+// # Pulling
+//
+// go-containerregistry's remote package speaks to the registry (token or
+// basic auth, index to platform, every document and layer checked against
+// its digest and size) and its mutate.Extract flattens the layers; the
+// store decides which hosts to try, the scheme of each, which credential
+// goes to which host and how large a manifest or config may be, and writes
+// the flattened tar into the rootfs confined to it (see remote.go).
+//
 // # Pull policies
 //
 // A job gives pull_policy as a list (gitlab-runner semantics): the first
@@ -44,20 +53,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/singleflight"
-	"oras.land/oras-go/v2/registry/remote"
-	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -364,275 +368,6 @@ func (s *Store) hold(im *Image) *Image {
 		s.lastUsed[key] = s.clk.Now()
 	}
 	return im
-}
-
-// credFunc gives oras the job's credential for a host it names, and none
-// for any other host (AUTH-05).
-func credFunc(creds []Credential) auth.CredentialFunc {
-	return func(_ context.Context, hostport string) (auth.Credential, error) {
-		for _, c := range creds {
-			h := c.Host
-			if i := strings.Index(h, "://"); i >= 0 {
-				h = h[i+3:]
-			}
-			h, _, _ = strings.Cut(h, "/")
-			if strings.EqualFold(h, hostport) {
-				return auth.Credential{Username: c.Username, Password: c.Password}, nil
-			}
-		}
-		return auth.EmptyCredential, nil
-	}
-}
-
-// pull resolves ref at its mirrors or registry and makes sure the image is
-// unpacked.
-func (s *Store) pull(ctx context.Context, ref Ref, plat Platform, creds []Credential) (*Image, error) {
-	var errs []error
-	for _, host := range s.cfg.Rules.hosts(ref) {
-		im, err := s.pullFrom(ctx, host, ref, plat, creds)
-		if err == nil {
-			return im, nil
-		}
-		errs = append(errs, fmt.Errorf("from %s: %w", host, err))
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, errors.Join(errs...)
-}
-
-func (s *Store) repo(host string, ref Ref, creds []Credential) (*remote.Repository, error) {
-	repo, err := remote.NewRepository(host + "/" + ref.Repository)
-	if err != nil {
-		return nil, err
-	}
-	repo.PlainHTTP = s.cfg.Rules.plainHTTP(host)
-	repo.Client = &auth.Client{Client: s.cfg.HTTPClient, Credential: credFunc(creds), Cache: auth.NewCache()}
-	return repo, nil
-}
-
-// manifestDoc covers both an image index and an image manifest (OCI and
-// Docker schema 2 share field names).
-type manifestDoc struct {
-	SchemaVersion int                  `json:"schemaVersion"`
-	MediaType     string               `json:"mediaType"`
-	Manifests     []ocispec.Descriptor `json:"manifests"`
-	Config        ocispec.Descriptor   `json:"config"`
-	Layers        []ocispec.Descriptor `json:"layers"`
-}
-
-func (s *Store) pullFrom(ctx context.Context, host string, ref Ref, plat Platform, creds []Credential) (*Image, error) {
-	repo, err := s.repo(host, ref, creds)
-	if err != nil {
-		return nil, err
-	}
-	desc, rc, err := repo.FetchReference(ctx, ref.reference())
-	if err != nil {
-		return nil, err
-	}
-	doc, raw, err := readManifest(rc, desc)
-	if err != nil {
-		return nil, err
-	}
-	if len(doc.Manifests) > 0 || isIndex(desc.MediaType) {
-		child, err := pickPlatform(doc.Manifests, plat)
-		if err != nil {
-			return nil, err
-		}
-		rc, err := repo.Fetch(ctx, child)
-		if err != nil {
-			return nil, err
-		}
-		desc = child
-		if doc, raw, err = readManifest(rc, child); err != nil {
-			return nil, err
-		}
-	}
-	_ = raw
-	if doc.SchemaVersion != 2 || doc.Config.Digest == "" {
-		return nil, fmt.Errorf("manifest %s: unsupported format (schema %d, media type %q)", desc.Digest, doc.SchemaVersion, desc.MediaType)
-	}
-	id := doc.Config.Digest.String()
-	v, err, _ := s.sf.Do(id, func() (any, error) {
-		if im, err := s.load(id); err == nil {
-			return im, nil
-		}
-		return s.unpack(ctx, repo, desc, doc, plat)
-	})
-	if err != nil {
-		return nil, err
-	}
-	stored := v.(*Image)
-	im := &Image{Ref: ref, Manifest: stored.Manifest, ID: stored.ID, Platform: stored.Platform, Rootfs: stored.Rootfs, Config: stored.Config, Pulled: true}
-	if !plat.matches(im.Platform) {
-		return nil, fmt.Errorf("image %s is %s, not the requested platform %s", ref, im.Platform, plat)
-	}
-	rec, _ := json.Marshal(refRecord{Ref: ref.String(), Platform: plat.String(), Manifest: desc.Digest.String(), ID: id})
-	if err := writeAtomic(filepath.Join(s.cfg.Root, "refs", refKey(ref, plat)+".json"), rec, filepath.Join(s.cfg.Root, "tmp")); err != nil {
-		return nil, err
-	}
-	return im, nil
-}
-
-func isIndex(mt string) bool {
-	return mt == ocispec.MediaTypeImageIndex || mt == "application/vnd.docker.distribution.manifest.list.v2+json"
-}
-
-func readManifest(rc io.ReadCloser, desc ocispec.Descriptor) (manifestDoc, []byte, error) {
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
-	if err != nil {
-		return manifestDoc{}, nil, err
-	}
-	if len(b) > maxManifestBytes {
-		return manifestDoc{}, nil, fmt.Errorf("manifest %s larger than %d bytes", desc.Digest, maxManifestBytes)
-	}
-	if desc.Digest != "" {
-		if err := desc.Digest.Validate(); err != nil {
-			return manifestDoc{}, nil, err
-		}
-		if desc.Digest.Algorithm().FromBytes(b) != desc.Digest {
-			return manifestDoc{}, nil, fmt.Errorf("manifest %s: digest mismatch", desc.Digest)
-		}
-	}
-	var doc manifestDoc
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return manifestDoc{}, nil, fmt.Errorf("manifest %s: %w", desc.Digest, err)
-	}
-	return doc, b, nil
-}
-
-// pickPlatform chooses an index entry for plat.
-func pickPlatform(ms []ocispec.Descriptor, plat Platform) (ocispec.Descriptor, error) {
-	var have []string
-	for _, m := range ms {
-		if m.Platform == nil {
-			continue
-		}
-		q := Platform{OS: m.Platform.OS, Architecture: m.Platform.Architecture, Variant: m.Platform.Variant}
-		if plat.matches(q) {
-			return m, nil
-		}
-		have = append(have, q.String())
-	}
-	return ocispec.Descriptor{}, fmt.Errorf("no image for platform %s (the index has %s)", plat, strings.Join(have, ", "))
-}
-
-// configDoc is the part of an image config we use.
-type configDoc struct {
-	OS           string `json:"os"`
-	Architecture string `json:"architecture"`
-	Variant      string `json:"variant"`
-	Config       struct {
-		Env          []string            `json:"Env"`
-		Entrypoint   []string            `json:"Entrypoint"`
-		Cmd          []string            `json:"Cmd"`
-		User         string              `json:"User"`
-		WorkingDir   string              `json:"WorkingDir"`
-		ExposedPorts map[string]struct{} `json:"ExposedPorts"`
-	} `json:"config"`
-}
-
-// unpack fetches the image's config and layers and unpacks them into
-// images/<id>, atomically.
-func (s *Store) unpack(ctx context.Context, repo *remote.Repository, mdesc ocispec.Descriptor, doc manifestDoc, plat Platform) (*Image, error) {
-	rc, err := repo.Fetch(ctx, doc.Config)
-	if err != nil {
-		return nil, err
-	}
-	cb, err := readVerified(rc, doc.Config, maxManifestBytes)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	var cfg configDoc
-	if err := json.Unmarshal(cb, &cfg); err != nil {
-		return nil, fmt.Errorf("config %s: %w", doc.Config.Digest, err)
-	}
-	stage, err := os.MkdirTemp(filepath.Join(s.cfg.Root, "tmp"), "unpack-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(stage)
-	rootfs := filepath.Join(stage, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return nil, err
-	}
-	for i, l := range doc.Layers {
-		if err := s.applyRemoteLayer(ctx, repo, l, rootfs); err != nil {
-			return nil, fmt.Errorf("layer %d (%s): %w", i, l.Digest, err)
-		}
-	}
-	ic := ImageConfig{Env: cfg.Config.Env, Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd, User: cfg.Config.User, WorkingDir: cfg.Config.WorkingDir}
-	for p := range cfg.Config.ExposedPorts {
-		ic.ExposedPorts = append(ic.ExposedPorts, p)
-	}
-	ip := Platform{OS: cfg.OS, Architecture: cfg.Architecture, Variant: cfg.Variant}
-	if ip.OS == "" {
-		ip = plat // an image without a platform is taken as asked
-	}
-	rec, _ := json.Marshal(imageRecord{ID: doc.Config.Digest.String(), Manifest: mdesc.Digest.String(), Platform: ip, Config: ic})
-	if err := os.WriteFile(filepath.Join(stage, "image.json"), rec, 0o600); err != nil {
-		return nil, err
-	}
-	dst := s.imageDir(doc.Config.Digest.String())
-	if err := os.Rename(stage, dst); err != nil {
-		if _, serr := os.Stat(filepath.Join(dst, "image.json")); serr != nil {
-			return nil, err
-		}
-	}
-	if err := os.Chmod(dst, 0o755); err != nil {
-		return nil, err
-	}
-	s.log.Info("image unpacked", slog.String("image", doc.Config.Digest.String()), slog.Int("layers", len(doc.Layers)))
-	return s.load(doc.Config.Digest.String())
-}
-
-func (s *Store) applyRemoteLayer(ctx context.Context, repo *remote.Repository, l ocispec.Descriptor, rootfs string) error {
-	if err := l.Digest.Validate(); err != nil {
-		return err
-	}
-	rc, err := repo.Fetch(ctx, l)
-	if err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Join(s.cfg.Root, "tmp"), "layer-")
-	if err != nil {
-		rc.Close()
-		return err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	v := l.Digest.Verifier()
-	n, err := io.Copy(io.MultiWriter(f, v), rc)
-	rc.Close()
-	if err != nil {
-		return err
-	}
-	if !v.Verified() || (l.Size > 0 && n != l.Size) {
-		return fmt.Errorf("digest or size mismatch (got %d bytes)", n)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	return ApplyLayer(rootfs, f)
-}
-
-func readVerified(rc io.ReadCloser, d ocispec.Descriptor, max int64) ([]byte, error) {
-	defer rc.Close()
-	if err := d.Digest.Validate(); err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(io.LimitReader(rc, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("larger than %d bytes", max)
-	}
-	if d.Digest.Algorithm().FromBytes(b) != d.Digest {
-		return nil, fmt.Errorf("digest mismatch for %s", d.Digest)
-	}
-	return b, nil
 }
 
 func writeAtomic(p string, b []byte, tmpDir string) error {

@@ -2,8 +2,11 @@ package imagestore
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -258,5 +261,95 @@ func TestGC(t *testing.T) {
 	reg.Stop()
 	if _, err := s.Get(ctx, Request{Name: "test/gc:v1", PullPolicy: []string{PullNever}}); !errors.Is(err, ErrPull) {
 		t.Fatalf("after gc, never: err = %v, want ErrPull", err)
+	}
+}
+
+// A hard link in an upper layer to a file of a lower one is made, though
+// the flattened image lists the link before its target.
+func TestPullHardLinkToLowerLayer(t *testing.T) {
+	reg := registrytest.New(t)
+	lower := ocitest.Layer(t, []ocitest.File{{Name: "bin/", Typ: tar.TypeDir}, {Name: "bin/busybox", Body: "bb"}})
+	upper := ocitest.Layer(t, []ocitest.File{{Name: "bin/sh", Typ: tar.TypeLink, Link: "bin/busybox"}})
+	ocitest.Push(t, reg.Addr, "test/hl:v1", ocitest.Host(), nil, lower, upper)
+	s := newStore(t, reg, nil)
+	im, err := s.Get(context.Background(), Request{Name: "test/hl:v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Release()
+	a, err1 := os.Stat(filepath.Join(im.Rootfs, "bin/sh"))
+	b, err2 := os.Stat(filepath.Join(im.Rootfs, "bin/busybox"))
+	if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+		t.Fatalf("bin/sh is not a hard link to bin/busybox: %v %v", err1, err2)
+	}
+}
+
+// A registry is spoken to over plain HTTP only when the rules list it,
+// even on a loopback address (where go-containerregistry alone would
+// choose plain HTTP): credentials never go out in the clear unasked.
+func TestPlainHTTPOnlyWhenListed(t *testing.T) {
+	reg := registrytest.New(t)
+	ocitest.Push(t, reg.Addr, "test/tls:v1", ocitest.Host(), nil, ocitest.Layer(t, []ocitest.File{{Name: "f", Body: "1"}}))
+	s := newStore(t, reg, func(c *Config) { c.Rules.PlainHTTP = nil })
+	_, err := s.Get(context.Background(), Request{Name: "test/tls:v1", Credentials: []Credential{{Host: reg.Addr, Username: "u", Password: "p"}}})
+	if !errors.Is(err, ErrPull) {
+		t.Fatalf("pull over plain HTTP from an unlisted registry: err = %v, want ErrPull", err)
+	}
+	if !strings.Contains(err.Error(), "https://") {
+		t.Fatalf("err %q: the pull did not try HTTPS", err)
+	}
+}
+
+// fixedTransport answers every request with the same body.
+type fixedTransport struct{ body []byte }
+
+func (f fixedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Body: io.NopCloser(bytes.NewReader(f.body)), Header: http.Header{}, Request: req}, nil
+}
+
+// A manifest larger than the bound fails to read; a blob is not bound by it.
+func TestManifestBound(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), maxManifestBytes+1)
+	tr := &hostTransport{base: fixedTransport{big}, host: "r.example"}
+	for _, tc := range []struct {
+		path    string
+		wantErr bool
+	}{{"/v2/a/manifests/v1", true}, {"/v2/a/blobs/sha256:00", false}} {
+		req, _ := http.NewRequest("GET", "https://r.example"+tc.path, nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.ReadAll(resp.Body)
+		if (err != nil) != tc.wantErr {
+			t.Fatalf("%s: read err = %v, want error %v", tc.path, err, tc.wantErr)
+		}
+	}
+	ok := bytes.Repeat([]byte("x"), maxManifestBytes)
+	req, _ := http.NewRequest("GET", "https://r.example/v2/a/manifests/v1", nil)
+	resp, _ := (&hostTransport{base: fixedTransport{ok}, host: "r.example"}).RoundTrip(req)
+	if b, err := io.ReadAll(resp.Body); err != nil || len(b) != maxManifestBytes {
+		t.Fatalf("manifest at the bound: %d bytes, %v", len(b), err)
+	}
+}
+
+// The store passes each host its job credential itself and never reads a
+// docker config file from the node (go-containerregistry's default
+// keychain would).
+func TestNoDockerConfig(t *testing.T) {
+	files, _ := filepath.Glob("*.go")
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []string{"DefaultKeychain", "WithAuthFromKeychain", "NewKeychainFromHelper"} {
+			if strings.Contains(string(b), bad) {
+				t.Errorf("%s uses %s", f, bad)
+			}
+		}
 	}
 }
