@@ -46,7 +46,8 @@ const (
 
 // Errors.
 var (
-	// ErrStopped is returned by Shutdown after the agent already stopped.
+	// ErrStopped is returned by Shutdown after the agent already stopped,
+	// and by Start on a stopped agent (one whose Start failed included).
 	ErrStopped = errors.New("node: agent stopped")
 )
 
@@ -96,12 +97,14 @@ type Options struct {
 }
 
 // Agent is a running node: ledger, journal, spools, stage runner and hub
-// session. Create it with [Start]; stop it with [Agent.Shutdown].
+// session. Build it with [New], run it with [Agent.Start] (or both with
+// [Start]); stop it with [Agent.Shutdown].
 //
 //	Start ──▶ running ──Shutdown──▶ draining ──jobs ended or ctx──▶ interrupting ──▶ stopped
 type Agent struct {
 	cfg     Config
 	opts    Options
+	baseLog *slog.Logger // the log as given, for the session's own component
 	log     *slog.Logger
 	clk     clock.Clock
 	t0      time.Time // the monotonic origin of ledger time
@@ -153,76 +156,104 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return a.Shutdown(sctx)
 }
 
-// Start opens the journal and spools, recovers the jobs a previous run
-// left (FAIL-08: unfinished ones end interrupted, finished ones resend
-// their result), and dials the hub. It returns once the agent runs; ctx
-// only bounds the start-up, the agent lives until [Agent.Shutdown].
+// Start is [New] then [Agent.Start]: it returns a running agent.
 func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Agent, error) {
+	a, err := New(cfg, log, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Start(ctx); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// New builds an agent from its configuration without starting it: the
+// identity and the hub's address, the capacity ledger, the executors, the
+// stage runner and the (not yet dialled) hub session. It opens nothing
+// that needs closing, so an agent that is never started needs no
+// Shutdown.
+func New(cfg Config, log *slog.Logger, opts Options) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	base := log
-	log = log.With(logkey.Component, "node")
 	a := &Agent{
-		cfg: cfg, opts: opts, log: log, clk: clock.Or(opts.Clock),
+		cfg: cfg, opts: opts, baseLog: log, log: log.With(logkey.Component, "node"), clk: clock.Or(opts.Clock),
 		jobs: map[string]*jobRun{}, changed: make(chan struct{}),
 		rearm: make(chan struct{}, 1), stopped: make(chan struct{}),
 		spools: filepath.Join(cfg.Node.StateDir, "spool"),
 		retry:  cmpOr(opts.ResultRetry, DefaultResultRetry),
 	}
 	a.t0 = a.clk.Now()
-	if opts.Identity != nil {
-		a.ident = *opts.Identity
-	} else {
-		id, err := LoadIdentity(cfg.Node.StateDir)
-		if err != nil {
+	for _, step := range []func() error{a.loadIdentity, a.newLedger, a.newExecutors, a.newRunner, a.newSession} {
+		if err := step(); err != nil {
 			return nil, err
+		}
+	}
+	a.metrics = newMetrics(a)
+	return a, nil
+}
+
+// loadIdentity takes the node's identity from the options or the state
+// dir, and the hub's URL from [node] hub when set there.
+func (a *Agent) loadIdentity() error {
+	if a.opts.Identity != nil {
+		a.ident = *a.opts.Identity
+	} else {
+		id, err := LoadIdentity(a.cfg.Node.StateDir)
+		if err != nil {
+			return err
 		}
 		a.ident = id
 	}
-	if cfg.Node.Hub != "" {
-		a.ident.HubURL = cfg.Node.Hub
+	if a.cfg.Node.Hub != "" {
+		a.ident.HubURL = a.cfg.Node.Hub
 	}
 	if a.ident.HubURL == "" {
-		return nil, fmt.Errorf("%w: no hub URL in [node] hub or the state dir", ErrConfig)
+		return fmt.Errorf("%w: no hub URL in [node] hub or the state dir", ErrConfig)
 	}
-	wsURL, err := sessionURL(a.ident.HubURL)
+	return nil
+}
+
+// newLedger sizes the ledger from the configured resources and whether a
+// local gitlab-runner shares the host.
+func (a *Agent) newLedger() error {
+	total, err := a.cfg.capacity()
 	if err != nil {
-		return nil, err
-	}
-	tlsCfg := opts.TLSConfig
-	if tlsCfg == nil {
-		if tlsCfg, err = clientTLS(a.ident.CAPEM); err != nil {
-			return nil, err
-		}
-	}
-	total, err := cfg.capacity()
-	if err != nil {
-		return nil, err
+		return err
 	}
 	a.capTotal = total
-	a.led = ledger.New(ledger.Capacity{Total: total, MaxConcurrency: cfg.Executor.Schedule.MaxConcurrency})
-	detect := opts.DetectRunner
+	a.led = ledger.New(ledger.Capacity{Total: total, MaxConcurrency: a.cfg.Executor.Schedule.MaxConcurrency})
+	detect := a.opts.DetectRunner
 	if detect == nil {
 		detect = func() bool { return DetectLocalRunner(RunnerUnits) }
 	}
-	a.runnerOn = cfg.localRunner(detect)
+	a.runnerOn = a.cfg.localRunner(detect)
 	a.led.SetRunner(a.runnerOn)
 	if a.runnerOn {
-		log.Warn("a local gitlab-runner is present: refusing new offers with runner (PLACE-08); set [node] runner = \"none\" if the host takes placed jobs only")
+		a.log.Warn("a local gitlab-runner is present: refusing new offers with runner (PLACE-08); set [node] runner = \"none\" if the host takes placed jobs only")
 	}
+	return nil
+}
 
-	if a.be, err = a.newBackends(); err != nil {
-		return nil, err
-	}
+// newExecutors builds the configured backends.
+func (a *Agent) newExecutors() error {
+	be, err := a.newBackends()
+	a.be = be
+	return err
+}
+
+// newRunner builds the stage runner on the default backend, with the
+// transfers when the node has them.
+func (a *Agent) newRunner() error {
 	var tr stage.Transfers
 	if xc, ok := a.xferConfig(); ok {
 		tr = xfer.Stage{T: xfer.New(xc)}
 	}
-	name := cfg.Node.Name
+	name := a.cfg.Node.Name
 	if name == "" {
 		name, _ = os.Hostname()
 	}
@@ -230,52 +261,153 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 	if def == nil {
 		def = refuseExecutor{fmt.Errorf("%w: no executor chosen", exec.ErrConfiguration)}
 	}
+	var err error
 	a.runner, err = stage.New(stage.Config{
 		Executor: def, ExecutorName: BackendProcess, Transfers: tr,
-		Ceiling:  exec.Size{CPUs: int(total.CPUs), MemMiB: total.MemBytes >> 20},
-		NodeName: name, SystemID: a.ident.NodeID, Clock: opts.Clock, Log: log,
+		Ceiling:  exec.Size{CPUs: int(a.capTotal.CPUs), MemMiB: a.capTotal.MemBytes >> 20},
+		NodeName: name, SystemID: a.ident.NodeID, Clock: a.opts.Clock, Log: a.log,
 		OnStage: a.onStage,
 	})
+	return err
+}
+
+// newSession builds the hub session: its URL from the hub's, TLS pinned
+// to the identity's CA unless the options give a config.
+func (a *Agent) newSession() error {
+	wsURL, err := sessionURL(a.ident.HubURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.MkdirAll(a.spools, 0o700); err != nil {
-		return nil, fmt.Errorf("node: spool dir: %w", err)
-	}
-	a.journal, err = journal.Open(filepath.Join(cfg.Node.StateDir, "journal"), log)
-	if err != nil {
-		return nil, err
-	}
-	a.runCtx, a.runCancel = context.WithCancel(context.WithoutCancel(ctx))
-	a.jobsCtx, a.jobsStop = context.WithCancel(a.runCtx)
-	a.metrics = newMetrics(a)
-	fail := func(err error) (*Agent, error) {
-		a.runCancel()
-		for _, jr := range a.jobs {
-			jr.sp.Close()
+	tlsCfg := a.opts.TLSConfig
+	if tlsCfg == nil {
+		if tlsCfg, err = clientTLS(a.ident.CAPEM); err != nil {
+			return err
 		}
-		a.journal.Close()
-		return nil, err
-	}
-	a.cleanLeftovers()
-	if err := a.recover(); err != nil {
-		return fail(err)
 	}
 	a.sess, err = session.New(session.Config{
 		URL: wsURL, NodeID: a.ident.NodeID, Key: a.ident.Key, TLSConfig: tlsCfg,
-		Release: version.Version, Clock: opts.SessionClock, Logger: base,
+		Release: version.Version, Clock: a.opts.SessionClock, Logger: a.baseLog,
 	}, handler{a})
-	if err != nil {
-		return fail(err)
+	return err
+}
+
+// startStep is one step of [Agent.Start]. do sets a part up; undo takes
+// down what do set up, also after do failed halfway.
+type startStep struct {
+	do   func() error
+	undo func()
+}
+
+// Start opens the journal and spools, recovers the jobs a previous run
+// left (FAIL-08: unfinished ones end interrupted, finished ones resend
+// their result), opens the control socket and the metrics listener, and
+// dials the hub. It returns once the agent runs; ctx only bounds the
+// start-up (its values live on), the agent lives until [Agent.Shutdown].
+// When a step fails, Start undoes the steps it began, last first, and the
+// agent is stopped: it cannot be started again.
+func (a *Agent) Start(ctx context.Context) error {
+	select {
+	case <-a.stopped:
+		return ErrStopped
+	default:
 	}
-	if err := a.serveControl(); err != nil {
-		return fail(err)
+	a.mu.Lock()
+	started := a.runCtx != nil
+	if !started {
+		a.runCtx, a.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+		a.jobsCtx, a.jobsStop = context.WithCancel(a.runCtx)
 	}
-	if cfg.Node.MetricsListen != "" {
-		if err := a.serveMetrics(cfg.Node.MetricsListen); err != nil {
-			return fail(err)
+	a.mu.Unlock()
+	if started {
+		return errors.New("node: agent already started")
+	}
+	steps := []startStep{
+		{a.openState, a.closeState},
+		{a.recoverJobs, a.closeSpools},
+		// From here steps start goroutines: undone, they end before the
+		// spools and the journal close.
+		{func() error { return nil }, a.endGoroutines},
+		{a.serveControl, a.closeControl},
+		{a.openMetrics, a.closeMetrics},
+	}
+	for i, st := range steps {
+		if err := st.do(); err != nil {
+			for j := i; j >= 0; j-- {
+				steps[j].undo()
+			}
+			a.stopOnce.Do(func() { close(a.stopped) })
+			return err
 		}
 	}
+	a.runLoops()
+	a.log.Info("node agent started", logkey.NodeID, a.ident.NodeID, "hub", a.ident.HubURL,
+		"mem", a.capTotal.MemBytes, "disk", a.capTotal.DiskBytes, "cpus", a.capTotal.CPUs, "local_runner", a.runnerOn)
+	return nil
+}
+
+// endGoroutines ends the agent's lifetime and waits for what runs in it.
+func (a *Agent) endGoroutines() {
+	a.jobsStop()
+	a.runCancel()
+	a.bg.Wait()
+	a.jobsWG.Wait()
+}
+
+// openState makes the spool directory and opens the journal.
+func (a *Agent) openState() error {
+	if err := os.MkdirAll(a.spools, 0o700); err != nil {
+		return fmt.Errorf("node: spool dir: %w", err)
+	}
+	j, err := journal.Open(filepath.Join(a.cfg.Node.StateDir, "journal"), a.log)
+	if err != nil {
+		return err
+	}
+	a.journal = j
+	return nil
+}
+
+// closeState closes the journal, if open.
+func (a *Agent) closeState() {
+	if a.journal != nil {
+		a.journal.Close()
+	}
+}
+
+// recoverJobs removes what a previous run's jobs left on the host and
+// takes up the jobs its journal holds.
+func (a *Agent) recoverJobs() error {
+	a.cleanLeftovers()
+	return a.recover()
+}
+
+// closeSpools closes the spools of the jobs the agent holds.
+func (a *Agent) closeSpools() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, jr := range a.jobs {
+		jr.sp.Close()
+	}
+}
+
+// openMetrics opens the metrics listener when [node] metrics_listen asks
+// for one.
+func (a *Agent) openMetrics() error {
+	if a.cfg.Node.MetricsListen == "" {
+		return nil
+	}
+	return a.serveMetrics(a.cfg.Node.MetricsListen)
+}
+
+// closeMetrics closes the metrics server, if serving.
+func (a *Agent) closeMetrics() {
+	if a.httpSrv != nil {
+		a.httpSrv.Close()
+	}
+}
+
+// runLoops follows the recovered jobs and starts the session, the lease
+// timer and, with images, the image cache's sweeps.
+func (a *Agent) runLoops() {
 	a.mu.Lock()
 	for _, jr := range a.jobs {
 		a.follow(jr)
@@ -285,14 +417,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 	go func() { defer a.bg.Done(); a.sess.Run(a.runCtx) }()
 	go func() { defer a.bg.Done(); a.leaseLoop() }()
 	if a.be.images != nil {
-		every := imageGCEvery(cfg.imageIdle())
+		every := imageGCEvery(a.cfg.imageIdle())
 		first := a.clk.NewTimer(every)
 		a.bg.Add(1)
 		go func() { defer a.bg.Done(); a.imageGCLoop(a.be.images, every, first) }()
 	}
-	log.Info("node agent started", logkey.NodeID, a.ident.NodeID, "hub", a.ident.HubURL,
-		"mem", total.MemBytes, "disk", total.DiskBytes, "cpus", total.CPUs, "local_runner", a.runnerOn)
-	return a, nil
 }
 
 func cmpOr(d, def time.Duration) time.Duration {
@@ -477,6 +606,13 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	case <-a.stopped:
 		return ErrStopped
 	default:
+	}
+	a.mu.Lock()
+	started := a.runCtx != nil
+	a.mu.Unlock()
+	if !started { // built by New, never started: nothing runs
+		a.stopOnce.Do(func() { close(a.stopped) })
+		return nil
 	}
 	a.mu.Lock()
 	if st := a.led.Snapshot(a.now()).State; st == ledger.StateReady {

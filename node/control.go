@@ -139,6 +139,14 @@ func (a *Agent) serveControl() error {
 	return nil
 }
 
+// closeControl closes the control socket, if open, and removes its file.
+func (a *Agent) closeControl() {
+	if a.ctlLn != nil {
+		a.ctlLn.Close()
+		os.Remove(filepath.Join(a.cfg.Node.StateDir, ControlSocket))
+	}
+}
+
 func (a *Agent) serveControlConn(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(controlTimeout))
