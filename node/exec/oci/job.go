@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	osexec "os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -123,63 +124,18 @@ var bashPaths = []string{"/usr/local/bin/bash", "/usr/bin/bash", "/bin/bash"}
 // kernel's OOM killer did; otherwise runc's 128+n is reported as the
 // script's own exit status, as Docker reports it.
 func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) (exec.RunResult, error) {
-	j.mu.Lock()
-	if j.cleaned {
-		j.mu.Unlock()
-		return exec.RunResult{}, exec.ErrCleanedUp
+	if err := j.beginScript(); err != nil {
+		return exec.RunResult{}, err
 	}
-	if j.running {
-		j.mu.Unlock()
-		return exec.RunResult{}, fmt.Errorf("%w: a script is already running", exec.ErrStart)
-	}
-	j.running, j.signalled = true, 0
-	j.mu.Unlock()
-	defer func() {
-		j.mu.Lock()
-		j.running = false
-		j.mu.Unlock()
-	}()
-
+	defer j.endScript()
 	if syscall.Kill(j.initPID, 0) != nil {
 		return exec.RunResult{}, fmt.Errorf("%w: the job container's main process has exited (an image entrypoint that does not run its arguments? set image:entrypoint: [\"\"]): %s",
 			exec.ErrStart, tail(filepath.Join(j.dir, "job-init.log"), 5))
 	}
-	bash := ""
-	for _, p := range bashPaths {
-		if fi, err := os.Stat(j.HostPath(p)); err == nil && fi.Mode().IsRegular() {
-			bash = p
-			break
-		}
+	cmd, pidFile, err := j.execCommand(s)
+	if err != nil {
+		return exec.RunResult{}, err
 	}
-	if bash == "" {
-		return exec.RunResult{}, fmt.Errorf("%w: the job image has no bash (looked for %s)", exec.ErrStart, strings.Join(bashPaths, ", "))
-	}
-	name := s.Name
-	if !validID.MatchString(name) {
-		name = "script"
-	}
-	hostScript := filepath.Join(j.hostTemp(), name+".sh")
-	if err := os.WriteFile(hostScript, []byte(s.Body), 0o700); err != nil {
-		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-	}
-	if err := os.Chown(hostScript, int(j.user.UID), int(j.user.GID)); err != nil {
-		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-	}
-	// runc writes the script's host PID here: the node watches that
-	// process, not runc exec, to learn when the script ended (see
-	// killWhenScriptExits). Outside the container's view.
-	pidFile := filepath.Join(j.dir, name+".pid")
-	_ = os.Remove(pidFile)
-	args := []string{"exec", "--pid-file", pidFile, "--cwd", j.BuildsDir(), "--user", fmt.Sprintf("%d:%d", j.user.UID, j.user.GID)}
-	for _, g := range j.user.Groups {
-		args = append(args, "--additional-gids", strconv.FormatUint(uint64(g), 10))
-	}
-	for _, kv := range s.Env {
-		args = append(args, "--env", kv)
-	}
-	args = append(args, j.id, bash, "--noprofile", "--norc", path.Join(GuestTempDir, name+".sh"))
-	cmd := j.e.runcCmd(args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	oomBefore, _ := j.cg.OOMKills()
 	started := j.e.clk.Now()
 	out, err := exec.StartPumped(cmd, stdout, stderr)
@@ -203,29 +159,97 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	if !out.Drain(j.e.clk, DefaultDrainWait) {
 		j.log.Warn("output pipes still open after the script ended; closed them", slog.String("script", s.Name))
 	}
-
 	res := exec.RunResult{Wall: wall, ExitCode: cmd.ProcessState.ExitCode()}
 	oomAfter, _ := j.cg.OOMKills()
 	res.OOMKilled = oomAfter > oomBefore
 	j.mu.Lock()
 	sig := j.signalled
 	j.mu.Unlock()
-	if res.ExitCode > 128 && res.ExitCode < 128+65 && (sig != 0 || res.OOMKilled) {
+	return scriptResult(ctx, res, cmd.ProcessState, sig != 0), nil
+}
+
+// beginScript marks a script running: one at a time, none after cleanup.
+func (j *Job) beginScript() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.cleaned {
+		return exec.ErrCleanedUp
+	}
+	if j.running {
+		return fmt.Errorf("%w: a script is already running", exec.ErrStart)
+	}
+	j.running, j.signalled = true, 0
+	return nil
+}
+
+func (j *Job) endScript() {
+	j.mu.Lock()
+	j.running = false
+	j.mu.Unlock()
+}
+
+// execCommand writes the script into the job's temp dir and builds the
+// `runc exec` that runs it with the image's bash as the job's user. It
+// returns the command and the file runc writes the script's host PID to:
+// the node watches that process, not runc exec, to learn when the script
+// ended (see killWhenScriptExits). That file is outside the container's
+// view.
+func (j *Job) execCommand(s exec.Script) (*osexec.Cmd, string, error) {
+	bash := ""
+	for _, p := range bashPaths {
+		if fi, err := os.Stat(j.HostPath(p)); err == nil && fi.Mode().IsRegular() {
+			bash = p
+			break
+		}
+	}
+	if bash == "" {
+		return nil, "", fmt.Errorf("%w: the job image has no bash (looked for %s)", exec.ErrStart, strings.Join(bashPaths, ", "))
+	}
+	name := s.Name
+	if !validID.MatchString(name) {
+		name = "script"
+	}
+	hostScript := filepath.Join(j.hostTemp(), name+".sh")
+	if err := os.WriteFile(hostScript, []byte(s.Body), 0o700); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", exec.ErrStart, err)
+	}
+	if err := os.Chown(hostScript, int(j.user.UID), int(j.user.GID)); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", exec.ErrStart, err)
+	}
+	pidFile := filepath.Join(j.dir, name+".pid")
+	_ = os.Remove(pidFile)
+	args := []string{"exec", "--pid-file", pidFile, "--cwd", j.BuildsDir(), "--user", fmt.Sprintf("%d:%d", j.user.UID, j.user.GID)}
+	for _, g := range j.user.Groups {
+		args = append(args, "--additional-gids", strconv.FormatUint(uint64(g), 10))
+	}
+	for _, kv := range s.Env {
+		args = append(args, "--env", kv)
+	}
+	args = append(args, j.id, bash, "--noprofile", "--norc", path.Join(GuestTempDir, name+".sh"))
+	cmd := j.e.runcCmd(args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, pidFile, nil
+}
+
+// scriptResult reads a signal into res: runc reports a killed script as
+// 128+n, taken as the signal when vk sent one (signalled) or the OOM
+// killer did; a killed runc is its own signal; and a ctx that ended while
+// runc exec was still starting the script (runc then fails with its own
+// 255) is a SIGKILL all the same.
+func scriptResult(ctx context.Context, res exec.RunResult, st *os.ProcessState, signalled bool) exec.RunResult {
+	if res.ExitCode > 128 && res.ExitCode < 128+65 && (signalled || res.OOMKilled) {
 		res.Signal = syscall.Signal(res.ExitCode - 128).String()
 		res.ExitCode = -1
 	}
 	if res.ExitCode == -1 && res.Signal == "" {
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			res.Signal = ws.Signal().String() // runc itself was killed
 		}
 	}
 	if ctx.Err() != nil && res.Signal == "" {
-		// ctx ended while runc exec was still starting the script: runc
-		// then fails with its own status (255) rather than the script's
-		// 128+9, but the script was killed all the same.
 		res.ExitCode, res.Signal = -1, syscall.SIGKILL.String()
 	}
-	return res, nil
+	return res
 }
 
 // scriptPoll is how often killWhenScriptExits looks for the pid file and,

@@ -233,66 +233,19 @@ func (j *job) Adopt(hostPath string) error {
 }
 
 func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) (exec.RunResult, error) {
-	j.mu.Lock()
-	if j.cleaned {
-		j.mu.Unlock()
-		return exec.RunResult{}, exec.ErrCleanedUp
+	if err := j.beginScript(); err != nil {
+		return exec.RunResult{}, err
 	}
-	if j.running {
-		j.mu.Unlock()
-		return exec.RunResult{}, fmt.Errorf("%w: a script is already running", exec.ErrStart)
-	}
-	j.running = true
-	j.mu.Unlock()
-	defer func() {
-		j.mu.Lock()
-		j.running = false
-		j.mu.Unlock()
-	}()
-
-	name := s.Name
-	if !validID.MatchString(name) {
-		name = "script"
-	}
-	path := filepath.Join(j.TempDir(), name+".sh")
-	if err := os.WriteFile(path, []byte(s.Body), 0o700); err != nil {
+	defer j.endScript()
+	path, err := j.writeScript(s)
+	if err != nil {
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 	}
-	if u := j.e.cfg.User; u != nil {
-		if err := os.Chown(path, int(u.UID), int(u.GID)); err != nil {
-			return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-		}
-		if err := os.Chown(j.TempDir(), int(u.UID), int(u.GID)); err != nil {
-			return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-		}
+	cmd, gate, err := j.command(path, s.Env)
+	if err != nil {
+		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 	}
-
-	var cmd *osexec.Cmd
-	var gateW *os.File
-	if j.cg != nil {
-		gateR, w, err := os.Pipe()
-		if err != nil {
-			return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
-		}
-		gateW = w
-		defer gateR.Close()
-		defer gateW.Close()
-		cmd = osexec.Command(j.e.bash, "--noprofile", "--norc", "-c",
-			`read -r _ <&3 || exit 125; exec "$0" --noprofile --norc "$1" 3<&-`, j.e.bash, path)
-		cmd.ExtraFiles = []*os.File{gateR}
-	} else {
-		cmd = osexec.Command(j.e.bash, "--noprofile", "--norc", path)
-	}
-	cmd.Dir = j.BuildsDir()
-	cmd.Env = append([]string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + j.home(),
-		"LANG=C.UTF-8",
-	}, s.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if u := j.e.cfg.User; u != nil {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID}
-	}
+	defer gate.close()
 	var oomBefore int64
 	oomKnown := false
 	if j.cg != nil {
@@ -315,7 +268,7 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 			out.Close()
 			return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
 		}
-		if _, err := gateW.Write([]byte{'\n'}); err != nil {
+		if _, err := gate.w.Write([]byte{'\n'}); err != nil {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	}
@@ -333,9 +286,103 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	if !out.Drain(j.e.clk, DefaultDrainWait) {
 		j.log.Warn("output pipes still open after the script ended; closed them", slog.String("script", s.Name))
 	}
+	res := j.result(cmd.ProcessState, wall)
+	if j.cg != nil && oomKnown {
+		if after, ok := j.cg.OOMKills(); ok && after > oomBefore {
+			res.OOMKilled = true
+		}
+	}
+	return res, nil
+}
 
+// beginScript marks a script running: one at a time, none after cleanup.
+func (j *job) beginScript() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.cleaned {
+		return exec.ErrCleanedUp
+	}
+	if j.running {
+		return fmt.Errorf("%w: a script is already running", exec.ErrStart)
+	}
+	j.running = true
+	return nil
+}
+
+func (j *job) endScript() {
+	j.mu.Lock()
+	j.running = false
+	j.mu.Unlock()
+}
+
+// writeScript writes the script into the job's temp dir, owned by the
+// job's user, and returns its path.
+func (j *job) writeScript(s exec.Script) (string, error) {
+	name := s.Name
+	if !validID.MatchString(name) {
+		name = "script"
+	}
+	path := filepath.Join(j.TempDir(), name+".sh")
+	if err := os.WriteFile(path, []byte(s.Body), 0o700); err != nil {
+		return "", err
+	}
+	if u := j.e.cfg.User; u != nil {
+		if err := os.Chown(path, int(u.UID), int(u.GID)); err != nil {
+			return "", err
+		}
+		if err := os.Chown(j.TempDir(), int(u.UID), int(u.GID)); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
+}
+
+// startGate holds a script with cgroups at its first line until the node
+// has put it in the job's cgroup; without cgroups it is empty.
+type startGate struct{ r, w *os.File }
+
+func (g startGate) close() {
+	if g.r != nil {
+		g.r.Close()
+		g.w.Close()
+	}
+}
+
+// command builds bash running the script at path in the builds dir, in
+// its own process group, as the job's user, with env after the base
+// environment.
+func (j *job) command(path string, env []string) (*osexec.Cmd, startGate, error) {
+	var cmd *osexec.Cmd
+	var gate startGate
+	if j.cg != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, startGate{}, err
+		}
+		gate = startGate{r, w}
+		cmd = osexec.Command(j.e.bash, "--noprofile", "--norc", "-c",
+			`read -r _ <&3 || exit 125; exec "$0" --noprofile --norc "$1" 3<&-`, j.e.bash, path)
+		cmd.ExtraFiles = []*os.File{r}
+	} else {
+		cmd = osexec.Command(j.e.bash, "--noprofile", "--norc", path)
+	}
+	cmd.Dir = j.BuildsDir()
+	cmd.Env = append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + j.home(),
+		"LANG=C.UTF-8",
+	}, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if u := j.e.cfg.User; u != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID}
+	}
+	return cmd, gate, nil
+}
+
+// result reads a finished script's exit status and adds its CPU time and
+// peak memory to the job's usage.
+func (j *job) result(st *os.ProcessState, wall time.Duration) exec.RunResult {
 	res := exec.RunResult{Wall: wall}
-	st := cmd.ProcessState
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.ExitCode = -1
 		res.Signal = ws.Signal().String()
@@ -348,12 +395,7 @@ func (j *job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 		j.maxRSS = max(j.maxRSS, ru.Maxrss*1024)
 		j.mu.Unlock()
 	}
-	if j.cg != nil && oomKnown {
-		if after, ok := j.cg.OOMKills(); ok && after > oomBefore {
-			res.OOMKilled = true
-		}
-	}
-	return res, nil
+	return res
 }
 
 // killCgroup SIGKILLs every process left in the job's cgroup.
