@@ -421,13 +421,53 @@ func whenMatches(when string, failed bool) bool {
 func (s *Store) archiveOne(ctx context.Context, repo *remote.Repository, tag string, rt *retrier, req Request, c Spec, tr io.Writer) (Result, error) {
 	res := Result{Key: c.Key, Outcome: Skipped}
 	fmt.Fprintf(tr, "Creating cache %s...\n", c.Key)
-	entries, warns, err := fileset.Collect(ctx, req.Dir, fileset.Spec{Paths: c.Paths, Untracked: c.Untracked})
+	entries, err := collectCache(ctx, req.Dir, c, tr)
 	if err != nil {
 		// A bad pattern or git failure is local, not a registry
 		// failure: this cache fails, the others still run.
-		warn(tr, "%v", err)
 		res.Outcome, res.Err = Failed, err
 		return res, nil
+	}
+	if len(entries) == 0 {
+		warn(tr, "No files to cache")
+		return res, nil
+	}
+	f, layer, err := s.writeArchive(ctx, req.Dir, entries, tr)
+	if err != nil {
+		res.Outcome, res.Err = Failed, err
+		return res, nil
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	res.Digest = layer.Digest
+	manifest, mdesc := buildManifest(layer)
+	unchanged, err := s.pushLayer(ctx, repo, tag, rt, layer, mdesc, f, tr)
+	if err != nil {
+		res.Outcome, res.Err = Failed, err
+		return res, err
+	}
+	if unchanged {
+		fmt.Fprintf(tr, "Cache %s is up to date (%s)\n", c.Key, layer.Digest.Encoded()[:12])
+		res.Outcome = Unchanged
+		return res, nil
+	}
+	if err := pushManifest(ctx, repo, tag, rt, mdesc, manifest); err != nil {
+		res.Outcome, res.Err = Failed, err
+		return res, err
+	}
+	fmt.Fprintln(tr, "Created cache")
+	res.Outcome = Saved
+	return res, nil
+}
+
+// collectCache lists the files cache c takes from dir, saying in the
+// trace how many each path matched; an error (a bad pattern, git) is
+// also written there as a warning.
+func collectCache(ctx context.Context, dir string, c Spec, tr io.Writer) ([]fileset.Entry, error) {
+	entries, warns, err := fileset.Collect(ctx, dir, fileset.Spec{Paths: c.Paths, Untracked: c.Untracked})
+	if err != nil {
+		warn(tr, "%v", err)
+		return nil, err
 	}
 	for _, w := range warns {
 		warn(tr, "%s", w)
@@ -443,42 +483,44 @@ func (s *Store) archiveOne(ctx context.Context, repo *remote.Repository, tag str
 			fmt.Fprintf(tr, "%s: found %d matching artifact files and directories\n", p, n)
 		}
 	}
-	if len(entries) == 0 {
-		warn(tr, "No files to cache")
-		return res, nil
-	}
+	return entries, nil
+}
+
+// writeArchive writes entries into a temporary zstd tar, bounded by
+// [fileset.MaxArchiveBytes], and returns it (the caller removes it) with
+// its layer descriptor.
+func (s *Store) writeArchive(ctx context.Context, dir string, entries []fileset.Entry, tr io.Writer) (*os.File, ocispec.Descriptor, error) {
 	f, err := os.CreateTemp(s.TempDir, "vk-cache-*.tar.zst")
 	if err != nil {
-		res.Outcome, res.Err = Failed, err
-		return res, nil
+		return nil, ocispec.Descriptor{}, err
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
 	h := sha256.New()
 	cw := &fileset.CapWriter{W: io.MultiWriter(f, h), N: fileset.MaxArchiveBytes}
-	if err := writeLayer(ctx, cw, req.Dir, entries); err != nil {
+	if err := writeLayer(ctx, cw, dir, entries); err != nil {
 		warn(tr, "creating the cache archive: %v", err)
-		res.Outcome, res.Err = Failed, err
-		return res, nil
+		f.Close()
+		os.Remove(f.Name())
+		return nil, ocispec.Descriptor{}, err
 	}
-	layer := ocispec.Descriptor{
+	return f, ocispec.Descriptor{
 		MediaType: LayerMediaType,
 		Digest:    digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil)),
 		Size:      fileset.MaxArchiveBytes - cw.N,
-	}
-	res.Digest = layer.Digest
-	manifest, mdesc := buildManifest(layer)
+	}, nil
+}
 
-	// HEAD the blob: the only request an unchanged cache needs besides the
-	// tag's HEAD below.
+// pushLayer makes sure the registry has the layer read from f. It HEADs
+// the blob first: when the registry has it and the tag already names the
+// manifest mdesc, the cache is unchanged (the only requests an unchanged
+// cache needs); otherwise a missing blob is uploaded.
+func (s *Store) pushLayer(ctx context.Context, repo *remote.Repository, tag string, rt *retrier, layer, mdesc ocispec.Descriptor, f *os.File, tr io.Writer) (unchanged bool, err error) {
 	var have bool
 	if err := rt.do(ctx, "probe cache layer", func(ctx context.Context) error {
 		var err error
 		have, err = repo.Blobs().Exists(ctx, layer)
 		return err
 	}); err != nil {
-		res.Outcome, res.Err = Failed, err
-		return res, err
+		return false, err
 	}
 	if have {
 		var cur ocispec.Descriptor
@@ -488,27 +530,25 @@ func (s *Store) archiveOne(ctx context.Context, repo *remote.Repository, tag str
 			return err
 		})
 		if err == nil && cur.Digest == mdesc.Digest {
-			fmt.Fprintf(tr, "Cache %s is up to date (%s)\n", c.Key, layer.Digest.Encoded()[:12])
-			res.Outcome = Unchanged
-			return res, nil
+			return true, nil
 		}
 		if err != nil && !errors.Is(err, errdef.ErrNotFound) {
-			res.Outcome, res.Err = Failed, err
-			return res, err
+			return false, err
 		}
-	} else {
-		fmt.Fprintf(tr, "Uploading cache to %s/%s:%s\n", s.Registry, repo.Reference.Repository, tag)
-		if err := rt.do(ctx, "upload cache layer", func(ctx context.Context) error {
-			if _, err := f.Seek(0, io.SeekStart); err != nil {
-				return err
-			}
-			return repo.Blobs().Push(ctx, layer, io.NopCloser(f))
-		}); err != nil {
-			res.Outcome, res.Err = Failed, err
-			return res, err
-		}
+		return false, nil
 	}
-	// The empty config blob; pushed once per repository.
+	fmt.Fprintf(tr, "Uploading cache to %s/%s:%s\n", s.Registry, repo.Reference.Repository, tag)
+	return false, rt.do(ctx, "upload cache layer", func(ctx context.Context) error {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		return repo.Blobs().Push(ctx, layer, io.NopCloser(f))
+	})
+}
+
+// pushManifest pushes the empty config blob (once per repository) and the
+// manifest under tag.
+func pushManifest(ctx context.Context, repo *remote.Repository, tag string, rt *retrier, mdesc ocispec.Descriptor, manifest []byte) error {
 	cfg := ocispec.DescriptorEmptyJSON
 	if err := rt.do(ctx, "upload cache config", func(ctx context.Context) error {
 		ok, err := repo.Blobs().Exists(ctx, cfg)
@@ -517,18 +557,11 @@ func (s *Store) archiveOne(ctx context.Context, repo *remote.Repository, tag str
 		}
 		return repo.Blobs().Push(ctx, cfg, bytes.NewReader(cfg.Data))
 	}); err != nil {
-		res.Outcome, res.Err = Failed, err
-		return res, err
+		return err
 	}
-	if err := rt.do(ctx, "push cache manifest", func(ctx context.Context) error {
+	return rt.do(ctx, "push cache manifest", func(ctx context.Context) error {
 		return repo.PushReference(ctx, mdesc, bytes.NewReader(manifest), tag)
-	}); err != nil {
-		res.Outcome, res.Err = Failed, err
-		return res, err
-	}
-	fmt.Fprintln(tr, "Created cache")
-	res.Outcome = Saved
-	return res, nil
+	})
 }
 
 // buildManifest returns the manifest bytes (deterministic: no timestamps)

@@ -43,10 +43,31 @@ type Spec struct {
 // (patterns that matched nothing, paths outside root). Errors reading the
 // tree are returned as is; a failing `git ls-files` is wrapped.
 func Collect(ctx context.Context, root string, spec Spec) ([]Entry, []string, error) {
-	var warnings []string
-	selected := map[string]bool{} // rel path → taken (dirs expand below)
-	var pats []string
-	all := false
+	pats, all, warnings, err := compilePatterns(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := &collector{root: root, spec: spec, pats: pats, all: all, selected: map[string]bool{}, matched: make([]bool, len(pats))}
+	if spec.Untracked {
+		if c.untracked, err = gitUntracked(ctx, root); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := filepath.WalkDir(root, c.visit); err != nil {
+		return nil, nil, err
+	}
+	for i, ok := range c.matched {
+		if !ok {
+			warnings = append(warnings, fmt.Sprintf("%s: no matching files. Ensure that the artifact path is relative to the working directory", pats[i]))
+		}
+	}
+	return withParents(c.out), warnings, nil
+}
+
+// compilePatterns checks spec's patterns and returns the clean path
+// patterns, whether one selects the whole root, and warnings for paths
+// outside the root.
+func compilePatterns(spec Spec) (pats []string, all bool, warnings []string, err error) {
 	for _, p := range spec.Paths {
 		c := cleanPattern(p)
 		if strings.HasPrefix(path.Clean(strings.ReplaceAll(p, "\\", "/")), "..") {
@@ -58,92 +79,86 @@ func Collect(ctx context.Context, root string, spec Spec) ([]Entry, []string, er
 			continue
 		}
 		if _, err := Match(c, "x"); err != nil {
-			return nil, nil, fmt.Errorf("%w: %q", ErrBadPattern, p)
+			return nil, false, nil, fmt.Errorf("%w: %q", ErrBadPattern, p)
 		}
 		pats = append(pats, c)
 	}
 	for _, p := range spec.Exclude {
 		if _, err := Match(p, "x"); err != nil {
-			return nil, nil, fmt.Errorf("%w: exclude %q", ErrBadPattern, p)
+			return nil, false, nil, fmt.Errorf("%w: exclude %q", ErrBadPattern, p)
 		}
 	}
-	matched := make([]bool, len(pats))
-	var untracked map[string]bool
-	if spec.Untracked {
-		var err error
-		untracked, err = gitUntracked(ctx, root)
-		if err != nil {
-			return nil, nil, err
-		}
-	}
-	var out []Entry
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		if excluded(rel, spec.Exclude) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		take := all || selected[path.Dir(rel)] || untracked[rel]
-		for i, pat := range pats {
-			if ok, _ := Match(pat, rel); ok {
-				take, matched[i] = true, true
-			}
-		}
-		if d.IsDir() && !take && !all && untracked == nil {
-			// Prune directories no pattern can reach.
-			reach := false
-			for _, pat := range pats {
-				if MatchPrefix(pat, rel) {
-					reach = true
-					break
-				}
-			}
-			if !reach {
-				return filepath.SkipDir
-			}
-		}
-		if !take {
-			return nil
-		}
-		selected[rel] = true
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		e := Entry{Path: rel, Mode: info.Mode()}
-		switch {
-		case info.Mode().IsRegular():
-			e.Size = info.Size()
-		case info.Mode()&fs.ModeSymlink != 0:
-			if e.Link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case info.IsDir():
-		default:
-			return nil // sockets, devices, fifos are never archived
-		}
-		out = append(out, e)
-		return nil
-	})
+	return pats, all, warnings, nil
+}
+
+// collector is Collect's walk.
+type collector struct {
+	root      string
+	spec      Spec
+	pats      []string
+	all       bool            // a pattern selects the whole root
+	untracked map[string]bool // git's untracked files; nil unless asked
+	selected  map[string]bool // rel path → taken (dirs expand below)
+	matched   []bool          // per pattern: it matched something
+	out       []Entry
+}
+
+func (c *collector) visit(p string, d fs.DirEntry, err error) error {
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	for i, ok := range matched {
-		if !ok {
-			warnings = append(warnings, fmt.Sprintf("%s: no matching files. Ensure that the artifact path is relative to the working directory", pats[i]))
+	rel, _ := filepath.Rel(c.root, p)
+	if rel == "." {
+		return nil
+	}
+	rel = filepath.ToSlash(rel)
+	if excluded(rel, c.spec.Exclude) {
+		if d.IsDir() {
+			return filepath.SkipDir
+		}
+		return nil
+	}
+	take := c.all || c.selected[path.Dir(rel)] || c.untracked[rel]
+	for i, pat := range c.pats {
+		if ok, _ := Match(pat, rel); ok {
+			take, c.matched[i] = true, true
 		}
 	}
-	out = withParents(out)
-	return out, warnings, nil
+	if d.IsDir() && !take && !c.all && c.untracked == nil && !c.reaches(rel) {
+		return filepath.SkipDir // no pattern can reach below
+	}
+	if !take {
+		return nil
+	}
+	c.selected[rel] = true
+	info, err := d.Info()
+	if err != nil {
+		return err
+	}
+	e := Entry{Path: rel, Mode: info.Mode()}
+	switch {
+	case info.Mode().IsRegular():
+		e.Size = info.Size()
+	case info.Mode()&fs.ModeSymlink != 0:
+		if e.Link, err = os.Readlink(p); err != nil {
+			return err
+		}
+	case info.IsDir():
+	default:
+		return nil // sockets, devices, fifos are never archived
+	}
+	c.out = append(c.out, e)
+	return nil
+}
+
+// reaches reports whether a pattern may match below directory rel.
+func (c *collector) reaches(rel string) bool {
+	for _, pat := range c.pats {
+		if MatchPrefix(pat, rel) {
+			return true
+		}
+	}
+	return false
 }
 
 // withParents adds the directories above selected entries that were not
