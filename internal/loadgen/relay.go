@@ -70,9 +70,6 @@ type loop struct {
 	completed func()
 }
 
-// errStop ends a loop without counting an error: the run is over.
-var errStop = errors.New("loadgen: stopped")
-
 // run repeats lifecycles until ctx ends; record reports whether the
 // lifecycle about to begin is inside the measured window.
 func (l *loop) run(ctx context.Context, record func() bool) error {
