@@ -57,6 +57,7 @@ func newRoot() *cobra.Command {
 		return err
 	}
 	root.AddCommand(admin.Commands(func() string { return socket })...)
+	root.AddCommand(benchCmd(func() string { return socket }))
 	return root
 }
 
