@@ -141,9 +141,14 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		}
 		return 0, ctx.Err() != nil
 	}
+	// An outcome the hub took ends the admission and releases its
+	// reservation there (ARB-34): the relay releases it itself only when
+	// the outcome did not get through, so an empty answer from GitLab
+	// costs one hub request fewer.
 	giveBack := func(o client.Outcome) {
-		m.reportOutcome(g.Admission, o, log)
-		m.release(g.Reservation)
+		if !m.reportOutcome(g.Admission, o, log) {
+			m.release(g.Reservation)
+		}
 		r.setRequest(g.Admission, false)
 		m.slots.Release(r.Name)
 		m.changed()
@@ -326,8 +331,7 @@ func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reser
 	m.startJob(jobCtx, r, j, false)
 	r.setRequest(g.Admission, false)
 	m.changed()
-	m.reportOutcome(g.Admission, outcome, log)
-	if outcome != client.OutcomeJob {
+	if !m.reportOutcome(g.Admission, outcome, log) && outcome != client.OutcomeJob {
 		m.release(g.Reservation)
 	}
 }
@@ -338,7 +342,11 @@ func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reser
 // (RELAY-17), but Run does not wait on a hub that will not take it. The
 // next start reports a job's outcome again when the job is still recorded
 // as taken.
-func (m *Manager) reportOutcome(admission string, o client.Outcome, log *slog.Logger) {
+//
+// It reports whether the hub took the outcome or had decided the
+// admission's end already (409, 410): either way the hub holds no
+// reservation for it any more.
+func (m *Manager) reportOutcome(admission string, o client.Outcome, log *slog.Logger) bool {
 	ctx, cancel := m.lingering(10 * time.Minute)
 	defer cancel()
 	err := m.retry.DoUntilAccepted(ctx, "outcome", func(ctx context.Context) error {
@@ -351,7 +359,9 @@ func (m *Manager) reportOutcome(admission string, o client.Outcome, log *slog.Lo
 	})
 	if err != nil {
 		log.Info("outcome not taken", "outcome", o, logkey.Err, err)
+		return false
 	}
+	return true
 }
 
 // release gives a reservation back (API-30); best effort, the hub also
