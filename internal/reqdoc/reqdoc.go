@@ -164,16 +164,21 @@ type Tree struct {
 	// Mentions are the places (file:line) that name an ID of a known area
 	// anywhere in a Go or Markdown file, citations included.
 	Mentions map[string][]string
+
+	walkers map[string]string // package directory -> its test that calls schedtest.Walk
 }
 
 // Scan walks the module at root: the `spec:` citations in the comments of
 // every _test.go file, each given to the function it sits in or, for a
-// comment outside any function, to the function that follows it; and every
-// mention of an ID of one of areas in .go and .md files (the generated
-// file itself excepted).
+// comment outside any function, to the function that follows it; the
+// "# spec:" lines of scenario files (testdata/**/*.txt), each given to the
+// subtest that runs the file (see [scenario]); and every mention of an ID
+// of one of areas in .go and .md files (the generated file itself and
+// testdata excepted).
 func Scan(root string, areas []string) (*Tree, error) {
-	tr := &Tree{Cites: map[string][]Test{}, Mentions: map[string][]string{}}
+	tr := &Tree{Cites: map[string][]Test{}, Mentions: map[string][]string{}, walkers: map[string]string{}}
 	mention := regexp.MustCompile(`\b(?:` + strings.Join(areas, "|") + `)-[0-9]+\b`)
+	var scenarios []scenario
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -181,7 +186,15 @@ func Scan(root string, areas []string) (*Tree, error) {
 		rel, _ := filepath.Rel(root, p)
 		if d.IsDir() {
 			base := d.Name()
-			if rel != "." && (strings.HasPrefix(base, ".") || base == "testdata" || base == "vendor") {
+			if rel != "." && (strings.HasPrefix(base, ".") || base == "vendor") {
+				return filepath.SkipDir
+			}
+			if base == "testdata" {
+				sc, err := scanScenarios(root, rel)
+				scenarios = append(scenarios, sc...)
+				if err != nil {
+					return err
+				}
 				return filepath.SkipDir
 			}
 			return nil
@@ -206,11 +219,71 @@ func Scan(root string, areas []string) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, sc := range scenarios {
+		w, ok := tr.walkers[sc.dir]
+		if !ok {
+			return nil, fmt.Errorf("%s cites %s, but no test in %s calls schedtest.Walk to run it", sc.file, strings.Join(sc.ids, ", "), sc.dir)
+		}
+		for _, id := range sc.ids {
+			tr.Cites[id] = append(tr.Cites[id], Test{Dir: sc.dir, Name: w + "/" + sc.name})
+		}
+	}
 	for id, ts := range tr.Cites {
 		sort.Slice(ts, func(i, j int) bool { return ts[i].String() < ts[j].String() })
-		tr.Cites[id] = slices.Compact(ts)
+		tr.Cites[id] = dropParents(slices.Compact(ts))
 	}
 	return tr, nil
+}
+
+// scenario is a scenario file's citations: the "# spec: ID, ..." lines of
+// a testdata/**/*.txt file. They go to the subtest the package's walking
+// test (the test function that calls schedtest.Walk) runs it as: its path
+// below testdata without ".txt".
+type scenario struct {
+	dir  string // package directory, relative to the root
+	file string // the file, relative to the root
+	name string // its subtest name
+	ids  []string
+}
+
+var scenarioCite = regexp.MustCompile(`^# spec:\s*([A-Z0-9]+-[0-9]+(?:\s*,\s*[A-Z0-9]+-[0-9]+)*)`)
+
+func scanScenarios(root, testdata string) ([]scenario, error) {
+	var out []scenario
+	err := filepath.WalkDir(filepath.Join(root, testdata), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".txt") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if m := scenarioCite.FindStringSubmatch(line); m != nil {
+				ids = append(ids, idPattern.FindAllString(m[1], -1)...)
+			}
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		rel, _ := filepath.Rel(filepath.Join(root, testdata), p)
+		file, _ := filepath.Rel(root, p)
+		out = append(out, scenario{dir: filepath.ToSlash(filepath.Dir(testdata)), file: filepath.ToSlash(file),
+			name: strings.TrimSuffix(filepath.ToSlash(rel), ".txt"), ids: ids})
+		return nil
+	})
+	return out, err
+}
+
+// dropParents removes a test from a sorted list when one of its subtests
+// is there too: the subtest names the proof more precisely.
+func dropParents(ts []Test) []Test {
+	return slices.DeleteFunc(ts, func(t Test) bool {
+		return slices.ContainsFunc(ts, func(u Test) bool {
+			return u.Dir == t.Dir && strings.HasPrefix(u.Name, t.Name+"/")
+		})
+	})
 }
 
 func scanTestFile(tr *Tree, dir, path string, src []byte) error {
@@ -223,6 +296,9 @@ func scanTestFile(tr *Tree, dir, path string, src []byte) error {
 	for _, d := range f.Decls {
 		if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 			funcs = append(funcs, fd)
+			if callsWalk(fd) {
+				tr.walkers[dir] = funcName(fd)
+			}
 		}
 	}
 	for _, cg := range f.Comments {
@@ -255,6 +331,22 @@ func scanTestFile(tr *Tree, dir, path string, src []byte) error {
 		}
 	}
 	return nil
+}
+
+// callsWalk reports whether fd calls schedtest.Walk, the scenario runner.
+func callsWalk(fd *ast.FuncDecl) bool {
+	found := false
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok {
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Walk" {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "schedtest" {
+					found = true
+				}
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 func funcName(fd *ast.FuncDecl) string {
@@ -297,7 +389,9 @@ func Render(areas []Area, tr *Tree) []byte {
 	b.WriteString(`# Requirements and the tests that prove them
 
 Each requirement of the specification with its statement and the tests
-that cite it (` + "`// spec: ID`" + ` above or inside the test). A test marked
+that cite it (` + "`// spec: ID`" + ` above or inside the test, or
+` + "`# spec: ID`" + ` in a scenario file under testdata/, named as the subtest
+that runs it). A test marked
 "(skipped)" opens with ` + "`t.Skip`" + `: it names the requirement but proves
 nothing yet. Code comments may follow a sentence with an ID as a short
 suffix, "(ARB-13)"; this file is where that ID is explained.

@@ -201,3 +201,59 @@ Intro text.
 		t.Error("an item under another area's heading was accepted")
 	}
 }
+
+// A scenario file's "# spec:" lines go to the subtest that runs it, under
+// the package's test that calls schedtest.Walk, and that subtest replaces
+// the walking test itself in the list; a scenario with no walking test
+// fails the scan.
+func TestScanScenarios(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("s/s_test.go", `package s
+
+import "testing"
+
+// spec: AA-01, AA-02
+func TestScripts(t *testing.T) { schedtest.Walk(t, "testdata", false) }
+`)
+	write("s/testdata/one.txt", "# spec: AA-01 — one proves it\n# not spec: AA-03\nnode add n1\n----\n")
+	write("s/testdata/deep/two.txt", "# spec: AA-01, AA-04\n")
+	tr, err := Scan(dir, []string{"AA"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for id, ts := range tr.Cites {
+		var s []string
+		for _, x := range ts {
+			s = append(s, x.String())
+		}
+		got[id] = strings.Join(s, ", ")
+	}
+	want := map[string]string{
+		"AA-01": "s.TestScripts/deep/two, s.TestScripts/one",
+		"AA-02": "s.TestScripts",
+		"AA-04": "s.TestScripts/deep/two",
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("cites of %s = %q, want %q", id, got[id], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("cites = %v, want only %v", got, want)
+	}
+
+	write("s/s_test.go", "package s\n")
+	if _, err := Scan(dir, []string{"AA"}); err == nil || !strings.Contains(err.Error(), "schedtest.Walk") {
+		t.Errorf("scenarios without a walking test: err = %v, want one naming schedtest.Walk", err)
+	}
+}
