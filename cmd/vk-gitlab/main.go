@@ -64,7 +64,11 @@ func runCmd() *cobra.Command {
 			// (RELAY-17, RELAY-18).
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			return relay.Run(ctx, cfg, tokens, log, relay.Options{})
+			srv, err := relay.New(cfg, tokens, log, relay.Options{})
+			if err != nil {
+				return err
+			}
+			return srv.Run(ctx)
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file")
