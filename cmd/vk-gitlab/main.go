@@ -121,7 +121,7 @@ func joinCmd() *cobra.Command {
 			host, _ := os.Hostname()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
-			// AUTH-10: refused while a state file records a job.
+			// Refused while a state file records a job (AUTH-10).
 			e, res, err := hubclient.JoinAndSave(ctx, dir, hubclient.JoinOptions{HubURL: args[0], Token: token, CAPEM: ca,
 				Name: host, Kind: hubclient.KindGitLab, Replace: replace, Busy: func() error { return state.Busy(dir) }})
 			if err != nil {
