@@ -2,6 +2,7 @@ package sched_test
 
 import (
 	"flag"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"os"
@@ -28,11 +29,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected outputs of testd
 // spec: ARB-26, ARB-27, ARB-28, ARB-32, ARB-33, ARB-34, ARB-35, ARB-36
 // spec: ARB-37, ARB-38, ARB-39, ARB-40, ARB-41, ARB-42, BS-05, BS-20
 // spec: BS-21, BS-22, BS-23, BS-24, BS-25, BS-28, FAIL-10, FAIL-11
-// spec: FAIL-14, FAIL-15, FAIL-16, FAIL-17, FAIL-19, NSESS-24, OPS-02
-// spec: PLACE-04, PLACE-05, PLACE-07, PLACE-08, PLACE-09, PLACE-11
-// spec: PLACE-12, PLACE-13, PLACE-14, PLACE-15, PLACE-16, PLACE-17
-// spec: PLACE-18, PLACE-19, PLACE-20, PLACE-21, PLACE-22, PLACE-24
-// spec: PLACE-25
+// spec: FAIL-14, FAIL-15, FAIL-16, FAIL-17, FAIL-19, NSESS-24, OPS-02, PLACE-04
+// spec: PLACE-05, PLACE-07, PLACE-08, PLACE-09, PLACE-11, PLACE-12, PLACE-13, PLACE-14
+// spec: PLACE-15, PLACE-16, PLACE-17, PLACE-18, PLACE-19, PLACE-20, PLACE-21, PLACE-22
+// spec: PLACE-24, PLACE-25
 func TestScripts(t *testing.T) { schedtest.Walk(t, "testdata", *rewrite) }
 
 var specIDs = regexp.MustCompile(`[A-Z0-9]+-[0-9]+`)
@@ -76,6 +76,18 @@ func TestScriptCitations(t *testing.T) {
 	slices.Sort(doc)
 	slices.Sort(files)
 	if doc, files = slices.Compact(doc), slices.Compact(files); !slices.Equal(doc, files) {
-		t.Errorf("TestScripts cites\n  %v\nthe scenario files cite\n  %v", doc, files)
+		t.Errorf("TestScripts cites\n  %v\nthe scenario files cite\n  %v\nreplace its spec lines with:\n%s", doc, files, citationLines(files))
 	}
+}
+
+// citationLines formats ids as the "// spec:" lines of TestScripts' doc
+// comment, in the sorted order the check compares.
+func citationLines(ids []string) string {
+	var b strings.Builder
+	for len(ids) > 0 {
+		n := min(len(ids), 8)
+		fmt.Fprintf(&b, "// spec: %s\n", strings.Join(ids[:n], ", "))
+		ids = ids[n:]
+	}
+	return b.String()
 }
