@@ -228,14 +228,13 @@ func (s *Script) heartbeat(c *Cmd) []string {
 			c.Fatalf("%s before a runner", tok)
 		}
 		b := &hb.Runners[len(hb.Runners)-1]
-		one := &Cmd{Keys: map[string]string{k: v}, usedKey: map[string]bool{}, t: c.t, at: c.at, Line: c.Line, usage: c.usage}
 		switch k {
 		case "req":
-			b.RequestAdmissions = IDList[sched.AdmissionID](one, k)
+			b.RequestAdmissions = parseIDs[sched.AdmissionID](c, v)
 		case "jobs":
-			b.JobAdmissions = IDList[sched.AdmissionID](one, k)
+			b.JobAdmissions = parseIDs[sched.AdmissionID](c, v)
 		case "unadmitted":
-			b.UnadmittedJobs = one.Int(k)
+			b.UnadmittedJobs = c.atoi(v)
 		default:
 			c.Fatalf("unknown argument %s=", k)
 		}

@@ -262,8 +262,14 @@ func (c *Cmd) parseID(s string) uint64 {
 // IDList reads key k as comma-separated identifiers; absent is none.
 func IDList[T ~uint32 | ~uint64](c *Cmd, k string) []T {
 	c.t.Helper()
+	return parseIDs[T](c, c.Str(k))
+}
+
+// parseIDs reads s as comma-separated identifiers; "" is none.
+func parseIDs[T ~uint32 | ~uint64](c *Cmd, s string) []T {
+	c.t.Helper()
 	var out []T
-	for _, f := range c.List(k) {
+	for _, f := range strings.Split(s, ",") {
 		if f != "" {
 			out = append(out, T(c.parseID(f)))
 		}
