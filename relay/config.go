@@ -13,7 +13,9 @@ import (
 	"github.com/vk-ci/vk/relay/gitlab"
 )
 
-// Limits of RELAY-03 (and RSESS-09).
+// The most a configuration may ask for: concurrent and each runner's
+// request_concurrency at most 128, at most 64 runners, as the hub also
+// enforces on the session (RELAY-03, RSESS-09).
 const (
 	MaxConcurrent         = 128
 	MaxRequestConcurrency = 128

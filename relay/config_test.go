@@ -59,7 +59,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 	}
 }
 
-// Validation refuses what RELAY-03 forbids, naming the key.
+// Validation refuses concurrent or request_concurrency above 128 and more
+// than 64 runners, naming the key.
 //
 // spec: RELAY-03, RELAY-02
 func TestValidate(t *testing.T) {

@@ -4,7 +4,8 @@
 //
 // [Config] is vk-gitlab.toml (strict TOML, `version = 1`; see
 // docs/relay.md for every key and default); [LoadConfig] reads it and the
-// runners' tokens; [Run] is `vk-gitlab run`. The pieces:
+// runners' tokens; [New] and [Server.Run] are `vk-gitlab run` ([Run] does
+// both). The pieces:
 //
 //   - relay/state: the per-runner state files (RELAY-05..09, AUTH-16);
 //   - relay/loop: the request loops and the job handler (ARB-02, ARB-25..38,

@@ -40,8 +40,8 @@ func TestRunSession(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
-	// RSESS-01/02: the session's report reached the hub, which recorded
-	// the GitLab server pending and answered pending.
+	// The session's report reached the hub, which recorded the GitLab
+	// server pending and answered pending (RSESS-01/02).
 	e.real.WaitFor("the server recorded pending", func() bool {
 		as, err := e.real.Admin().Projects(ctx)
 		if err != nil {
@@ -69,8 +69,8 @@ func TestRunSession(t *testing.T) {
 	if _, err := e.gl.WaitJobState(ctx, glID, gitlabfake.StateRunning); err != nil {
 		t.Fatal(err)
 	}
-	// RSESS-08: a job held keeps running whatever the status (the
-	// operator now rejects the server).
+	// A job held keeps running whatever the status: the operator now
+	// rejects the server (RSESS-08).
 	if err := e.real.Admin().SetApproval(ctx, inst, 0, store.ApprovalRejected); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,11 @@ func runCmd() *cobra.Command {
 			// (RELAY-17, RELAY-18).
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			return relay.Run(ctx, cfg, tokens, log, relay.Options{})
+			srv, err := relay.New(cfg, tokens, log, relay.Options{})
+			if err != nil {
+				return err
+			}
+			return srv.Run(ctx)
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file")
@@ -117,7 +121,7 @@ func joinCmd() *cobra.Command {
 			host, _ := os.Hostname()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
-			// AUTH-10: refused while a state file records a job.
+			// Refused while a state file records a job (AUTH-10).
 			e, res, err := hubclient.JoinAndSave(ctx, dir, hubclient.JoinOptions{HubURL: args[0], Token: token, CAPEM: ca,
 				Name: host, Kind: hubclient.KindGitLab, Replace: replace, Busy: func() error { return state.Busy(dir) }})
 			if err != nil {

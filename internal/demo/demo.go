@@ -9,16 +9,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/vk-ci/vk/hub/ui"
-	"github.com/vk-ci/vk/internal/cmdlog"
 	"github.com/vk-ci/vk/internal/testfleet"
-	"github.com/vk-ci/vk/node"
 )
 
 // Options configure [Run]. The zero value is the documented demo.
@@ -64,196 +60,32 @@ var ErrJobs = errors.New("demo: jobs did not end as expected")
 // With [Options.Containers] it first checks the host ([ErrNoContainers]),
 // then also builds and pushes the demo image and runs [ImageJob] in it.
 func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
-	start := time.Now()
-	if o.Containers {
-		check := o.containersCheck
-		if check == nil {
-			check = ContainersAvailable
-		}
-		if err := check(); err != nil {
-			return err
-		}
+	r := &demoRun{o: o.withDefaults(), out: stdout, tty: isTerminal(stdout), start: time.Now()}
+	if err := r.checkHost(); err != nil {
+		return err
 	}
-	if o.Interval == 0 {
-		o.Interval = 250 * time.Millisecond
+	closeLog, err := r.openDir()
+	if err != nil {
+		return err
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 3 * time.Minute
-	}
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "vk-demo-"); err != nil {
-			return err
-		}
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("demo: --dir: %w", err)
-	}
-	log := o.Log
-	if log == nil {
-		lf, err := os.Create(filepath.Join(dir, "fleet.log"))
-		if err != nil {
-			return err
-		}
-		defer lf.Close()
-		// The binaries' logger: one key once per line, no err=<nil>.
-		if log, err = cmdlog.New(lf, "text", "info"); err != nil {
-			return err
-		}
-	}
-	p := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
-	// A trace is what the job wrote, escape sequences included: shown as
-	// is on a terminal, as plain text elsewhere (a file, a pipe, CI).
-	tty := isTerminal(stdout)
-	showTrace := func(b []byte) {
-		if tty {
-			stdout.Write(b)
-			return
-		}
-		io.WriteString(stdout, ui.CleanOutput(b))
-	}
-
+	defer closeLog()
 	samples := Sample()
-	caches := true
-	if _, err := os.Stat(testfleet.RegistryBinary); err != nil {
-		caches = false
-	}
-	fo := FleetOptions(samples, caches)
-	if o.Containers {
-		// Jobs naming an image run in a container, the others on the
-		// host as without --containers.
-		for i := range fo.Nodes {
-			fo.Nodes[i].Executor = node.BackendAuto
-		}
-	}
-	fo.Dir, fo.HubAddr, fo.Log = filepath.Join(dir, "fleet"), o.HubAddr, log
-	p("vk demo: a hub, %d nodes, and per tenant a GitLab (built-in fake) and a relay, in %s", len(fo.Nodes), dir)
-	if !caches {
-		p("  (docker-registry is not installed: caches are skipped; apt-get install docker-registry)")
-	}
+	fo := r.fleetOptions(samples)
 	f, err := testfleet.Start(ctx, fo)
 	if err != nil {
-		return fmt.Errorf("demo: starting the fleet: %w (logs in %s)", err, filepath.Join(dir, "fleet.log"))
+		return fmt.Errorf("demo: starting the fleet: %w (logs in %s)", err, filepath.Join(r.dir, "fleet.log"))
 	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-		switch {
-		case err == nil && o.Dir == "":
-			os.RemoveAll(fo.Dir) // keep the traces and fleet.log, not the fleet's state
-		case err == nil:
-			fmt.Fprintf(stdout, "The fleet's state, logs and traces are kept in %s\n", dir)
-		default:
-			fmt.Fprintf(stdout, "The fleet's state and logs are kept for a look: %s\n", dir)
-		}
-	}()
-	h := f.Hub()
-	p("  hub     https://%s  state %s", h.Addr(), h.StateDir())
-	for _, n := range f.Nodes() {
-		c := n.Config()
-		exe := ""
-		if o.Containers {
-			exe = ", executor " + c.Executor.Backend + " (jobs with an image in a container)"
-		}
-		p("  node    %-8s %s  %d cpus, %s, at most %d jobs%s", n.Name, n.ID, c.Resources.CPUs, c.Resources.Mem, c.Executor.Schedule.MaxConcurrency, exe)
-	}
-	for _, t := range f.Tenants() {
-		p("  tenant  %-8s weight %d  GitLab %s  relay %s", t.Spec.Name, t.Spec.Weight, t.GitLab.URL(), t.Relay.ID)
-	}
-	if o.Containers {
-		p("  building the demo image (busybox + bash) and pushing it to the fleet's registry…")
-		ref, size, err := buildImage(ctx, f.RegistryHost())
-		if err != nil {
-			return err
-		}
-		p("  image   %s  %.1f MiB, pulled by the nodes over plain HTTP", ref, float64(size)/(1<<20))
-		AddImageJobs(samples, ref)
-	}
-	loaded, err := Load(f, samples)
+	defer func() { err = r.closeFleet(f, fo.Dir, err) }()
+	r.printFleet(f)
+	loaded, err := r.loadSamples(ctx, f, samples)
 	if err != nil {
 		return err
 	}
-	for _, l := range loaded {
-		p("  loaded  %s: pipeline %d, %d jobs over %s", l.Sample.Project, l.Pipeline.ID, len(l.Pipeline.Jobs), strings.Join(l.Sample.Pipeline.Stages, " → "))
-	}
-	p("")
-
-	col := newCollector(f, loaded, start)
-	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	tick := time.NewTicker(o.Interval)
-	defer tick.Stop()
-	var prev Snapshot
-	lastStatus := ""
-	lastPrint := time.Time{}
-	for {
-		cur := col.snap(ctx)
-		for _, e := range Events(prev, cur) {
-			p("  %s", e)
-		}
-		if st := StatusLine(cur); stripTime(st) != stripTime(lastStatus) || time.Since(lastPrint) > 5*time.Second {
-			p("%s", st)
-			lastStatus, lastPrint = st, time.Now()
-		}
-		prev = cur
-		if cur.Done() {
-			break
-		}
-		select {
-		case <-wctx.Done():
-			p("demo: pipelines did not finish within %s", o.Timeout)
-			return wctx.Err()
-		case <-tick.C:
-		}
-	}
-
-	final := col.snap(ctx)
-	traces := filepath.Join(dir, "traces")
-	if err := writeTraces(traces, loaded, &final); err != nil {
+	final, err := r.watch(ctx, newCollector(f, loaded, r.start))
+	if err != nil {
 		return err
 	}
-	p("")
-	if err := Summary(stdout, final); err != nil {
-		return err
-	}
-	p("")
-	p("Traces (GitLab's copy, byte for byte what the node produced): %s", traces)
-	for _, j := range pickTraces(final) {
-		b, _ := os.ReadFile(j.TracePath)
-		p("")
-		p("──── %s/%s #%d (%s) ── %s", j.Tenant, j.Name, j.GitLabID, j.Result(), j.TracePath)
-		showTrace(b)
-	}
-	p("")
-	var bad []string
-	for _, l := range loaded {
-		for name, id := range l.Pipeline.Jobs {
-			if got, want := l.Tenant.GitLab.JobState(id), l.Sample.Want[name]; got != want {
-				bad = append(bad, fmt.Sprintf("%s/%s is %s, want %s", l.Sample.Name, name, got, want))
-			}
-		}
-	}
-	sort.Strings(bad)
-	// A job that did not end as expected is the one to read: print it.
-	for _, j := range final.Jobs {
-		for _, l := range loaded {
-			if l.Sample.Name == j.Tenant && j.State != l.Sample.Want[j.Name] && j.State != "skipped" && j.TracePath != "" {
-				b, _ := os.ReadFile(j.TracePath)
-				p("──── unexpected: %s/%s #%d (%s) ── %s", j.Tenant, j.Name, j.GitLabID, j.Result(), j.TracePath)
-				showTrace(b)
-				p("")
-			}
-		}
-	}
-	if o.Keep {
-		p("The fleet keeps running (--keep): hub https://%s, state in %s. Ctrl-C stops it.", h.Addr(), f.Dir())
-		<-ctx.Done()
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%w: %s", ErrJobs, strings.Join(bad, "; "))
-	}
-	p("All %d jobs ended as expected (%s failed on purpose) in %s.", len(final.Jobs), FailingJob, time.Since(start).Round(100*time.Millisecond))
-	return nil
+	return r.report(ctx, f, loaded, final)
 }
 
 // isTerminal reports whether w is a terminal (a character device).

@@ -299,8 +299,8 @@ func (s *Server) handler() http.Handler {
 
 // RunnerTokenLeaks returns the logged requests that carried a registered
 // runner token anywhere (a header, including basic auth, the query or the
-// logged body) on a route other than /runners/verify and /jobs/request —
-// for AUTH-01 assertions: per-job endpoints must only ever see job tokens.
+// logged body) on a route other than /runners/verify and /jobs/request,
+// for tests that per-job endpoints only ever see job tokens (AUTH-01).
 func (s *Server) RunnerTokenLeaks() []Request {
 	if s.init() != nil {
 		return nil

@@ -350,7 +350,9 @@ func TestTwoPhaseCommit(t *testing.T) {
 		if r.status != 200 || r.header.Get("Job-Status") != "running" {
 			t.Fatalf("commit = %v Job-Status %q, want 200 running", r, r.header.Get("Job-Status"))
 		}
-		// Committed, then failed as unplaceable: what GL-09 needs from GitLab.
+		// Committed, then failed as unplaceable: the fake takes a failed
+		// update with a failure reason and an exit code, as vk-gitlab sends
+		// for a job no node could take (GL-09).
 		r = update(t, s, j.ID, j.Token, map[string]any{"state": "failed", "failure_reason": "runner_system_failure", "exit_code": 3})
 		ji, _ = s.Job(j.ID)
 		if r.status != 200 || ji.State != StateFailed || ji.FailureReason != "runner_system_failure" || ji.ExitCode != 3 {

@@ -264,22 +264,70 @@ func (s *Server) renderJobLocked(j *job, now time.Time) ([]byte, error) {
 		return nil, fmt.Errorf("gitlabfake: base url: %w", err)
 	}
 	repoURL := fmt.Sprintf("%s://gitlab-ci-token:%s@%s/%s.git", base.Scheme, j.token, base.Host, proj.path)
-	jobURL := fmt.Sprintf("%s/%s/-/jobs/%d", s.url, proj.path, j.id)
-	pipeURL := fmt.Sprintf("%s/%s/-/pipelines/%d", s.url, proj.path, p.id)
 	timeout := int(j.spec.Timeout / time.Second)
 	if timeout <= 0 {
 		timeout = 3600
 	}
-	ns := proj.path
-	name := proj.path
-	if i := strings.LastIndexByte(proj.path, '/'); i >= 0 {
-		ns, name = proj.path[:i], proj.path[i+1:]
+	_, name := splitPath(proj.path)
+	resp := wireJob{
+		ID:            j.id,
+		Token:         j.token,
+		AllowGitFetch: true,
+		JobInfo: wireJobInfo{
+			ID: j.id, Name: j.spec.Name, Stage: j.spec.Stage, PipelineID: p.id,
+			ProjectID: proj.id, ProjectName: name, ProjectFullPath: proj.path,
+			NamespaceID: 1, RootNamespaceID: 1, OrganizationID: 1,
+			InstanceID: "1", InstanceUUID: "a1b2c3d4-0000-4000-8000-00000000fa4e", UserID: 1,
+			TimeInQueueSeconds:  now.Sub(j.queuedAt).Seconds(),
+			InstanceRunnerCount: "0",
+			QueueSize:           int64(s.queueLenLocked()), QueueDepth: 0,
+		},
+		GitInfo: wireGitInfo{
+			RepoURL: repoURL, Ref: p.ref, SHA: p.sha, BeforeSHA: zeroSHA, RefType: "branch",
+			Refspecs: []string{
+				fmt.Sprintf("+refs/pipelines/%d:refs/pipelines/%d", p.id, p.id),
+				fmt.Sprintf("+refs/heads/%s:refs/remotes/origin/%s", p.ref, p.ref),
+			},
+			Depth: proj.depth, RepoObjectFormat: "sha1", Protected: boolPtr(proj.protectedRef(p.ref)),
+		},
+		RunnerInfo:   wireRunnerInfo{UUID: j.runner.uuid, Timeout: timeout},
+		Variables:    s.jobVariables(j, now, base, repoURL),
+		Steps:        jobSteps(j.spec, timeout),
+		Hooks:        []wireHook{},
+		Image:        jobImage(j.spec),
+		Services:     jobServices(j.spec),
+		Artifacts:    jobArtifacts(j.spec),
+		Cache:        jobCaches(j.spec, protectedSuffix(proj.protectedRef(p.ref))),
+		Credentials:  []wireCred{},
+		Features:     wireFeatures{TraceSections: true, FailureReasons: FailureReasons},
+		Dependencies: s.jobDependenciesLocked(j),
 	}
+	if len(j.spec.Response) > 0 {
+		return overlayResponse(j.spec.Response, resp)
+	}
+	return json.Marshal(resp)
+}
+
+// splitPath splits a project path into its namespace and name; a path
+// without a slash is both.
+func splitPath(path string) (ns, name string) {
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		return path[:i], path[i+1:]
+	}
+	return path, path
+}
+
+// jobVariables are GitLab's predefined variables for j, then the
+// project's, the pipeline's and the job's own, in that order.
+func (s *Server) jobVariables(j *job, now time.Time, base *url.URL, repoURL string) []wireVariable {
+	p := j.pipeline
+	proj := p.project
+	ns, name := splitPath(proj.path)
 	predef := []Variable{
 		{Key: "CI_PIPELINE_ID", Value: strconv.FormatInt(p.id, 10), Public: true},
-		{Key: "CI_PIPELINE_URL", Value: pipeURL, Public: true},
+		{Key: "CI_PIPELINE_URL", Value: fmt.Sprintf("%s/%s/-/pipelines/%d", s.url, proj.path, p.id), Public: true},
 		{Key: "CI_JOB_ID", Value: strconv.FormatInt(j.id, 10), Public: true},
-		{Key: "CI_JOB_URL", Value: jobURL, Public: true},
+		{Key: "CI_JOB_URL", Value: fmt.Sprintf("%s/%s/-/jobs/%d", s.url, proj.path, j.id), Public: true},
 		{Key: "CI_JOB_TOKEN", Value: j.token, Masked: true},
 		{Key: "CI_JOB_STARTED_AT", Value: now.UTC().Format(time.RFC3339), Public: true},
 		{Key: "CI_REPOSITORY_URL", Value: repoURL},
@@ -303,33 +351,51 @@ func (s *Server) renderJobLocked(j *job, now time.Time) ([]byte, error) {
 	vars := wireVars(predef, false)
 	vars = append(vars, wireVars(proj.variables, true)...)
 	vars = append(vars, wireVars(p.variables, true)...)
-	vars = append(vars, wireVars(j.spec.Variables, true)...)
+	return append(vars, wireVars(j.spec.Variables, true)...)
+}
 
+// jobSteps are the spec's steps (when "" is on_success), or a script step
+// and, when there is one, an after_script step that always runs.
+func jobSteps(spec JobSpec, timeout int) []wireStep {
 	steps := []wireStep{}
-	if j.spec.Steps != nil {
-		for _, st := range j.spec.Steps {
+	if spec.Steps != nil {
+		for _, st := range spec.Steps {
 			when := st.When
 			if when == "" {
 				when = "on_success"
 			}
 			steps = append(steps, wireStep{Name: st.Name, Script: nonNil(st.Script), Timeout: timeout, When: when, AllowFailure: st.AllowFailure})
 		}
-	} else {
-		steps = append(steps, wireStep{Name: "script", Script: nonNil(j.spec.Script), Timeout: timeout, When: "on_success"})
-		if len(j.spec.AfterScript) > 0 {
-			steps = append(steps, wireStep{Name: "after_script", Script: j.spec.AfterScript, Timeout: timeout, When: "always", AllowFailure: true})
-		}
+		return steps
 	}
-	var img *wireImage
-	if j.spec.Image.Name != "" {
-		img = &wireImage{Name: j.spec.Image.Name, Entrypoint: j.spec.Image.Entrypoint, Ports: []any{}, PullPolicy: j.spec.Image.PullPolicy}
+	steps = append(steps, wireStep{Name: "script", Script: nonNil(spec.Script), Timeout: timeout, When: "on_success"})
+	if len(spec.AfterScript) > 0 {
+		steps = append(steps, wireStep{Name: "after_script", Script: spec.AfterScript, Timeout: timeout, When: "always", AllowFailure: true})
 	}
+	return steps
+}
+
+// jobImage is the job's image, nil when it names none.
+func jobImage(spec JobSpec) *wireImage {
+	if spec.Image.Name == "" {
+		return nil
+	}
+	return &wireImage{Name: spec.Image.Name, Entrypoint: spec.Image.Entrypoint, Ports: []any{}, PullPolicy: spec.Image.PullPolicy}
+}
+
+func jobServices(spec JobSpec) []wireService {
 	services := []wireService{}
-	for _, sv := range j.spec.Services {
+	for _, sv := range spec.Services {
 		services = append(services, wireService{Name: sv.Name, Entrypoint: sv.Entrypoint, Ports: []any{}, Alias: sv.Alias, Command: sv.Command, Variables: wireVars(sv.Variables, false)})
 	}
+	return services
+}
+
+// jobArtifacts are the job's artifacts with GitLab's defaults: when
+// on_success, type archive, format zip.
+func jobArtifacts(spec JobSpec) []wireArtifact {
 	arts := []wireArtifact{}
-	for _, a := range j.spec.Artifacts {
+	for _, a := range spec.Artifacts {
 		w := wireArtifact{Untracked: a.Untracked, Paths: nonNil(a.Paths), Exclude: a.Exclude, When: a.When, ExpireIn: a.ExpireIn, ArtifactType: a.Type, ArtifactFormat: a.Format}
 		if a.Name != "" {
 			n := a.Name
@@ -346,9 +412,15 @@ func (s *Server) renderJobLocked(j *job, now time.Time) ([]byte, error) {
 		}
 		arts = append(arts, w)
 	}
+	return arts
+}
+
+// jobCaches are the job's caches with GitLab's defaults (key "default",
+// policy pull-push, when on_success); every key and fallback key carries
+// sfx, the suffix that keeps protected refs' caches apart.
+func jobCaches(spec JobSpec, sfx string) []wireCache {
 	caches := []wireCache{}
-	for _, c := range j.spec.Cache {
-		sfx := protectedSuffix(proj.protectedRef(p.ref))
+	for _, c := range spec.Cache {
 		fb := []string{}
 		for _, k := range c.FallbackKeys {
 			fb = append(fb, k+sfx)
@@ -366,6 +438,13 @@ func (s *Server) renderJobLocked(j *job, now time.Time) ([]byte, error) {
 		}
 		caches = append(caches, w)
 	}
+	return caches
+}
+
+// jobDependenciesLocked lists the jobs whose artifacts j downloads, each
+// with the token to download them with: j's own, or with
+// LegacyDependencyTokens the dependency's. s.mu must be held.
+func (s *Server) jobDependenciesLocked(j *job) []wireDep {
 	deps := []wireDep{}
 	for _, d := range s.dependenciesLocked(j) {
 		w := wireDep{ID: d.id, Name: d.spec.Name, Token: j.token}
@@ -377,43 +456,7 @@ func (s *Server) renderJobLocked(j *job, now time.Time) ([]byte, error) {
 		}
 		deps = append(deps, w)
 	}
-	resp := wireJob{
-		ID:            j.id,
-		Token:         j.token,
-		AllowGitFetch: true,
-		JobInfo: wireJobInfo{
-			ID: j.id, Name: j.spec.Name, Stage: j.spec.Stage, PipelineID: p.id,
-			ProjectID: proj.id, ProjectName: name, ProjectFullPath: proj.path,
-			NamespaceID: 1, RootNamespaceID: 1, OrganizationID: 1,
-			InstanceID: "1", InstanceUUID: "a1b2c3d4-0000-4000-8000-00000000fa4e", UserID: 1,
-			TimeInQueueSeconds:  now.Sub(j.queuedAt).Seconds(),
-			InstanceRunnerCount: "0",
-			QueueSize:           int64(s.queueLenLocked()), QueueDepth: 0,
-		},
-		GitInfo: wireGitInfo{
-			RepoURL: repoURL, Ref: p.ref, SHA: p.sha, BeforeSHA: zeroSHA, RefType: "branch",
-			Refspecs: []string{
-				fmt.Sprintf("+refs/pipelines/%d:refs/pipelines/%d", p.id, p.id),
-				fmt.Sprintf("+refs/heads/%s:refs/remotes/origin/%s", p.ref, p.ref),
-			},
-			Depth: proj.depth, RepoObjectFormat: "sha1", Protected: boolPtr(proj.protectedRef(p.ref)),
-		},
-		RunnerInfo:   wireRunnerInfo{UUID: j.runner.uuid, Timeout: timeout},
-		Variables:    vars,
-		Steps:        steps,
-		Hooks:        []wireHook{},
-		Image:        img,
-		Services:     services,
-		Artifacts:    arts,
-		Cache:        caches,
-		Credentials:  []wireCred{},
-		Features:     wireFeatures{TraceSections: true, FailureReasons: FailureReasons},
-		Dependencies: deps,
-	}
-	if len(j.spec.Response) > 0 {
-		return overlayResponse(j.spec.Response, resp)
-	}
-	return json.Marshal(resp)
+	return deps
 }
 
 // overlayResponse returns raw with what ties a job to this fake taken from

@@ -66,8 +66,6 @@ func selfHub(t testing.TB) []string {
 // makes each of its single requests once, the hub's CPU and memory are
 // read, and the floor is measured. It proves the generator drives the
 // real protocol end to end, not how fast the hub is.
-//
-// spec: BS-07
 func TestRunAgainstChildHub(t *testing.T) {
 	var hubLog bytes.Buffer
 	rep, err := Run(t.Context(), Options{Relays: 2, Nodes: 2, Loops: 4, Warmup: 500 * time.Millisecond,

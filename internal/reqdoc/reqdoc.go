@@ -3,15 +3,17 @@
 // reader finds what an ID means and what proves it without the spec
 // beside them.
 //
-//	go run ./internal/reqdoc                 # refresh the tests column
+//	go run ./internal/reqdoc                 # regenerate the file
 //	go run ./internal/reqdoc -spec ../shared/spec/REQUIREMENTS.md
 //
-// Without -spec the statements are those already in docs/requirements.md
-// and only the tests are rescanned, so the file can be refreshed in any
-// checkout; with -spec the statements (and any new IDs) are read from the
-// numbered list of the spec. Run it from the module root. The package's
-// test fails when the committed file differs from what this command
-// would write, or when anything in the tree names an ID the file lacks.
+// The statements are the project's own, one line per ID, in the area
+// files of internal/reqdoc/statements ([StatementsDir]); the tests are
+// found by scanning the tree. With -spec, requirements the spec has and
+// the statement files lack are first added to them as quotes of the
+// spec's wording (to be rewritten), and IDs the spec no longer has are
+// listed. Run it from the module root. The package's test fails when the
+// committed file differs from what this command would write, or when
+// anything in the tree names an ID no statement file has.
 package main
 
 import (
@@ -45,8 +47,9 @@ type Area struct {
 
 // Req is one requirement.
 type Req struct {
-	ID   string // "ARB-07"
-	Text string // its statement, one line
+	ID     string // "ARB-07"
+	Text   string // its statement, one line
+	Quoted bool   // Text is still the spec's wording, not the project's
 }
 
 // Test is a test function that cites requirements.
@@ -109,54 +112,6 @@ func ParseSpec(r io.Reader) ([]Area, error) {
 	return areas, nil
 }
 
-// ParseDoc reads the areas and statements back from a generated file (the
-// tests column is ignored: it is rescanned).
-func ParseDoc(b []byte) ([]Area, error) {
-	var areas []Area
-	var cur *Area
-	for i, line := range strings.Split(string(b), "\n") {
-		if m := specHeading.FindStringSubmatch(line); m != nil {
-			areas = append(areas, Area{Code: m[1], Title: m[2]})
-			cur = &areas[len(areas)-1]
-			continue
-		}
-		if cur == nil || !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| ID ") {
-			continue
-		}
-		cells := splitRow(line)
-		if len(cells) != 3 || !idPattern.MatchString(cells[0]) {
-			return nil, fmt.Errorf("reqdoc: %s:%d: not a row of ID, requirement, tests", DocPath, i+1)
-		}
-		cur.Reqs = append(cur.Reqs, Req{ID: cells[0], Text: cells[1]})
-	}
-	if len(areas) == 0 {
-		return nil, fmt.Errorf("reqdoc: %s holds no areas", DocPath)
-	}
-	return areas, nil
-}
-
-// splitRow splits a markdown table row on the pipes that are not escaped.
-func splitRow(line string) []string {
-	line = strings.TrimSpace(line)
-	line = strings.TrimPrefix(line, "|")
-	line = strings.TrimSuffix(line, "|")
-	var cells []string
-	var cur strings.Builder
-	for i := 0; i < len(line); i++ {
-		switch {
-		case line[i] == '\\' && i+1 < len(line) && line[i+1] == '|':
-			cur.WriteByte('|')
-			i++
-		case line[i] == '|':
-			cells = append(cells, strings.TrimSpace(cur.String()))
-			cur.Reset()
-		default:
-			cur.WriteByte(line[i])
-		}
-	}
-	return append(cells, strings.TrimSpace(cur.String()))
-}
-
 // Tree is what a scan of the source tree found.
 type Tree struct {
 	// Cites are the tests citing each ID.
@@ -164,16 +119,21 @@ type Tree struct {
 	// Mentions are the places (file:line) that name an ID of a known area
 	// anywhere in a Go or Markdown file, citations included.
 	Mentions map[string][]string
+
+	walkers map[string]string // package directory -> its test that calls schedtest.Walk
 }
 
 // Scan walks the module at root: the `spec:` citations in the comments of
 // every _test.go file, each given to the function it sits in or, for a
-// comment outside any function, to the function that follows it; and every
-// mention of an ID of one of areas in .go and .md files (the generated
-// file itself excepted).
+// comment outside any function, to the function that follows it; the
+// "# spec:" lines of scenario files (testdata/**/*.txt), each given to the
+// subtest that runs the file (see [scenario]); and every mention of an ID
+// of one of areas in .go and .md files (the generated file itself and
+// testdata excepted).
 func Scan(root string, areas []string) (*Tree, error) {
-	tr := &Tree{Cites: map[string][]Test{}, Mentions: map[string][]string{}}
+	tr := &Tree{Cites: map[string][]Test{}, Mentions: map[string][]string{}, walkers: map[string]string{}}
 	mention := regexp.MustCompile(`\b(?:` + strings.Join(areas, "|") + `)-[0-9]+\b`)
+	var scenarios []scenario
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -181,7 +141,15 @@ func Scan(root string, areas []string) (*Tree, error) {
 		rel, _ := filepath.Rel(root, p)
 		if d.IsDir() {
 			base := d.Name()
-			if rel != "." && (strings.HasPrefix(base, ".") || base == "testdata" || base == "vendor") {
+			if rel != "." && (strings.HasPrefix(base, ".") || base == "vendor") {
+				return filepath.SkipDir
+			}
+			if base == "testdata" {
+				sc, err := scanScenarios(root, rel)
+				scenarios = append(scenarios, sc...)
+				if err != nil {
+					return err
+				}
 				return filepath.SkipDir
 			}
 			return nil
@@ -206,11 +174,71 @@ func Scan(root string, areas []string) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, sc := range scenarios {
+		w, ok := tr.walkers[sc.dir]
+		if !ok {
+			return nil, fmt.Errorf("%s cites %s, but no test in %s calls schedtest.Walk to run it", sc.file, strings.Join(sc.ids, ", "), sc.dir)
+		}
+		for _, id := range sc.ids {
+			tr.Cites[id] = append(tr.Cites[id], Test{Dir: sc.dir, Name: w + "/" + sc.name})
+		}
+	}
 	for id, ts := range tr.Cites {
 		sort.Slice(ts, func(i, j int) bool { return ts[i].String() < ts[j].String() })
-		tr.Cites[id] = slices.Compact(ts)
+		tr.Cites[id] = dropParents(slices.Compact(ts))
 	}
 	return tr, nil
+}
+
+// scenario is a scenario file's citations: the "# spec: ID, ..." lines of
+// a testdata/**/*.txt file. They go to the subtest the package's walking
+// test (the test function that calls schedtest.Walk) runs it as: its path
+// below testdata without ".txt".
+type scenario struct {
+	dir  string // package directory, relative to the root
+	file string // the file, relative to the root
+	name string // its subtest name
+	ids  []string
+}
+
+var scenarioCite = regexp.MustCompile(`^# spec:\s*([A-Z0-9]+-[0-9]+(?:\s*,\s*[A-Z0-9]+-[0-9]+)*)`)
+
+func scanScenarios(root, testdata string) ([]scenario, error) {
+	var out []scenario
+	err := filepath.WalkDir(filepath.Join(root, testdata), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".txt") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if m := scenarioCite.FindStringSubmatch(line); m != nil {
+				ids = append(ids, idPattern.FindAllString(m[1], -1)...)
+			}
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		rel, _ := filepath.Rel(filepath.Join(root, testdata), p)
+		file, _ := filepath.Rel(root, p)
+		out = append(out, scenario{dir: filepath.ToSlash(filepath.Dir(testdata)), file: filepath.ToSlash(file),
+			name: strings.TrimSuffix(filepath.ToSlash(rel), ".txt"), ids: ids})
+		return nil
+	})
+	return out, err
+}
+
+// dropParents removes a test from a sorted list when one of its subtests
+// is there too: the subtest names the proof more precisely.
+func dropParents(ts []Test) []Test {
+	return slices.DeleteFunc(ts, func(t Test) bool {
+		return slices.ContainsFunc(ts, func(u Test) bool {
+			return u.Dir == t.Dir && strings.HasPrefix(u.Name, t.Name+"/")
+		})
+	})
 }
 
 func scanTestFile(tr *Tree, dir, path string, src []byte) error {
@@ -223,6 +251,9 @@ func scanTestFile(tr *Tree, dir, path string, src []byte) error {
 	for _, d := range f.Decls {
 		if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 			funcs = append(funcs, fd)
+			if callsWalk(fd) {
+				tr.walkers[dir] = funcName(fd)
+			}
 		}
 	}
 	for _, cg := range f.Comments {
@@ -255,6 +286,22 @@ func scanTestFile(tr *Tree, dir, path string, src []byte) error {
 		}
 	}
 	return nil
+}
+
+// callsWalk reports whether fd calls schedtest.Walk, the scenario runner.
+func callsWalk(fd *ast.FuncDecl) bool {
+	found := false
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok {
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Walk" {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "schedtest" {
+					found = true
+				}
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 func funcName(fd *ast.FuncDecl) string {
@@ -296,21 +343,27 @@ func Render(areas []Area, tr *Tree) []byte {
 	var b bytes.Buffer
 	b.WriteString(`# Requirements and the tests that prove them
 
-Each requirement of the specification with its statement and the tests
-that cite it (` + "`// spec: ID`" + ` above or inside the test). A test marked
+Each requirement of the specification, what vk does for it in one line,
+and the tests that cite it (` + "`// spec: ID`" + ` above or inside the test, or
+` + "`# spec: ID`" + ` in a scenario file under testdata/, named as the subtest
+that runs it). A test marked
 "(skipped)" opens with ` + "`t.Skip`" + `: it names the requirement but proves
 nothing yet. Code comments may follow a sentence with an ID as a short
 suffix, "(ARB-13)"; this file is where that ID is explained.
 
-Generated by ` + "`go run ./internal/reqdoc`" + ` (statements from
-` + "`-spec ../shared/spec/REQUIREMENTS.md`" + ` when given, else from this file);
-do not edit by hand. ` + "`go test ./internal/reqdoc`" + ` fails when this file is
+Generated by ` + "`go run ./internal/reqdoc`" + ` from the statements in
+` + "`" + StatementsDir + "`" + ` (one file per area; a statement marked
+"Spec's words:" still quotes the specification); do not edit by hand. ` + "`go test ./internal/reqdoc`" + ` fails when this file is
 stale or when the tree names an ID missing here.
 `)
 	for _, a := range areas {
 		fmt.Fprintf(&b, "\n## %s — %s\n\n| ID | Requirement | Tests |\n|---|---|---|\n", a.Code, a.Title)
 		for _, r := range a.Reqs {
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", r.ID, escapeCell(r.Text), testsCell(tr.Cites[r.ID]))
+			text := r.Text
+			if r.Quoted {
+				text = "Spec's words: " + text
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", r.ID, escapeCell(text), testsCell(tr.Cites[r.ID]))
 		}
 	}
 	return b.Bytes()
@@ -345,7 +398,7 @@ func Codes(areas []Area) []string {
 }
 
 func main() {
-	spec := flag.String("spec", "", "read the statements from this REQUIREMENTS.md instead of "+DocPath)
+	spec := flag.String("spec", "", "add the requirements of this REQUIREMENTS.md that "+StatementsDir+" lacks, as quotes")
 	flag.Parse()
 	if err := run(*spec); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -354,22 +407,12 @@ func main() {
 }
 
 func run(spec string) error {
-	var areas []Area
+	areas, err := ReadStatements(StatementsDir)
+	if err != nil {
+		return fmt.Errorf("%w (run from the module root)", err)
+	}
 	if spec != "" {
-		f, err := os.Open(spec)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if areas, err = ParseSpec(f); err != nil {
-			return err
-		}
-	} else {
-		b, err := os.ReadFile(DocPath)
-		if err != nil {
-			return fmt.Errorf("reqdoc: %w (run from the module root, or give -spec)", err)
-		}
-		if areas, err = ParseDoc(b); err != nil {
+		if areas, err = mergeSpecFile(areas, spec); err != nil {
 			return err
 		}
 	}
@@ -378,4 +421,31 @@ func run(spec string) error {
 		return err
 	}
 	return os.WriteFile(DocPath, Render(areas, tr), 0o644)
+}
+
+// mergeSpecFile adds the spec's new requirements to the statement files
+// (see [MergeSpec]) and rewrites them.
+func mergeSpecFile(areas []Area, spec string) ([]Area, error) {
+	f, err := os.Open(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sp, err := ParseSpec(f)
+	if err != nil {
+		return nil, err
+	}
+	merged, added, gone := MergeSpec(areas, sp)
+	if len(added) > 0 {
+		fmt.Fprintf(os.Stderr, "reqdoc: added as quotes of the spec, to be put in our words: %s\n", strings.Join(added, ", "))
+	}
+	if len(gone) > 0 {
+		fmt.Fprintf(os.Stderr, "reqdoc: stated here but no longer in the spec: %s\n", strings.Join(gone, ", "))
+	}
+	for i, a := range merged {
+		if err := os.WriteFile(filepath.Join(StatementsDir, statementFile(i, a.Code)), FormatStatements(a), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return merged, nil
 }

@@ -206,8 +206,8 @@ func TestImageAndServiceJob(t *testing.T) {
 	if plain := stripANSI(string(in.Trace)); strings.Contains(plain, "probably didn't start properly") {
 		t.Errorf("in-image: the service failed its health check:\n%s", plain)
 	}
-	// STAGE-01: the image and its service are prepared before the
-	// sources are fetched and the script runs, and cleanup comes last.
+	// The image and its service are prepared before the sources are
+	// fetched and the script runs, and cleanup comes last (STAGE-01).
 	checkSectionOrder(t, "in-image", in.Trace, "prepare_executor", "prepare_script", "get_sources", "step_script", "cleanup_file_variables")
 	if d, ok := sectionTime(in.Trace, "prepare_executor"); ok {
 		t.Logf("prepare_executor (pull, unpack, job container, service up and listening): %v", d)
@@ -241,7 +241,7 @@ func TestImageAndServiceJob(t *testing.T) {
 		t.Errorf("no-such-image ran its script:\n%s", bad.Trace)
 	}
 
-	// API-39: GitLab holds exactly what the node produced.
+	// GitLab holds exactly what the node produced (API-39).
 	checkTraces(t, ctx, tn, pl)
 
 	// The jobs' results reached GitLab only after their cleanup: nothing

@@ -53,8 +53,8 @@ type CiJob struct {
 	// means the system roots and no CI_SERVER_TLS_CA_FILE. Not secret.
 	ServerCAPEM string `json:"server_ca_pem,omitempty"`
 	// Notices are lines the relay's translation produced for the job's
-	// trace (the policy line of SPEC-23, cache key warnings, dropped service
-	// aliases of DECISIONS 8). The node writes them right after its header,
+	// trace (the "Job triggered by policy" line (SPEC-23), cache key
+	// warnings, dropped service aliases of DECISIONS 8). The node writes them right after its header,
 	// so the trace stays the node's output byte for byte (TRACE-06) and no
 	// offset shifts between the hub and GitLab. Empty means none.
 	Notices []Notice `json:"notices,omitempty"`

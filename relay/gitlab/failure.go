@@ -17,16 +17,16 @@ const (
 
 // vk failure kinds (JobResult.failure, PROTO-10), as wire strings.
 const (
-	FailureScript             = "script"              // FAIL-02
-	FailureTimeout            = "timeout"             // FAIL-03
-	FailureImagePull          = "image_pull"          // FAIL-04
-	FailureConfiguration      = "configuration"       // FAIL-05
-	FailureExternalDependency = "external_dependency" // FAIL-06
-	FailureSystem             = "system"              // FAIL-07
-	FailureInterrupted        = "interrupted"         // FAIL-08
-	FailureCanceled           = "canceled"            // FAIL-09
-	FailureNoCapacity         = "no_capacity"         // FAIL-10
-	FailureLost               = "lost"                // FAIL-11
+	FailureScript             = "script"              // a step exited non-zero (FAIL-02)
+	FailureTimeout            = "timeout"             // the job ran past its timeout (FAIL-03)
+	FailureImagePull          = "image_pull"          // an image could not be pulled or built (FAIL-04)
+	FailureConfiguration      = "configuration"       // vk or the node's policy cannot run the job (FAIL-05)
+	FailureExternalDependency = "external_dependency" // a clone, artifact or cache transfer failed (FAIL-06)
+	FailureSystem             = "system"              // the VM, agent or host failed (FAIL-07)
+	FailureInterrupted        = "interrupted"         // the node stopped under the job (FAIL-08)
+	FailureCanceled           = "canceled"            // the job was cancelled (FAIL-09)
+	FailureNoCapacity         = "no_capacity"         // no node took the job in time (FAIL-10)
+	FailureLost               = "lost"                // the job's node was lost (FAIL-11)
 )
 
 // FailureReasonFor returns the GitLab failure_reason for a vk failure kind

@@ -32,7 +32,7 @@ func TestFailureReasonTable(t *testing.T) {
 		failure                string
 		newest, current, older string
 	}{
-		{"", "", "", ""}, // FAIL-01: success sends no failure_reason
+		{"", "", "", ""}, // success sends no failure_reason (FAIL-01)
 		{FailureScript, "script_failure", "script_failure", "script_failure"},
 		{FailureTimeout, "job_execution_timeout", "job_execution_timeout", "job_execution_timeout"},
 		{FailureImagePull, "image_pull_failure", "runner_system_failure", "runner_system_failure"},

@@ -46,10 +46,11 @@ type FeaturesInfo struct {
 	JobInputs               bool `json:"job_inputs"`                // inputs:
 }
 
-// AdvertisedFeatures returns the features vk-gitlab advertises: exactly
-// GL-05's set true, and GL-06's (session, terminal, proxy, shared,
-// vault_secrets, service_multiple_aliases, image_executor_opts,
-// service_executor_opts, native_steps_integration, job_inputs) false.
+// AdvertisedFeatures returns the features vk-gitlab advertises: true for
+// what it supports, false for what it does not (session, terminal, proxy,
+// shared, vault_secrets, service_multiple_aliases, image_executor_opts,
+// service_executor_opts, native_steps_integration, job_inputs) (GL-05,
+// GL-06).
 func AdvertisedFeatures() FeaturesInfo {
 	return FeaturesInfo{
 		Variables:               true,

@@ -93,8 +93,9 @@ func TestUpdateJob(t *testing.T) {
 	}
 }
 
-// The body of a final failed update has every field GL-15 names; the
-// commit is state running with an empty output object.
+// The body of a final failed update has the state, the failure reason,
+// the exit code and the output's checksum and size; the commit is state
+// running with an empty output object.
 // spec: GL-08, GL-15, FAIL-02
 func TestUpdateJobFinalBody(t *testing.T) {
 	var mu sync.Mutex

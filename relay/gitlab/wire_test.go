@@ -331,19 +331,19 @@ func allFeatures() FeaturesInfo {
 	return f
 }
 
-// gl06 are the features GL-06 forbids advertising.
+// gl06 are the features vk-gitlab must not advertise (GL-06).
 var gl06 = []string{"session", "terminal", "proxy", "shared", "vault_secrets", "service_multiple_aliases",
 	"image_executor_opts", "service_executor_opts", "native_steps_integration", "job_inputs"}
 
-// gl05 are the features GL-05 requires.
+// gl05 are the features vk-gitlab must advertise (GL-05).
 var gl05 = []string{"variables", "image", "services", "artifacts", "cache", "fallback_cache_keys",
 	"upload_multiple_artifacts", "upload_raw_artifacts", "refspecs", "masking", "raw_variables",
 	"artifacts_exclude", "multi_build_steps", "trace_reset", "trace_checksum", "trace_size", "cancelable",
 	"cancel_gracefully", "return_exit_code", "service_variables", "two_phase_job_commit"}
 
 // The advertised features are gitlab-runner's docker executor's
-// (fixtures/gitlab/features.json) minus what GL-06 forbids: exactly GL-05's
-// set true, GL-06's false, all 31 keys in gitlab-runner's order.
+// (fixtures/gitlab/features.json) minus what vk does not support: gl05
+// true, gl06 false, all 31 keys in gitlab-runner's order.
 // spec: GL-05, GL-06, GL-23
 func TestAdvertisedFeaturesMatchFixture(t *testing.T) {
 	got, err := json.Marshal(AdvertisedFeatures())

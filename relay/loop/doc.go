@@ -50,7 +50,7 @@
 //     out before the claim is released unclaimed (ARB-31).
 //   - A renewal answered 410 drops the reservation from the submission:
 //     the hub then places the job under its admission (ARB-37).
-//   - project_rejected uses the approval lines of FAIL-21/22 with "was
+//   - project_rejected uses the approval lines (FAIL-21/22) with "was
 //     rejected" for "is waiting for approval".
 //   - One trace patch per update interval while the job runs; once it
 //     finished, the rest is patched back to back (1 MiB each) before the
@@ -67,8 +67,9 @@
 //     Run never outlives it by more than the calls in flight take to
 //     notice. A job request still out at the deadline is abandoned, as a
 //     SIGKILL would abandon it: had GitLab assigned a job, GitLab's own
-//     timeout ends it. ARB-29 thus holds up to the deadline only, which
-//     with the 3600 s default is far past the 60 s request timeout. A
+//     timeout ends it. A request sent is thus never aborted before the
+//     deadline only (ARB-29), which with the 3600 s default is far past
+//     the 60 s request timeout. A
 //     recorded job whose outcome was not taken is reported again by the
 //     next start while still taken; other outcomes lapse with the hub's
 //     admission lease.

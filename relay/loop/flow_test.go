@@ -69,7 +69,7 @@ func testWholeLoop(t *testing.T, twoPhase bool) {
 	glID := e.pipeline([]string{fmt.Sprintf("seq 1 %d", lines)})
 	var recorded []state.Job
 	e.hub.OnSubmit = func(sub client.JobSubmission) {
-		// RELAY-07: the job is in the state file before it is submitted.
+		// The job is in the state file before it is submitted (RELAY-07).
 		st, err := state.Open(e.dir, "r1", e.enrol.ID)
 		if err != nil {
 			t.Errorf("reopen state: %v", err)

@@ -28,8 +28,8 @@ type Hub interface {
 
 var _ Hub = (*hubclient.Client)(nil)
 
-// Gate is the approval gate of RSESS-07: runners ask GitLab for jobs only
-// while it is open. The zero value is closed (no status received yet).
+// Gate is open while the hub says the GitLab server is approved: runners
+// ask GitLab for jobs only then (RSESS-07). The zero value is closed (no status received yet).
 // Safe for concurrent use.
 type Gate struct {
 	mu     sync.Mutex

@@ -119,7 +119,8 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		log.Info("job submitted", logkey.JobID, view.ID)
 		return j, true
 	case errors.As(err, &se) && (se.Body.Code == client.CodeApprovalPending || se.Body.Code == client.CodeProjectRejected):
-		// FAIL-20..22, DECISIONS 2: not held; release and fail uncommitted.
+		// A job awaiting approval is not held: release its reservation and
+		// fail it without committing it (FAIL-20..22, DECISIONS 2).
 		log.Warn("the hub refused the job pending approval", "code", se.Body.Code, "approval_url", se.Body.ApprovalURL)
 		m.release(j.Reservation)
 		j.Failure = &state.Failure{Reason: gitlab.ReasonRunnerConfigurationError,
@@ -260,7 +261,7 @@ func (m *Manager) settle(ctx context.Context, j state.Job, log *slog.Logger) boo
 		return true
 	}
 	if ctx.Err() != nil {
-		return false // RELAY-17: the next start settles it
+		return false // shutting down: the next start settles it (RELAY-17)
 	}
 	{
 		log.Warn("settle refused; dropping the job", logkey.JobID, j.HubJob, logkey.Err, err)

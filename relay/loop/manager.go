@@ -284,7 +284,8 @@ func cmpInt64(a, b int64) int {
 	return 0
 }
 
-// stateLocked is the runner's RSESS-05 state.
+// stateLocked is the state the runner reports to the hub: polling,
+// waiting_capacity, server_pending, unhealthy or token_refused (RSESS-05).
 func (r *runnerState) stateLocked(gateOpen bool) client.RunnerState {
 	switch {
 	case r.refused:

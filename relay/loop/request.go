@@ -128,7 +128,8 @@ func (m *Manager) pollTicket(ctx context.Context, ticket string) (*client.Reserv
 func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant, sent time.Time, log *slog.Logger, failures *int) (time.Duration, bool) {
 	log = log.With(logkey.Admission, g.Admission, logkey.Reservation, g.Reservation)
 	deadline := sent.Add(time.Duration(g.LeaseSecs) * time.Second)
-	// ARB-25: a slot under concurrent and limit, else give the grant back.
+	// Take a slot under concurrent and the runner's limit, else give the
+	// grant back (ARB-25).
 	if !m.slots.TryAcquire(r.Name, r.Limit) {
 		log.Debug("no slot for the grant; released")
 		freed := m.slots.changed()
@@ -153,13 +154,14 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		m.slots.Release(r.Name)
 		m.changed()
 	}
-	// RSESS-07: the server may have lost its approval meanwhile; ARB-31:
-	// a grant whose lease ran out is not worth claiming.
+	// The server may have lost its approval meanwhile (RSESS-07), and a
+	// grant whose lease ran out by our own count is not worth claiming
+	// (ARB-31).
 	if !m.cfg.Gate.Open() || !m.clk.Now().Before(deadline) || ctx.Err() != nil {
 		giveBack(client.OutcomeReleased)
 		return 0, ctx.Err() != nil
 	}
-	// ARB-26: list the admission, then claim.
+	// List the admission in the heartbeat first, then claim (ARB-26).
 	r.setRequest(g.Admission, true)
 	m.changed()
 	if err := m.retry.Do(ctx, "claim", func(ctx context.Context) error { return m.cfg.Hub.Claim(ctx, g.Admission) }); err != nil {
@@ -179,7 +181,7 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		return 0, false
 	case gitlab.RequestNoJob:
 		*failures = 0
-		giveBack(client.OutcomeEmpty) // RELAY-10
+		giveBack(client.OutcomeEmpty) // GitLab had none: slot and room go back (RELAY-10)
 		return 0, false
 	case gitlab.RequestTokenRefused:
 		log.Error("GitLab refused the runner token (403); this runner stops asking for jobs", "token", gitlab.ShortToken(r.Token))
@@ -326,8 +328,9 @@ func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reser
 		// in memory (the job is GitLab's already) and say so loudly.
 		log.Error("could not record the job in the state file", logkey.Err, err)
 	}
-	// ARB-35: listed as a held job before it leaves request_admissions, so
-	// no heartbeat lists the admission in neither (ARB-39).
+	// The admission is listed as a held job before it leaves the requests,
+	// so no heartbeat lists it in neither and the hub never reclaims it
+	// (ARB-35, ARB-39).
 	m.startJob(jobCtx, r, j, false)
 	r.setRequest(g.Admission, false)
 	m.changed()

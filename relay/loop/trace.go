@@ -91,7 +91,8 @@ func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 					return false
 				}
 			case v.State == client.JobFinished && v.Result != nil && v.Result.Failure == client.FailureNoCapacity:
-				// GL-09, DECISIONS 5: failed, never committed.
+				// Not placed in time: fail the job in GitLab without committing
+				// it (GL-09, DECISIONS 5).
 				t.j.Phase = state.PhaseFailing
 				t.j.Failure = systemFailure(fmt.Sprintf("no node of the fleet could take this job within %d s (pool %s, %s)",
 					m.placeWithin(), t.r.Placement.Pool, t.r.Placement.Envelope), m.clk.Now(), t.j.Timestamps)
@@ -119,7 +120,8 @@ func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 		}
 		if t.aborted {
 			if !t.abortCancelled {
-				// GL-17: the hub ends the job at once.
+				// GitLab cancelled or refused the job: the hub ends it at once
+				// (GL-17).
 				err := m.retry.DoUntilAccepted(ctx, "cancel", func(ctx context.Context) error {
 					_, err := m.cfg.Hub.Cancel(ctx, t.j.HubJob, client.CancelImmediate)
 					return err

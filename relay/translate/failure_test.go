@@ -8,7 +8,8 @@ import (
 )
 
 // The failure kinds relay/gitlab maps are exactly proto/client's
-// JobResult.failure values, so a result's failure maps as FAIL-02..11 say.
+// JobResult.failure values, so every failure a node reports has its
+// GitLab failure reason.
 // spec: FAIL-02, FAIL-03, FAIL-04, FAIL-05, FAIL-06, FAIL-07, FAIL-08, FAIL-09, FAIL-10, FAIL-11
 func TestFailureKindsMatchProto(t *testing.T) {
 	pairs := []struct {

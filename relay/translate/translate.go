@@ -120,32 +120,9 @@ func Translate(r *gitlab.JobResponse, rn Runner) (Result, error) {
 
 	var res Result
 	j := &job.CiJob{
-		Job: job.JobInfo{
-			ID:              r.ID,
-			Name:            r.JobInfo.Name,
-			Stage:           r.JobInfo.Stage,
-			PipelineID:      r.JobInfo.PipelineID,
-			ProjectID:       r.JobInfo.ProjectID,
-			ProjectName:     r.JobInfo.ProjectName,
-			ProjectPath:     r.JobInfo.ProjectFullPath,
-			NamespaceID:     r.JobInfo.NamespaceID,
-			RootNamespaceID: r.JobInfo.RootNamespaceID,
-			UserID:          r.JobInfo.UserID,
-			RunnerID:        rn.RunnerID,
-		},
-		Token: r.Token,
-		Sources: job.Sources{
-			RepoURL:          repoURL,
-			RepoObjectFormat: r.GitInfo.RepoObjectFormat,
-			Ref:              r.GitInfo.Ref,
-			SHA:              r.GitInfo.Sha,
-			BeforeSHA:        r.GitInfo.BeforeSha,
-			RefType:          r.GitInfo.RefType,
-			Refspecs:         cloneStrings(r.GitInfo.Refspecs),
-			Depth:            r.GitInfo.Depth,
-			Protected:        cloneBool(r.GitInfo.Protected),
-			AllowFetch:       r.AllowGitFetch,
-		},
+		Job:         jobInfo(r, rn),
+		Token:       r.Token,
+		Sources:     sources(r, repoURL),
 		TimeoutSecs: int64(r.RunnerInfo.Timeout),
 		Trace: job.TraceSettings{
 			Sections:          r.Features.TraceSections,
@@ -161,63 +138,23 @@ func Translate(r *gitlab.JobResponse, rn Runner) (Result, error) {
 	if j.Trace.LimitBytes <= 0 {
 		j.Trace.LimitBytes = job.DefaultTraceLimitBytes
 	}
-
 	res.Notices = append(res.Notices, policyNotices(r.PolicyOptions)...)
 
 	j.Variables = append(variables(r.Variables), runnerVariables(rn)...)
-	for _, s := range r.Steps {
-		j.Steps = append(j.Steps, job.Step{
-			Name:         s.Name,
-			Script:       cloneStrings(s.Script),
-			TimeoutSecs:  int64(s.Timeout),
-			When:         orDefault(s.When, "on_success"),
-			AllowFailure: s.AllowFailure,
-		})
-	}
+	j.Steps = steps(r.Steps)
 	if r.Image.Name != "" {
 		img := image(r.Image)
 		img.Alias = "" // the job image has no host name
 		j.Image = &img
 	}
-	for _, s := range r.Services {
-		img := image(s)
-		if aliases := s.Aliases(); len(aliases) > 1 {
-			res.Notices = append(res.Notices, Notice{Level: LevelWarning, Text: fmt.Sprintf(
-				"service %q has several aliases; vk uses the first, %q, and drops %s",
-				s.Name, aliases[0], strings.Join(aliases[1:], ", "))})
-		}
-		j.Services = append(j.Services, img)
-	}
-	for _, a := range r.Artifacts {
-		j.Artifacts = append(j.Artifacts, job.Artifact{
-			Name:           a.Name,
-			Untracked:      a.Untracked,
-			Paths:          cloneStrings(a.Paths),
-			Exclude:        cloneStrings(a.Exclude),
-			When:           orDefault(a.When, "on_success"),
-			ArtifactType:   a.ArtifactType,
-			ArtifactFormat: orDefault(a.ArtifactFormat, "zip"),
-			ExpireIn:       a.ExpireIn,
-		})
-	}
-	caches, notices := caches(r, j.Variables)
-	j.Caches = caches
+	var notices []Notice
+	j.Services, notices = services(r.Services)
 	res.Notices = append(res.Notices, notices...)
-	for _, c := range r.Credentials {
-		if c.Type != "registry" { // exact, as gitlab-runner's docker auth compares it
-			continue
-		}
-		j.RegistryCredentials = append(j.RegistryCredentials, job.RegistryCredential{
-			URL: c.URL, Username: c.Username, Password: c.Password,
-		})
-	}
-	for _, d := range r.Dependencies {
-		dep := job.Dependency{ID: d.ID, Token: d.Token, Name: d.Name}
-		if d.ArtifactsFile != nil && d.ArtifactsFile.Filename != "" {
-			dep.ArtifactsFile = &job.ArtifactsFile{Filename: d.ArtifactsFile.Filename, Size: d.ArtifactsFile.Size}
-		}
-		j.Dependencies = append(j.Dependencies, dep)
-	}
+	j.Artifacts = artifacts(r.Artifacts)
+	j.Caches, notices = caches(r, j.Variables)
+	res.Notices = append(res.Notices, notices...)
+	j.RegistryCredentials = registryCredentials(r.Credentials)
+	j.Dependencies = dependencies(r.Dependencies)
 	for _, h := range r.Hooks {
 		j.Hooks = append(j.Hooks, job.Hook{Name: h.Name, Script: cloneStrings(h.Script)})
 	}
@@ -229,6 +166,118 @@ func Translate(r *gitlab.JobResponse, rn Runner) (Result, error) {
 	}
 	res.Job = j
 	return res, nil
+}
+
+// jobInfo is who the job is: its IDs and names in GitLab, and the runner
+// that took it.
+func jobInfo(r *gitlab.JobResponse, rn Runner) job.JobInfo {
+	return job.JobInfo{
+		ID:              r.ID,
+		Name:            r.JobInfo.Name,
+		Stage:           r.JobInfo.Stage,
+		PipelineID:      r.JobInfo.PipelineID,
+		ProjectID:       r.JobInfo.ProjectID,
+		ProjectName:     r.JobInfo.ProjectName,
+		ProjectPath:     r.JobInfo.ProjectFullPath,
+		NamespaceID:     r.JobInfo.NamespaceID,
+		RootNamespaceID: r.JobInfo.RootNamespaceID,
+		UserID:          r.JobInfo.UserID,
+		RunnerID:        rn.RunnerID,
+	}
+}
+
+// sources is what to check out; repoURL is the repository URL without
+// the credentials GitLab put in it.
+func sources(r *gitlab.JobResponse, repoURL string) job.Sources {
+	return job.Sources{
+		RepoURL:          repoURL,
+		RepoObjectFormat: r.GitInfo.RepoObjectFormat,
+		Ref:              r.GitInfo.Ref,
+		SHA:              r.GitInfo.Sha,
+		BeforeSHA:        r.GitInfo.BeforeSha,
+		RefType:          r.GitInfo.RefType,
+		Refspecs:         cloneStrings(r.GitInfo.Refspecs),
+		Depth:            r.GitInfo.Depth,
+		Protected:        cloneBool(r.GitInfo.Protected),
+		AllowFetch:       r.AllowGitFetch,
+	}
+}
+
+// steps are the job's steps; a step without a "when" runs on success.
+func steps(in []gitlab.Step) []job.Step {
+	var out []job.Step
+	for _, s := range in {
+		out = append(out, job.Step{
+			Name:         s.Name,
+			Script:       cloneStrings(s.Script),
+			TimeoutSecs:  int64(s.Timeout),
+			When:         orDefault(s.When, "on_success"),
+			AllowFailure: s.AllowFailure,
+		})
+	}
+	return out
+}
+
+// services are the job's service images. A service with several aliases
+// keeps the first, with a warning naming the ones dropped.
+func services(in []gitlab.Image) ([]job.Image, []Notice) {
+	var out []job.Image
+	var notices []Notice
+	for _, s := range in {
+		if aliases := s.Aliases(); len(aliases) > 1 {
+			notices = append(notices, Notice{Level: LevelWarning, Text: fmt.Sprintf(
+				"service %q has several aliases; vk uses the first, %q, and drops %s",
+				s.Name, aliases[0], strings.Join(aliases[1:], ", "))})
+		}
+		out = append(out, image(s))
+	}
+	return out, notices
+}
+
+// artifacts are the job's uploads, by default on success and as zip.
+func artifacts(in []gitlab.Artifact) []job.Artifact {
+	var out []job.Artifact
+	for _, a := range in {
+		out = append(out, job.Artifact{
+			Name:           a.Name,
+			Untracked:      a.Untracked,
+			Paths:          cloneStrings(a.Paths),
+			Exclude:        cloneStrings(a.Exclude),
+			When:           orDefault(a.When, "on_success"),
+			ArtifactType:   a.ArtifactType,
+			ArtifactFormat: orDefault(a.ArtifactFormat, "zip"),
+			ExpireIn:       a.ExpireIn,
+		})
+	}
+	return out
+}
+
+// registryCredentials keeps the credentials of type "registry", compared
+// exactly as gitlab-runner's docker auth does; the others are not for
+// image pulls.
+func registryCredentials(in []gitlab.Credentials) []job.RegistryCredential {
+	var out []job.RegistryCredential
+	for _, c := range in {
+		if c.Type != "registry" {
+			continue
+		}
+		out = append(out, job.RegistryCredential{URL: c.URL, Username: c.Username, Password: c.Password})
+	}
+	return out
+}
+
+// dependencies are the jobs whose artifacts this one downloads, with the
+// archive to fetch when GitLab names one.
+func dependencies(in []gitlab.Dependency) []job.Dependency {
+	var out []job.Dependency
+	for _, d := range in {
+		dep := job.Dependency{ID: d.ID, Token: d.Token, Name: d.Name}
+		if d.ArtifactsFile != nil && d.ArtifactsFile.Filename != "" {
+			dep.ArtifactsFile = &job.ArtifactsFile{Filename: d.ArtifactsFile.Filename, Size: d.ArtifactsFile.Size}
+		}
+		out = append(out, dep)
+	}
+	return out
 }
 
 // variables maps GitLab's variables, order and duplicates kept.
