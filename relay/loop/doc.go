@@ -16,11 +16,17 @@
 //	│   list admission (request_admissions), claim ──410───────────┤
 //	│        ▼                                                      │
 //	│   POST /jobs/request (60 s, never aborted; renew every lease/3)
-//	│        │204 → outcome empty, release, give slot back ─────────┤
+//	│        │204 → outcome empty (releases), give slot back ───────┤
 //	│        │403 → outcome error; runner stops (token_refused)     │
 //	│        │429/503/error → outcome error, back off ──────────────┘
 //	│        ▼201
 //	└── record (state file), outcome job, start the job's handler
+//
+// An outcome other than job ends the admission and releases its
+// reservation at the hub (ARB-34), so the loop sends no release after an
+// outcome the hub took; it releases the reservation itself only when the
+// outcome did not get through. An empty answer from GitLab thus costs
+// four hub requests: reserve, ticket poll, claim and outcome.
 //
 // The loop asks GitLab only while the [Gate] is open (the hub approved the
 // GitLab server, RSESS-07); a grant that finds it closed is released.

@@ -34,9 +34,17 @@ func TestEmptyGivesBack(t *testing.T) {
 		if !e.hub.Claimed[id] {
 			t.Errorf("admission %s not claimed before GitLab was asked", id)
 		}
+		// The outcome itself gave the reservation back (ARB-34): the
+		// relay sends no DELETE after an outcome the hub took.
+		if r := e.hub.Grants[id].Reservation; !e.hub.Released[r] {
+			t.Errorf("admission %s: reservation %s not released by its empty outcome", id, r)
+		}
 	}
 	e.hub.Mu.Unlock()
 	stop(false)
+	if n := e.hub.Count(client.RouteReservationDelete); n != 0 {
+		t.Errorf("%d reservation DELETEs after empty outcomes the hub took, want 0 (the outcome releases it)", n)
+	}
 	if r, all := m.slots.Held("r1"); r != 0 || all != 0 {
 		t.Errorf("slots held after empty requests: runner %d, all %d", r, all)
 	}
