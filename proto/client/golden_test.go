@@ -76,6 +76,11 @@ func TestGoldenBodies(t *testing.T) {
 	check(t, "job_submission", JobSubmission{Runner: "ci", Admission: "adm-7", RequestID: requestID, Placement: placement, Reservation: "res-9", PlaceWithinSecs: 300, Spec: sampleSpec()})
 	check(t, "job_submission_no_reservation", JobSubmission{Runner: "ci", RequestID: requestID, Placement: placement, PlaceWithinSecs: 300, Spec: sampleSpec()})
 	check(t, "job_view_queued", JobView{ID: "job-1", Revision: 1, State: JobQueued})
+	est := int64(340)
+	check(t, "job_view_queued_wait", JobView{ID: "job-1", Revision: 1, State: JobQueued, Wait: &JobWait{
+		Reason: "waiting: no ready node of the placement has room", Class: "normal", Ahead: 3, Waiting: 7, EstimatedSecs: &est}})
+	check(t, "job_view_queued_wait_unknown", JobView{ID: "job-1", Revision: 1, State: JobQueued, Wait: &JobWait{
+		Reason: "waiting: tenant cap 20 reached", Class: "normal", Ahead: 7, Waiting: 8}})
 	check(t, "job_view_running", JobView{ID: "job-1", Revision: 4, State: JobRunning, Node: "node-3", Stage: "step_script", OutputLen: 4096, Cancel: CancelGraceful})
 	check(t, "job_view_finished", JobView{ID: "job-1", Revision: 7, State: JobFinished, Node: "node-3", Stage: "cleanup", OutputLen: 18234, Result: sampleResult()})
 	check(t, "job_result_failed", *sampleResult())
