@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/vk-ci/vk/hub/store"
@@ -57,4 +58,40 @@ func (d *Driver) withPosition(w *ui.Waiting, p sched.Position, ok bool) {
 	}
 	w.Class, w.Ahead, w.Competing = p.Class, p.Ahead, p.Waiting
 	w.EstimatedSecs = estimateSecs(p)
+}
+
+// Kinds of vk_hub_wait_seconds.
+const (
+	waitTicket = "ticket"
+	waitJob    = "job"
+)
+
+// observeWait records in vk_hub_wait_seconds that a request of placement
+// pl waiting since since got its node now.
+func (d *Driver) observeWait(kind string, pl client.Placement, since time.Time) {
+	if since.IsZero() {
+		return
+	}
+	d.met.observeHist("vk_hub_wait_seconds", max(d.now().Sub(since), 0).Seconds(), "kind", kind, "size", sizeClass(pl.Envelope.CPUs))
+}
+
+// observeJobWait records a job's wait from its submission to its node
+// running it.
+func (d *Driver) observeJobWait(j *jobRec) {
+	if p, ok := parsePlacementKey(j.rec.Placement); ok {
+		d.observeWait(waitJob, p, j.rec.Created)
+	}
+}
+
+// sizeClass is the size label of an envelope of cpus vCPUs: rounded up
+// to a power of two, "over64" past 64, so the label set stays bounded.
+func sizeClass(cpus int) string {
+	if cpus > 64 {
+		return "over64"
+	}
+	c := 1
+	for c < cpus {
+		c *= 2
+	}
+	return strconv.Itoa(c)
 }

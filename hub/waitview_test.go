@@ -60,3 +60,16 @@ func TestQueuedJobSaysWhyWithNumbers(t *testing.T) {
 		t.Errorf("after one left: wait %+v, want 1 ahead of 2", v.Wait)
 	}
 }
+
+// The size label of vk_hub_wait_seconds is bounded: vCPUs rounded up to a
+// power of two, everything past 64 one value.
+func TestSizeClass(t *testing.T) {
+	for _, c := range []struct {
+		cpus int
+		want string
+	}{{0, "1"}, {1, "1"}, {2, "2"}, {3, "4"}, {8, "8"}, {9, "16"}, {64, "64"}, {65, "over64"}, {1000, "over64"}} {
+		if got := sizeClass(c.cpus); got != c.want {
+			t.Errorf("sizeClass(%d) = %q, want %q", c.cpus, got, c.want)
+		}
+	}
+}

@@ -176,7 +176,7 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 	gate := &loop.Gate{}
 	changes := make(chan struct{}, 1)
 	mgr, err := loop.New(loop.Config{Hub: hub, Retrier: retrier, GitLab: gl, SystemID: systemID, HubURL: enrol.HubURL,
-		Runners: runners, Concurrent: cfg.Concurrent, Gate: gate, Clock: opt.Clock, Log: log, PlaceWithinSecs: opt.PlaceWithinSecs,
+		Runners: runners, Concurrent: cfg.Concurrent, Gate: gate, Clock: opt.Clock, Log: log, PlaceWithinSecs: opt.PlaceWithinSecs, Observer: met.observer(),
 		OnChange: func() {
 			select {
 			case changes <- struct{}{}:
@@ -193,6 +193,7 @@ func Run(ctx context.Context, cfg Config, tokens []string, log *slog.Logger, opt
 			limits[rc.Name] = rc.RequestConcurrency
 		}
 		met.watch(mgr.Heartbeat, limits)
+		met.watchPhases(mgr.JobPhases)
 		ln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
 			return fmt.Errorf("relay: metrics_listen: %w", err)

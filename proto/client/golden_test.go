@@ -135,3 +135,13 @@ func TestGoldenRelaySession(t *testing.T) {
 	checkRelay(t, "server_status_refused", RelayFrame{Seq: 3, Msg: &ServerStatus{Status: ApprovalRefused, Message: "relay removed"}})
 	checkRelay(t, "relay_update", RelayFrame{Seq: 4, Msg: &Update{Release: "0.5.0", URL: "https://hub.example.com/v1/releases/0.5.0/vk-gitlab", SHA256: "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"}})
 }
+
+// A failure's metrics label is the same word on hub and node: "success"
+// when the job did not fail.
+func TestFailureMetricLabel(t *testing.T) {
+	for f, want := range map[Failure]string{"": "success", FailureScript: "script", FailureNoCapacity: "no_capacity"} {
+		if got := f.MetricLabel(); got != want {
+			t.Errorf("Failure(%q).MetricLabel() = %q, want %q", f, got, want)
+		}
+	}
+}

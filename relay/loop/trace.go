@@ -162,6 +162,7 @@ func (t *tracer) commit(ctx context.Context) bool {
 	case gitlab.UpdateSucceeded, gitlab.UpdateAccepted:
 		t.j.Phase = state.PhaseCommitted
 		t.m.put(t.r, t.j, t.log)
+		t.m.observeStarted(t.r, t.j)
 		t.lastSent = t.m.clk.Now()
 		t.log.Info("job committed in GitLab")
 	case gitlab.UpdateAbort:
@@ -326,6 +327,11 @@ func (t *tracer) finish(ctx context.Context, v *client.JobView) bool {
 	if !t.m.finalUpdate(ctx, t.creds, u, t.log) {
 		return false
 	}
+	outcome := OutcomeSuccess
+	if u.State != gitlab.StateSuccess {
+		outcome = OutcomeFailed
+	}
+	t.m.observeReported(t.r, t.j, outcome)
 	t.j.Phase = state.PhaseReported
 	t.m.put(t.r, t.j, t.log)
 	return true
