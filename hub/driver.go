@@ -395,6 +395,7 @@ func (d *Driver) onGrant(g sched.Grant) {
 	d.adms[g.Admission] = &admRec{id: g.Admission, owner: t.owner, runner: t.runner, tenant: rr.tenant,
 		placement: rr.placement, res: g.Reservation, node: d.ids.nodeName(g.Node), ticket: g.Ticket, lease: g.LeaseSecs}
 	d.resAdm[g.Reservation] = g.Admission
+	d.observeWait(waitTicket, rr.placement, t.queued)
 	d.wakeTicket(t)
 }
 

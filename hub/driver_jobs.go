@@ -159,7 +159,7 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 	d.audit(principal, "job.submit", j.rec.ID, fmt.Sprintf("runner %s, GitLab job %d, project %d (%s), admission %s",
 		sub.Runner, ci.Job.ID, ci.Job.ProjectID, ci.Job.ProjectPath, or(sub.Admission, "none")))
 	d.exec(acts) // a Start here sends the full spec to the node
-	return j.view(), nil
+	return d.liveView(j), nil
 }
 
 // Job implements api.Backend (API-07, API-11, API-36).
@@ -171,7 +171,7 @@ func (d *Driver) Job(ctx context.Context, p api.Principal, id string, after uint
 			ch <-chan struct{}
 		)
 		held, err := d.onOwnJob(ctx, p, id, func(j *jobRec) error {
-			v, ch = j.view(), j.wake
+			v, ch = d.liveView(j), j.wake
 			return nil
 		})
 		if err != nil {
@@ -271,7 +271,7 @@ func (d *Driver) Cancel(ctx context.Context, p api.Principal, id string, mode cl
 				d.sendTo(n, cancelFrame(j.rec.ID, client.CancelMode(j.rec.Cancel)))
 			}
 		}
-		v = j.view()
+		v = d.liveView(j)
 		return nil
 	})
 	if err != nil {

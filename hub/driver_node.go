@@ -241,6 +241,7 @@ func (d *Driver) nodeJob(n *nodeRec, u dispatch.JobUpdate) {
 	case dispatch.JobAccepted:
 		d.exec(d.step(sched.JobStartReplied{Node: n.id, Job: j.sid, Accepted: true}))
 		if j.rec.State == "starting" && j.rec.Node == n.name {
+			d.observeJobWait(j)
 			j.rec.State, j.spec = "running", nil
 			d.saveJob(j, true)
 			if j.rec.Cancel != "" {
@@ -256,6 +257,7 @@ func (d *Driver) nodeJob(n *nodeRec, u dispatch.JobUpdate) {
 	case dispatch.JobRunning:
 		if j.rec.State == "starting" {
 			d.exec(d.step(sched.JobStartReplied{Node: n.id, Job: j.sid, Accepted: true}))
+			d.observeJobWait(j)
 			j.rec.State, j.spec = "running", nil
 		}
 		if u.Stage != j.rec.Stage || j.rec.State != "running" {

@@ -46,7 +46,10 @@ func newMetrics() *metrics {
 	m.counter("vk_hub_tickets_ended_total", "Tickets ended unclaimed (cancelled, unpolled, session end, lease gone).")
 	m.gauge("vk_hub_queue_depth", "Requests waiting for a node, by class (tickets: waiting, offered or granted, unclaimed; jobs: queued).", "class")
 	m.gauge("vk_hub_jobs", "Unsettled jobs, by state.", "state")
-	m.counter("vk_hub_jobs_finished_total", "Jobs finished, by failure (\"\" for success).", "failure")
+	m.counter("vk_hub_jobs_finished_total", "Jobs finished, by failure (\"success\" for none).", "failure")
+	m.hist("vk_hub_wait_seconds", "Time a request waited for a node, by kind (ticket: queued to granted; job: submitted to "+
+		"running) and size class (the envelope's vCPUs rounded up to a power of two: 1, 2, 4, … 64, over64).",
+		[]float64{.1, .5, 1, 5, 15, 60, 300, 900, 3600, 10800}, "kind", "size")
 	m.gauge("vk_hub_tenant_held", "Admissions a tenant holds (reservations and the jobs under them), by tenant.", "tenant")
 	m.gauge("vk_hub_tenant_waiting", "Requests of a tenant waiting (tickets not yet granted, queued jobs), by tenant.", "tenant")
 	m.gauge("vk_hub_tenant_cap", "A policy tenant's cap (absent: no cap), by tenant.", "tenant")
@@ -86,12 +89,7 @@ func (m *metrics) hist(name, help string, buckets []float64, labels ...string) {
 
 // failureLabel is a job's failure as a label value: "success" for none,
 // the same words as the node's vk_node_jobs_finished_total.
-func failureLabel(f client.Failure) string {
-	if f == "" {
-		return "success"
-	}
-	return string(f)
-}
+func failureLabel(f client.Failure) string { return f.MetricLabel() }
 
 // values returns the values of label pairs ("k", "v", …).
 func values(kv []string) []string {

@@ -73,6 +73,7 @@ func TestMetricsScrapeLiveHub(t *testing.T) {
 		`vk_hub_queue_depth{class="jobs"} 0` + "\n",
 		`vk_hub_requests_total{code="201",route="POST /v1/jobs"} 1` + "\n",
 		"vk_hub_decision_seconds_count ",
+		`vk_hub_wait_seconds_count{kind="ticket",size="2"} 1` + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("scrape lacks %q:\n%s", want, out)

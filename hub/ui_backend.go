@@ -19,10 +19,9 @@ var _ ui.Backend = (*Driver)(nil)
 
 // Queue implements admin.Backend (`vk-hub queue`) and the UI's Queue page: the waiting tickets (queued, offered or
 // granted and unclaimed) in ticket order, then the queued jobs in
-// submission order, each with the core's wait reason. It reads the core
-// on the driver's goroutine. Class is left empty: the core does not
-// expose a ticket's class cheaply (the reason text names probes and
-// production work where they matter).
+// submission order, each with the core's wait reason, class, position
+// among the requests of its placement and estimated wait. It reads the
+// core on the driver's goroutine.
 func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 	var out []ui.Waiting
 	err := d.do(ctx, func() {
@@ -42,6 +41,8 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 					}
 				}
 			}
+			pos, pok := d.core.TicketPosition(id)
+			d.withPosition(&w, pos, pok)
 			out = append(out, w)
 		}
 		// Runners that ask for nothing because their server waits for
@@ -77,6 +78,8 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 					w.Reason += d.closedPoolNote(p.Pool)
 				}
 			}
+			pos, pok := d.core.JobPosition(sid)
+			d.withPosition(&w, pos, pok)
 			out = append(out, w)
 		}
 	})

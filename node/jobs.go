@@ -310,12 +310,7 @@ type journaledResult struct {
 	Egress *dispatch.EgressReport `json:"egress,omitempty"`
 }
 
-func failureLabel(f client.Failure) string {
-	if f == "" {
-		return "success"
-	}
-	return string(f)
-}
+func failureLabel(f client.Failure) string { return f.MetricLabel() }
 
 // wireResult converts the stage runner's result.
 func wireResult(r stage.Result, outLen int64) client.JobResult {

@@ -14,6 +14,8 @@ import (
 	"github.com/vk-ci/vk/internal/version"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/relay/gitlab"
+	"github.com/vk-ci/vk/relay/loop"
+	"github.com/vk-ci/vk/relay/state"
 )
 
 // runnerStates are the runner states exposed as vk_gitlab_runner_state,
@@ -31,7 +33,13 @@ type relayMetrics struct {
 	apiReqs    *prometheus.CounterVec   // endpoint, status
 	apiSeconds *prometheus.HistogramVec // endpoint
 	errs       *prometheus.CounterVec   // kind
+	queueWait  *prometheus.HistogramVec // runner
+	duration   *prometheus.HistogramVec // runner, outcome
 }
+
+// jobBuckets are the job duration and queue-wait buckets, in seconds: a
+// second to three hours.
+var jobBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800}
 
 // newRelayMetrics registers the relay's metrics but the runners' (see
 // watch); concurrent is the relay's job limit.
@@ -46,6 +54,12 @@ func newRelayMetrics(concurrent int) *relayMetrics {
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vk_gitlab_errors_total",
 			Help: "Failed GitLab API requests, by kind: transport, refused (401/403), rate_limited (429), server (5xx)."}, []string{"kind"}),
 	}
+	m.queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vk_gitlab_job_queue_seconds",
+		Help:    "Time from a job being taken from GitLab to a node running it (its wait on the hub), by runner.",
+		Buckets: jobBuckets}, []string{"runner"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vk_gitlab_job_duration_seconds",
+		Help:    "Time from a job being taken from GitLab to GitLab taking its final update, by runner and outcome (success, failed).",
+		Buckets: jobBuckets}, []string{"runner", "outcome"})
 	for _, k := range []string{"transport", "refused", "rate_limited", "server"} {
 		m.errs.WithLabelValues(k)
 	}
@@ -55,7 +69,7 @@ func newRelayMetrics(concurrent int) *relayMetrics {
 	build.Set(1)
 	concurrentG := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vk_gitlab_concurrent", Help: "The relay's job limit (concurrent)."})
 	concurrentG.Set(float64(concurrent))
-	m.reg.MustRegister(m.apiReqs, m.apiSeconds, m.errs, build, concurrentG,
+	m.reg.MustRegister(m.apiReqs, m.apiSeconds, m.errs, m.queueWait, m.duration, build, concurrentG,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -65,6 +79,48 @@ func newRelayMetrics(concurrent int) *relayMetrics {
 // once.
 func (m *relayMetrics) watch(heartbeat func() client.RelayHeartbeat, limits map[string]int) {
 	m.reg.MustRegister(&runnerCollector{heartbeat: heartbeat, limits: limits})
+}
+
+// watchPhases registers the job counts by phase, read from phases at
+// each scrape. Called once.
+func (m *relayMetrics) watchPhases(phases func() map[string]map[state.Phase]int) {
+	m.reg.MustRegister(&phaseCollector{phases: phases})
+}
+
+// observer is the loops' job observer; nil without metrics.
+func (m *relayMetrics) observer() loop.JobObserver {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
+// JobStarted implements loop.JobObserver.
+func (m *relayMetrics) JobStarted(runner string, waited time.Duration) {
+	m.queueWait.WithLabelValues(runner).Observe(waited.Seconds())
+}
+
+// JobReported implements loop.JobObserver.
+func (m *relayMetrics) JobReported(runner, outcome string, took time.Duration) {
+	m.duration.WithLabelValues(runner, outcome).Observe(took.Seconds())
+}
+
+// phaseCollector reads the runners' job records by phase at each scrape.
+type phaseCollector struct {
+	phases func() map[string]map[state.Phase]int
+}
+
+var descPhases = prometheus.NewDesc("vk_gitlab_jobs_by_phase",
+	"Jobs a runner has recorded, by runner and phase (taken, submitted, committed, failing, reported).", []string{"runner", "phase"}, nil)
+
+func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descPhases }
+
+func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
+	for runner, counts := range c.phases() {
+		for _, p := range loop.Phases {
+			ch <- prometheus.MustNewConstMetric(descPhases, prometheus.GaugeValue, float64(counts[p]), runner, string(p))
+		}
+	}
 }
 
 // handler serves /metrics.

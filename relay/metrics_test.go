@@ -8,8 +8,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/relay/loop"
+	"github.com/vk-ci/vk/relay/state"
 )
 
 // stubDoer answers every request with status, or err when set.
@@ -47,6 +50,13 @@ func TestRelayMetricsScrape(t *testing.T) {
 			{Name: "arm", State: client.RunnerTokenRefused},
 		}}
 	}, map[string]int{"docker": 4, "arm": 1})
+	m.watchPhases(func() map[string]map[state.Phase]int {
+		return map[string]map[state.Phase]int{"docker": {state.PhaseCommitted: 2, state.PhaseSubmitted: 1}, "arm": {}}
+	})
+	o := m.observer()
+	o.JobStarted("docker", 42*time.Second)
+	o.JobReported("docker", loop.OutcomeSuccess, 10*time.Minute)
+	o.JobReported("docker", loop.OutcomeFailed, 3*time.Second)
 	send := func(d stubDoer, method, path string) {
 		req := httptest.NewRequest(method, "https://gitlab.example.com"+path, nil)
 		resp, err := m.doer(d).Do(req)
@@ -87,6 +97,15 @@ func TestRelayMetricsScrape(t *testing.T) {
 		`vk_gitlab_runner_state{runner="docker",state="token_refused"} 0`,
 		`vk_gitlab_runner_state{runner="arm",state="token_refused"} 1`,
 		`vk_gitlab_concurrent 10`,
+		`vk_gitlab_jobs_by_phase{phase="committed",runner="docker"} 2`,
+		`vk_gitlab_jobs_by_phase{phase="submitted",runner="docker"} 1`,
+		`vk_gitlab_jobs_by_phase{phase="taken",runner="arm"} 0`,
+		`vk_gitlab_job_queue_seconds_bucket{runner="docker",le="30"} 0`,
+		`vk_gitlab_job_queue_seconds_bucket{runner="docker",le="60"} 1`,
+		`vk_gitlab_job_duration_seconds_count{outcome="success",runner="docker"} 1`,
+		`vk_gitlab_job_duration_seconds_bucket{outcome="success",runner="docker",le="300"} 0`,
+		`vk_gitlab_job_duration_seconds_bucket{outcome="success",runner="docker",le="600"} 1`,
+		`vk_gitlab_job_duration_seconds_bucket{outcome="failed",runner="docker",le="5"} 1`,
 		`vk_gitlab_build_info{`,
 	} {
 		if !strings.HasSuffix(want, "{") {
@@ -129,6 +148,9 @@ func TestRelayMetricsDocumented(t *testing.T) {
 	m.watch(func() client.RelayHeartbeat {
 		return client.RelayHeartbeat{Runners: []client.RunnerHeartbeat{{Name: "r", State: client.RunnerPolling}}}
 	}, nil)
+	m.watchPhases(func() map[string]map[state.Phase]int { return map[string]map[state.Phase]int{"r": {}} })
+	m.JobStarted("r", time.Second)
+	m.JobReported("r", loop.OutcomeSuccess, time.Minute)
 	m.doer(stubDoer{status: 200}).Do(httptest.NewRequest("POST", "https://g/api/v4/jobs/request", nil))
 	fams, err := m.reg.Gather()
 	if err != nil {

@@ -254,7 +254,7 @@ func (s *Server) newManager() error {
 	var err error
 	s.mgr, err = loop.New(loop.Config{Hub: hub, Retrier: retrier, GitLab: s.gl, SystemID: s.systemID, HubURL: s.enrol.HubURL,
 		Runners: s.runners, Concurrent: s.cfg.Concurrent, Gate: s.gate, Clock: s.opt.Clock, Log: s.log,
-		PlaceWithinSecs: s.opt.PlaceWithinSecs, OnChange: s.kick})
+		PlaceWithinSecs: s.opt.PlaceWithinSecs, Observer: s.met.observer(), OnChange: s.kick})
 	return err
 }
 
@@ -268,6 +268,7 @@ func (s *Server) serveMetrics() error {
 		limits[rc.Name] = rc.RequestConcurrency
 	}
 	s.met.watch(s.mgr.Heartbeat, limits)
+	s.met.watchPhases(s.mgr.JobPhases)
 	ln, err := net.Listen("tcp", s.cfg.MetricsListen)
 	if err != nil {
 		return fmt.Errorf("relay: metrics_listen: %w", err)

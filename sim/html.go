@@ -9,56 +9,89 @@ import (
 	"strings"
 )
 
-var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
+// Line styles: each variant (policy, tenant) gets a colour and a dash
+// pattern, so lines that overlap or print in grey still differ. Pairs
+// repeat only after 70 variants.
+var (
+	palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
+	dashes  = []string{"", "8 4", "2 3", "10 3 2 3", "4 4", "1 3", "12 4 4 4"}
+)
 
-// WriteHTML writes a self-contained HTML report: the text tables and inline
-// SVG charts (utilization over time per policy, wait CDFs, quota-margin's
-// margin sweep, each tenant's share over time per policy). It loads nothing from elsewhere and, like
-// [Report.WriteText], is a pure function of (scenario, seed).
+func lineStyle(i int) (colour, dash string) { return palette[i%len(palette)], dashes[i%len(dashes)] }
+
+// The page's layout fits a 1400 px window: the body takes the window's
+// width up to 1400 px, charts scale to it, the text tables are set small
+// enough to fit it whole (and scroll inside their box in a narrower one).
+const htmlStyle = `*{box-sizing:border-box}body{font-family:sans-serif;margin:1em auto;max-width:1400px;padding:0 1em}` +
+	`pre{font-size:10px;overflow-x:auto;max-width:100%;background:#f6f6f6;padding:.6em}` +
+	`svg.chart{display:block;width:100%;max-width:1100px;height:auto;background:#fff;border:1px solid #ddd;margin:.5em 0}` +
+	`.lg span{display:inline-block;margin-right:1.2em;white-space:nowrap}.lg svg{vertical-align:middle;margin-right:.3em}` +
+	`li.met{color:#080}li.unmet{color:#c00}li.unjudged{color:#777}`
+
+// WriteHTML writes a self-contained HTML report: the verdict on each goal
+// set for the scenario, the text tables and inline SVG charts (utilization
+// over time per policy, wait CDFs, quota-margin's margin sweep, each
+// tenant's share over time per policy), every chart with axis ticks and a
+// legend. It loads nothing from elsewhere and, like [Report.WriteText],
+// is a pure function of (scenario, seed).
 func (rep *Report) WriteHTML(w io.Writer) error {
-	var b strings.Builder
 	var txt strings.Builder
 	if err := rep.WriteText(&txt); err != nil {
 		return err
 	}
 	s := rep.Scenario
-	fmt.Fprintf(&b, "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>vk-sim: %s</title>\n", html.EscapeString(s.Name))
-	b.WriteString("<style>body{font-family:sans-serif;margin:2em;max-width:1100px}pre{font-size:11px;overflow-x:auto;background:#f6f6f6;padding:1em}svg{background:#fff;border:1px solid #ddd;margin:.5em 0}.lg span{margin-right:1.2em;white-space:nowrap}</style></head><body>\n")
-	fmt.Fprintf(&b, "<h1>vk-sim: %s</h1>\n<p>seed %d, %d jobs, %d nodes (%d vCPU), window %s</p>\n", html.EscapeString(s.Name), rep.Seed, rep.Jobs, rep.Nodes, rep.CPUs, s.Duration.Duration)
+	var b strings.Builder
+	fmt.Fprintf(&b, "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>vk-sim: %s</title>\n<style>%s</style></head><body>\n",
+		html.EscapeString(s.Name), htmlStyle)
+	fmt.Fprintf(&b, "<h1>vk-sim: %s</h1>\n<p>seed %d, %d jobs, %d nodes (%d vCPU), window %s</p>\n",
+		html.EscapeString(s.Name), rep.Seed, rep.Jobs, rep.Nodes, rep.CPUs, s.Duration.Duration)
+	writeVerdicts(&b, rep, Metrics)
 	fmt.Fprintf(&b, "<pre>%s</pre>\n", html.EscapeString(txt.String()))
-	legend := func(names []string) {
-		b.WriteString("<p class=\"lg\">")
-		for i, n := range names {
-			fmt.Fprintf(&b, "<span><span style=\"color:%s\">■</span> %s</span>", palette[i%len(palette)], html.EscapeString(n))
-		}
-		b.WriteString("</p>\n")
-	}
-	var labels []string
+	rep.utilChart(&b)
+	rep.waitChart(&b)
+	rep.sweepChart(&b)
+	rep.shareCharts(&b)
+	b.WriteString("</body></html>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (rep *Report) labels() []string {
+	var out []string
 	for _, r := range rep.Results {
-		labels = append(labels, r.Label)
+		out = append(out, r.Label)
 	}
-	// utilization over time
+	return out
+}
+
+// overTime is a per-bucket series as points (minutes, value).
+func (rep *Report) overTime(vs []float64) []pt {
+	var ps []pt
+	for i, u := range vs {
+		ps = append(ps, pt{float64(i+1) * rep.Scenario.Bucket.Duration.Minutes(), u})
+	}
+	return ps
+}
+
+func (rep *Report) utilChart(b *strings.Builder) {
 	b.WriteString("<h2>Utilization over time (CPU-weighted)</h2>\n")
-	legend(labels)
-	var series [][]pt
+	c := chartSpec{names: rep.labels(), x: linearAxis(rep.Scenario.Duration.Duration.Minutes(), "minutes", fmtTick),
+		y: linearAxis(1, "utilization", fmtPctTick)}
 	for _, r := range rep.Results {
-		var ps []pt
-		for i, u := range r.UtilSeries {
-			ps = append(ps, pt{float64(i+1) * s.Bucket.Duration.Minutes(), u})
-		}
-		series = append(series, ps)
+		c.series = append(c.series, rep.overTime(r.UtilSeries))
 	}
-	chart(&b, series, s.Duration.Duration.Minutes(), 1, "minutes", "utilization")
-	// wait CDFs
-	b.WriteString("<h2>Wait CDF (arrival at GitLab → running), seconds, log scale</h2>\n")
-	legend(labels)
-	series = nil
+	c.write(b)
+}
+
+func (rep *Report) waitChart(b *strings.Builder) {
+	b.WriteString("<h2>Wait CDF (arrival at GitLab → running), log scale</h2>\n")
 	maxW := 1.0
 	for _, r := range rep.Results {
 		for _, x := range r.Waits {
 			maxW = max(maxW, x.Seconds())
 		}
 	}
+	c := chartSpec{names: rep.labels(), x: logAxis(maxW, "wait"), y: linearAxis(1, "fraction of jobs started", fmtPctTick)}
 	for _, r := range rep.Results {
 		var v []float64
 		for _, x := range r.Waits {
@@ -76,56 +109,101 @@ func (rep *Report) WriteHTML(w io.Writer) error {
 		if len(v) > 0 {
 			ps = append(ps, pt{logx(v[len(v)-1], maxW), float64(len(v)) / n})
 		}
-		series = append(series, ps)
+		c.series = append(c.series, ps)
 	}
-	chart(&b, series, 1, 1, fmt.Sprintf("log10(0.01 s … %.0f s)", maxW), "fraction of jobs started")
-	// the margin sweep's trade-off (K8S-09, K8S-10)
+	c.write(b)
+}
+
+// sweepChart is the margin sweep's trade-off (K8S-09, K8S-10).
+func (rep *Report) sweepChart(b *strings.Builder) {
 	var sweep []*Result
 	for _, r := range rep.Results {
 		if r.Policy == "quota-margin" {
 			sweep = append(sweep, r)
 		}
 	}
-	if len(sweep) > 1 {
-		maxLost, maxIdle, maxM := 1.0, 1.0, 1.0
-		for _, r := range sweep {
-			maxLost = max(maxLost, float64(r.Failed[FailQuotaRejected]))
-			maxIdle = max(maxIdle, r.FreeWhileWaitingCPUSecs/3600)
-			maxM = max(maxM, float64(r.Margin))
-		}
-		b.WriteString("<h2>quota-margin: margin against jobs lost and capacity idle</h2>\n")
-		legend([]string{fmt.Sprintf("jobs lost to quota (max %.0f)", maxLost), fmt.Sprintf("vCPU·h free while jobs waited (max %.1f)", maxIdle)})
-		var lost, idle []pt
-		for _, r := range sweep {
-			lost = append(lost, pt{float64(r.Margin), float64(r.Failed[FailQuotaRejected]) / maxLost})
-			idle = append(idle, pt{float64(r.Margin), r.FreeWhileWaitingCPUSecs / 3600 / maxIdle})
-		}
-		chart(&b, [][]pt{lost, idle}, maxM, 1, "margin (pods)", "fraction of the maximum")
+	if len(sweep) < 2 {
+		return
 	}
-	// share over time
-	if len(s.Tenants) > 1 {
-		var tn []string
-		for _, t := range s.Tenants {
-			tn = append(tn, fmt.Sprintf("%s (weight %d)", t.Name, t.Weight))
+	maxLost, maxIdle, maxM := 1.0, 1.0, 1.0
+	for _, r := range sweep {
+		maxLost = max(maxLost, float64(r.Failed[FailQuotaRejected]))
+		maxIdle = max(maxIdle, r.FreeWhileWaitingCPUSecs/3600)
+		maxM = max(maxM, float64(r.Margin))
+	}
+	b.WriteString("<h2>quota-margin: margin against jobs lost and capacity idle</h2>\n")
+	var lost, idle []pt
+	for _, r := range sweep {
+		lost = append(lost, pt{float64(r.Margin), float64(r.Failed[FailQuotaRejected]) / maxLost})
+		idle = append(idle, pt{float64(r.Margin), r.FreeWhileWaitingCPUSecs / 3600 / maxIdle})
+	}
+	chartSpec{names: []string{fmt.Sprintf("jobs lost to quota (max %.0f)", maxLost), fmt.Sprintf("vCPU·h free while jobs waited (max %.1f)", maxIdle)},
+		series: [][]pt{lost, idle}, x: linearAxis(maxM, "margin (pods)", fmtTick), y: linearAxis(1, "fraction of the maximum", fmtPctTick)}.write(b)
+}
+
+func (rep *Report) shareCharts(b *strings.Builder) {
+	s := rep.Scenario
+	if len(s.Tenants) < 2 {
+		return
+	}
+	var tn []string
+	for _, t := range s.Tenants {
+		tn = append(tn, fmt.Sprintf("%s (weight %d)", t.Name, t.Weight))
+	}
+	b.WriteString("<h2>Share of the fleet per tenant over time</h2>\n")
+	for _, r := range rep.Results {
+		fmt.Fprintf(b, "<h3>%s</h3>\n", html.EscapeString(r.Label))
+		c := chartSpec{names: tn, x: linearAxis(s.Duration.Duration.Minutes(), "minutes", fmtTick), y: linearAxis(1, "share of vCPUs", fmtPctTick)}
+		for _, ser := range r.TenantSeries {
+			c.series = append(c.series, rep.overTime(ser))
 		}
-		b.WriteString("<h2>Share of the fleet per tenant over time</h2>\n")
-		legend(tn)
+		c.write(b)
+	}
+}
+
+// writeVerdicts writes a line per goal of ms set for the scenario: met or
+// not by vk's result on this seed, with vk's value, or not judged when a
+// policy it compares with did not run.
+func writeVerdicts(b *strings.Builder, rep *Report, ms []Metric) {
+	var vk *Result
+	for _, r := range rep.Results {
+		if r.Policy == "vk" {
+			vk = r
+			break
+		}
+	}
+	b.WriteString("<h2>Goals</h2>\n")
+	n := 0
+	for _, m := range ms {
+		if m.Scenario != rep.Scenario.Name || m.Goal == "" || m.Met == nil || vk == nil {
+			continue
+		}
+		if n == 0 {
+			b.WriteString("<ul class=\"verdicts\">\n")
+		}
+		n++
+		by := map[string]float64{}
 		for _, r := range rep.Results {
-			fmt.Fprintf(&b, "<h3>%s</h3>\n", html.EscapeString(r.Label))
-			series = nil
-			for _, ser := range r.TenantSeries {
-				var ps []pt
-				for i, u := range ser {
-					ps = append(ps, pt{float64(i+1) * s.Bucket.Duration.Minutes(), u})
-				}
-				series = append(series, ps)
-			}
-			chart(&b, series, s.Duration.Duration.Minutes(), 1, "minutes", "share of vCPUs")
+			by[r.Label] = m.Value(rep, r)
 		}
+		v := by[vk.Label]
+		class, word := "unjudged", "not judged"
+		if slices.ContainsFunc(m.Needs, func(l string) bool { _, ok := by[l]; return !ok }) {
+			word += " (needs " + strings.Join(m.Needs, ", ") + ")"
+		} else if m.Met(v, by) {
+			class, word = "met", "✓ met"
+		} else {
+			class, word = "unmet", "✗ not met"
+		}
+		fmt.Fprintf(b, "<li class=\"%s\">%s: %s %s — %s %s</li>\n", class, word, html.EscapeString(m.Name), html.EscapeString(m.Goal),
+			html.EscapeString(vk.Label), html.EscapeString(m.Format(v)))
 	}
-	b.WriteString("</body></html>\n")
-	_, err := io.WriteString(w, b.String())
-	return err
+	if n > 0 {
+		b.WriteString("</ul>\n")
+		return
+	}
+	fmt.Fprintf(b, "<p class=\"verdicts\">No goal is set for scenario %s (with policy vk); goals are judged on %s.</p>\n",
+		html.EscapeString(rep.Scenario.Name), html.EscapeString(strings.Join(GoalScenarios, ", ")))
 }
 
 type pt struct{ x, y float64 }
@@ -141,32 +219,4 @@ func logx(v, maxW float64) float64 {
 
 func log10(v float64) float64 {
 	return math.Log10(v)
-}
-
-func chart(b *strings.Builder, series [][]pt, xmax, ymax float64, xl, yl string) {
-	const W, H, L, B = 900.0, 260.0, 50.0, 30.0
-	fmt.Fprintf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n", W, H, W, H)
-	pw, ph := W-L-10, H-B-10
-	for i := 0; i <= 4; i++ {
-		y := 10 + ph*(1-float64(i)/4)
-		fmt.Fprintf(b, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"4\" y=\"%.1f\" font-size=\"10\">%.2f</text>\n", L, y, W-10, y, y+3, ymax*float64(i)/4)
-	}
-	fmt.Fprintf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\">%s</text><text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"end\">%s (max %.4g)</text>\n", L, H-8, html.EscapeString(yl), W-10, H-8, html.EscapeString(xl), xmax)
-	for i, ser := range series {
-		if len(ser) == 0 {
-			continue
-		}
-		var p strings.Builder
-		for k, q := range ser {
-			x := L + pw*min(q.x/xmax, 1)
-			y := 10 + ph*(1-min(q.y/ymax, 1))
-			if k == 0 {
-				fmt.Fprintf(&p, "M%.1f %.1f", x, y)
-			} else {
-				fmt.Fprintf(&p, "L%.1f %.1f", x, y)
-			}
-		}
-		fmt.Fprintf(b, "<path d=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"/>\n", p.String(), palette[i%len(palette)])
-	}
-	b.WriteString("</svg>\n")
 }

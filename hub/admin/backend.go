@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/vk-ci/vk/hub/store"
@@ -119,6 +120,39 @@ type Waiting struct {
 	// Idle: a runner's standing request while its runner is backed off
 	// because GitLab had no job for it lately: no work waits behind it.
 	Idle bool `json:"idle,omitempty"`
+	// Competing is how many requests wait for the same room (its
+	// placement's), itself included; 0 when unknown. Ahead is how many
+	// of them go before it.
+	Competing int `json:"competing,omitempty"`
+	Ahead     int `json:"ahead,omitempty"`
+	// EstimatedSecs is the scheduler's estimate of the wait left, in
+	// seconds; nil when it cannot estimate (no job finished yet, or a
+	// cap or a backoff rather than room holds it back).
+	EstimatedSecs *int64 `json:"estimated_secs,omitempty"`
+	// WaitedSecs is how long it has waited so far by the hub's clock; 0
+	// when unknown.
+	WaitedSecs int64 `json:"waited_secs,omitempty"`
+}
+
+// PositionText is "N of M", the entry's place among the requests waiting
+// for the same room; "-" when unknown.
+func (w Waiting) PositionText() string {
+	if w.Competing == 0 {
+		return "-"
+	}
+	return strconv.Itoa(w.Ahead+1) + " of " + strconv.Itoa(w.Competing)
+}
+
+// EstimateText is the estimated wait ("~5m40s", "now"); "-" when
+// unknown.
+func (w Waiting) EstimateText() string {
+	switch {
+	case w.EstimatedSecs == nil:
+		return "-"
+	case *w.EstimatedSecs == 0:
+		return "now"
+	}
+	return "~" + (time.Duration(*w.EstimatedSecs) * time.Second).String()
 }
 
 // Node is one node as `vk-hub nodes list` shows it.

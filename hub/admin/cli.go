@@ -343,7 +343,7 @@ func writeNodes(w io.Writer, ns []Node) error {
 
 func writeQueue(w io.Writer, q []Waiting) error {
 	t := table(w)
-	fmt.Fprintln(t, "KIND\tID\tTENANT\tRELAY/RUNNER\tPROJECT\tPLACEMENT\tSINCE\tREASON")
+	fmt.Fprintln(t, "KIND\tID\tCLASS\tTENANT\tRELAY/RUNNER\tPROJECT\tPLACEMENT\tWAITED\tPOSITION\tEST. WAIT\tREASON")
 	for _, e := range q {
 		proj := "-"
 		if e.Project != 0 {
@@ -353,8 +353,8 @@ func writeQueue(w io.Writer, q []Waiting) error {
 		if e.Relay != "" || e.Runner != "" {
 			who = orDash(e.Relay) + "/" + orDash(e.Runner)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Kind, e.ID, orDash(e.Tenant), who, proj,
-			orDash(e.Placement), stamp(e.Since), orDash(e.Reason))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Kind, e.ID, orDash(e.Class), orDash(e.Tenant), who, proj,
+			orDash(e.Placement), waited(e), e.PositionText(), e.EstimateText(), orDash(e.Reason))
 	}
 	if err := t.Flush(); err != nil {
 		return err
@@ -386,6 +386,14 @@ func writeProjects(w io.Writer, as []store.Approval) error {
 		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Instance, proj, orDash(a.Path), a.State, orDash(a.By), stamp(a.Updated))
 	}
 	return t.Flush()
+}
+
+// waited is how long a queue entry has waited, "-" when unknown.
+func waited(e Waiting) string {
+	if e.WaitedSecs <= 0 && e.Since.IsZero() {
+		return "-"
+	}
+	return (time.Duration(e.WaitedSecs) * time.Second).String()
 }
 
 func stamp(t time.Time) string {

@@ -287,16 +287,19 @@ func TestNodes(t *testing.T) {
 func TestQueue(t *testing.T) {
 	e := newEnv(t)
 	out, _ := e.mustRun(t, "queue")
-	if out != "KIND  ID  TENANT  RELAY/RUNNER  PROJECT  PLACEMENT  SINCE  REASON\n0 waiting\n" {
+	if out != "KIND  ID  CLASS  TENANT  RELAY/RUNNER  PROJECT  PLACEMENT  WAITED  POSITION  EST. WAIT  REASON\n0 waiting\n" {
 		t.Errorf("empty queue:\n%s", out)
 	}
+	est, now := int64(340), int64(0)
 	e.be.queue = []Waiting{
 		{Kind: WaitTicket, ID: "t-7", Tenant: "web", Relay: "relay-a", Runner: "linux", Placement: "linux mem=2G cpus=2 disk=10G",
 			Reason: "waiting: tenant cap 20 reached"},
 		{Kind: WaitTicket, ID: "t-9", Relay: "relay-b", Runner: "gpu", Placement: "gpu [cuda12] mem=64G cpus=16 disk=200G",
+			Class: "normal", Since: start.Add(-42 * time.Second), WaitedSecs: 42, Ahead: 2, Competing: 5, EstimatedSecs: &est,
 			Reason: "waiting: no ready node of the placement has room"},
 		{Kind: WaitJob, ID: "job-3", Tenant: "data", Relay: "relay-b", Runner: "gpu", Instance: "gitlab.example.com", Project: 42,
-			Placement: "gpu [cuda12] mem=64G cpus=16 disk=200G", Since: start.Add(-90 * time.Second),
+			Placement: "gpu [cuda12] mem=64G cpus=16 disk=200G", Since: start.Add(-90 * time.Second), WaitedSecs: 90,
+			Class: "deadline", Ahead: 0, Competing: 5, EstimatedSecs: &now,
 			Reason: "waiting: project placement rules allow no node with room"},
 	}
 	out, _ = e.mustRun(t, "queue")

@@ -53,6 +53,7 @@ type envOpt func(*Config)
 func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
 	clk := clock.NewFake(t0)
+	estimate340 := int64(340)
 	be := &fakeBackend{
 		nodes: []admin.Node{
 			{ID: "n2", Name: "build-2", State: "draining", Pools: []string{"linux"}, Labels: []string{"docker"}, Ceiling: 2, MaxConcurrency: 8,
@@ -66,7 +67,8 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 			{Kind: WaitTicket, ID: "t-1", Tenant: "acme", Relay: "relay-a", Runner: "docker", Placement: "linux", Class: "normal",
 				Since: t0.Add(-75 * time.Second), Reason: sched.Reason{Code: sched.ReasonTenantCap, N: 20}.Text()},
 			{Kind: WaitJob, ID: "j-9", Tenant: "", Relay: "relay-a", Runner: "docker", Instance: "gitlab.example.com", Project: 12,
-				Placement: "linux", Class: "production", Since: t0.Add(-3 * time.Second), Reason: sched.Reason{Code: sched.ReasonNoRoom}.Text()},
+				Placement: "linux", Class: "production", Since: t0.Add(-3 * time.Second), Reason: sched.Reason{Code: sched.ReasonNoRoom}.Text(),
+				Ahead: 1, Competing: 4, EstimatedSecs: &estimate340},
 			{Kind: WaitTicket, ID: "t-2", Tenant: hostile, Class: "probe", Reason: hostile},
 		},
 		jobs: []JobRow{
@@ -98,6 +100,8 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 			State: store.JobRunning, Node: "n1", Stage: "step_script", OutputLen: 200, Created: t0.Add(-90 * time.Second), Updated: t0.Add(-10 * time.Second)},
 		{ID: "j-1", Principal: "relay-a", Tenant: "acme", Instance: "gitlab.example.com", Project: 7, State: store.JobFinished, Node: "n2",
 			Result: res, Created: t0.Add(-time.Hour), Updated: t0.Add(-55 * time.Minute)},
+		{ID: "j-9", Principal: "relay-a", Runner: "docker", Instance: "gitlab.example.com", Project: 12, State: store.JobQueued,
+			Created: t0.Add(-3 * time.Second), Updated: t0.Add(-3 * time.Second)},
 	} {
 		if err := st.CreateJob(ctx, j); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -262,6 +263,13 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) error {
 	case len(out) == 0:
 		note = "No output yet."
 	}
+	var wait *Waiting
+	if j.State == store.JobQueued {
+		wait, err = s.queueEntry(r.Context(), WaitJob, id)
+		if err != nil {
+			return err
+		}
+	}
 	return s.render(w, r, http.StatusOK, "job", "Job "+id, "jobs", struct {
 		Job       JobRow
 		Cancel    string
@@ -269,7 +277,23 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) error {
 		Output    string
 		Truncated bool
 		Note      string
-	}{row, string(j.Cancel), j.OutputLen, CleanOutput(out), int64(len(out)) < j.OutputLen && len(out) > 0, note})
+		Wait      *Waiting
+	}{row, string(j.Cancel), j.OutputLen, CleanOutput(out), int64(len(out)) < j.OutputLen && len(out) > 0, note, wait})
+}
+
+// queueEntry returns the queue's entry of kind for id, nil when it does
+// not wait.
+func (s *server) queueEntry(ctx context.Context, kind WaitingKind, id string) (*Waiting, error) {
+	q, err := s.cfg.Backend.Queue(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ui: queue: %w", err)
+	}
+	for i := range q {
+		if q[i].Kind == kind && q[i].ID == id {
+			return &q[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // servers serves GET <base>/gitlab, GitLab › Servers: the servers pending

@@ -294,6 +294,9 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc(string(RouteArtifactUpload), s.wrap(RouteArtifactUpload, s.handleArtifactUpload))
 	mux.HandleFunc(string(RouteArtifactDownload), s.wrap(RouteArtifactDownload, s.handleArtifactDownload))
 	mux.HandleFunc(string(RouteGit), s.wrap(RouteGit, s.handleGit))
+	if s.opts.Views != nil {
+		mux.Handle("/-/", s.opts.Views)
+	}
 	return mux
 }
 

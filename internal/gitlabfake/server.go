@@ -93,6 +93,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Views, when set, serves every path under /-/ (the standalone
+	// command's job pages); nil serves none.
+	Views http.Handler
 }
 
 // Server is a fake GitLab serving the runner API under /api/v4/ and git

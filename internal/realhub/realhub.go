@@ -151,6 +151,24 @@ func (h *Hub) StartNode() {
 		t.Fatalf("realhub: %v", err)
 	}
 	h.NodeID = id
+	h.runNode()
+}
+
+// RestartNode starts the node again, with its enrolment and state, after
+// a test stopped it (Agent.Shutdown), and waits until the hub sees it
+// ready.
+func (h *Hub) RestartNode() {
+	h.t.Helper()
+	h.runNode()
+}
+
+// runNode starts the enrolled node and waits until the hub sees it ready.
+func (h *Hub) runNode() {
+	t := h.t
+	t.Helper()
+	ctx := t.Context()
+	id := h.NodeID
+	dir := filepath.Join(h.dir, "node")
 	cfg := testnode.Config(dir, "node-1", id, []string{Pool}, node.ResourcesConfig{CPUs: h.cpus, Mem: 4 << 30, Disk: 20 << 30})
 	a, err := node.Start(context.Background(), cfg, testlog.New(t).With("component", "node"), node.Options{})
 	if err != nil {

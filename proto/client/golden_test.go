@@ -76,6 +76,11 @@ func TestGoldenBodies(t *testing.T) {
 	check(t, "job_submission", JobSubmission{Runner: "ci", Admission: "adm-7", RequestID: requestID, Placement: placement, Reservation: "res-9", PlaceWithinSecs: 300, Spec: sampleSpec()})
 	check(t, "job_submission_no_reservation", JobSubmission{Runner: "ci", RequestID: requestID, Placement: placement, PlaceWithinSecs: 300, Spec: sampleSpec()})
 	check(t, "job_view_queued", JobView{ID: "job-1", Revision: 1, State: JobQueued})
+	est := int64(340)
+	check(t, "job_view_queued_wait", JobView{ID: "job-1", Revision: 1, State: JobQueued, Wait: &JobWait{
+		Reason: "waiting: no ready node of the placement has room", Class: "normal", Ahead: 3, Waiting: 7, EstimatedSecs: &est}})
+	check(t, "job_view_queued_wait_unknown", JobView{ID: "job-1", Revision: 1, State: JobQueued, Wait: &JobWait{
+		Reason: "waiting: tenant cap 20 reached", Class: "normal", Ahead: 7, Waiting: 8}})
 	check(t, "job_view_running", JobView{ID: "job-1", Revision: 4, State: JobRunning, Node: "node-3", Stage: "step_script", OutputLen: 4096, Cancel: CancelGraceful})
 	check(t, "job_view_finished", JobView{ID: "job-1", Revision: 7, State: JobFinished, Node: "node-3", Stage: "cleanup", OutputLen: 18234, Result: sampleResult()})
 	check(t, "job_result_failed", *sampleResult())
@@ -129,4 +134,14 @@ func TestGoldenRelaySession(t *testing.T) {
 	checkRelay(t, "server_status_pending", RelayFrame{Seq: 2, Msg: &ServerStatus{Status: ApprovalPending, ApprovalURL: "https://hub.example.com:8444/gitlab"}})
 	checkRelay(t, "server_status_refused", RelayFrame{Seq: 3, Msg: &ServerStatus{Status: ApprovalRefused, Message: "relay removed"}})
 	checkRelay(t, "relay_update", RelayFrame{Seq: 4, Msg: &Update{Release: "0.5.0", URL: "https://hub.example.com/v1/releases/0.5.0/vk-gitlab", SHA256: "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"}})
+}
+
+// A failure's metrics label is the same word on hub and node: "success"
+// when the job did not fail.
+func TestFailureMetricLabel(t *testing.T) {
+	for f, want := range map[Failure]string{"": "success", FailureScript: "script", FailureNoCapacity: "no_capacity"} {
+		if got := f.MetricLabel(); got != want {
+			t.Errorf("Failure(%q).MetricLabel() = %q, want %q", f, got, want)
+		}
+	}
 }

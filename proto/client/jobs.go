@@ -123,6 +123,28 @@ type JobView struct {
 	Cancel CancelMode `json:"cancel,omitempty"`
 	// Result is how the job ended; set exactly when State is finished.
 	Result *JobResult `json:"result,omitempty"`
+	// Wait says why a queued job waits and how long it is expected to;
+	// absent once a node was chosen (additive: older hubs never send it).
+	Wait *JobWait `json:"wait,omitempty"`
+}
+
+// JobWait is why a queued job waits, as the hub's scheduler sees it.
+type JobWait struct {
+	// Reason is the operator text of the wait reason, e.g. "waiting: no
+	// ready node of the placement has room".
+	Reason string `json:"reason"`
+	// Class is the scheduling class it waits in ("deadline", "normal",
+	// …; free text).
+	Class string `json:"class,omitempty"`
+	// Ahead is how many requests competing for the same room go before
+	// it.
+	Ahead int `json:"ahead"`
+	// Waiting is how many requests wait for that room, itself included.
+	Waiting int `json:"waiting"`
+	// EstimatedSecs is the estimated wait in seconds, from the
+	// scheduler's view and the runtimes of earlier jobs; absent when it
+	// cannot be estimated (no runtimes yet, or a cap holds it back).
+	EstimatedSecs *int64 `json:"estimated_secs,omitempty"`
 }
 
 // Validate checks that Result is set exactly when the job is finished.

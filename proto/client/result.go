@@ -130,3 +130,12 @@ func (r JobResult) Validate() error {
 	}
 	return nil
 }
+
+// MetricLabel is the failure as a metrics label value, the same on hub
+// and node: "success" for none.
+func (f Failure) MetricLabel() string {
+	if f == "" {
+		return "success"
+	}
+	return string(f)
+}

@@ -214,6 +214,7 @@ func (m *Manager) failUncommitted(ctx context.Context, r *runnerState, j state.J
 		if !m.finalUpdate(ctx, creds, u, log) {
 			return false
 		}
+		m.observeReported(r, j, OutcomeFailed)
 	}
 	if j.HubJob != "" {
 		return m.settle(ctx, j, log)

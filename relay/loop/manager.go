@@ -85,6 +85,9 @@ type Config struct {
 	// seconds. Tests only: 0 means client.RelayPlaceWithinSecs (300,
 	// ARB-38), which production always sends.
 	PlaceWithinSecs int
+	// Observer hears when jobs start and are reported, for metrics; nil
+	// means none.
+	Observer JobObserver
 }
 
 // Manager runs the request loops of every runner and the jobs they take,

@@ -30,6 +30,7 @@ type tracer struct {
 	digestTo int64
 	interval time.Duration
 	lastSent time.Time // last patch or keep-alive
+	note     waitNote  // lines on why the job waits for a node
 	aborted  bool      // GitLab ended the job: write nothing more (GL-17)
 	// abortCancelled: the immediate cancel that follows an abort was
 	// delivered (or refused) by the hub.
@@ -55,7 +56,7 @@ func (m *Manager) follow(ctx context.Context, r *runnerState, j state.Job, log *
 	helpers.Go(func() { m.watchView(wctx, j.HubJob, w) })
 	helpers.Go(func() { c.run(wctx) })
 	t := &tracer{m: m, r: r, j: j, log: log, creds: gitlab.JobCredentials{ID: j.GitLabID, Token: j.Token}, cancel: c,
-		offset: j.TraceOffset, interval: gitlab.DefaultUpdateInterval, lastSent: m.clk.Now()}
+		offset: j.TraceOffset, interval: gitlab.DefaultUpdateInterval, lastSent: m.clk.Now(), note: waitNote{since: m.clk.Now()}}
 	ok := t.run(ctx, w)
 	return t.j, ok
 }
@@ -77,7 +78,7 @@ func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 			t.log.Error("the hub does not know the job", logkey.Err, werr)
 			if !t.aborted {
 				t.j.Phase = state.PhaseFailing
-				t.j.Failure = systemFailure("the fleet hub lost the job: "+errText(werr), m.clk.Now(), t.j.Timestamps)
+				t.j.Failure = t.withPreface(systemFailure("the fleet hub lost the job: "+errText(werr), m.clk.Now(), t.j.Timestamps))
 				t.j.HubJob = ""
 				m.put(t.r, t.j, t.log)
 				return true
@@ -94,10 +95,14 @@ func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 				// Not placed in time: fail the job in GitLab without committing
 				// it (GL-09, DECISIONS 5).
 				t.j.Phase = state.PhaseFailing
-				t.j.Failure = systemFailure(fmt.Sprintf("no node of the fleet could take this job within %d s (pool %s, %s)",
-					m.placeWithin(), t.r.Placement.Pool, t.r.Placement.Envelope), m.clk.Now(), t.j.Timestamps)
+				t.j.Failure = t.withPreface(systemFailure(fmt.Sprintf("no node of the fleet could take this job within %d s (pool %s, %s)",
+					m.placeWithin(), t.r.Placement.Pool, t.r.Placement.Envelope), m.clk.Now(), t.j.Timestamps))
 				m.put(t.r, t.j, t.log)
 				return true
+			case v.State == client.JobQueued && v.Wait != nil:
+				if !t.noteWait(ctx, v.Wait) {
+					return false
+				}
 			}
 		}
 		if v != nil && !t.aborted {
@@ -159,6 +164,7 @@ func (t *tracer) commit(ctx context.Context) bool {
 	case gitlab.UpdateSucceeded, gitlab.UpdateAccepted:
 		t.j.Phase = state.PhaseCommitted
 		t.m.put(t.r, t.j, t.log)
+		t.m.observeStarted(t.r, t.j)
 		t.lastSent = t.m.clk.Now()
 		t.log.Info("job committed in GitLab")
 	case gitlab.UpdateAbort:
@@ -192,7 +198,7 @@ func (t *tracer) observe(st gitlab.JobStatus, abort bool, interval time.Duration
 func (t *tracer) step(ctx context.Context, flush bool) (bool, error) {
 	m := t.m
 	for {
-		out, err := m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.offset, 0)
+		out, err := m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.hubOffset(), 0)
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
@@ -214,7 +220,7 @@ func (t *tracer) step(ctx context.Context, flush bool) (bool, error) {
 				t.observe(ka.JobStatus, ka.Kind == gitlab.UpdateAbort, ka.UpdateInterval)
 				t.lastSent = m.clk.Now()
 			}
-			return out.Complete && t.offset >= out.Length, nil
+			return out.Complete && t.hubOffset() >= out.Length, nil
 		}
 		if err := t.catchUpDigest(ctx); err != nil {
 			return false, err
@@ -260,8 +266,13 @@ func (t *tracer) catchUpDigest(ctx context.Context) error {
 	if t.digestTo > t.offset {
 		t.digest, t.digestTo = gitlab.TraceDigest{}, 0
 	}
+	if pre := int64(len(t.j.Preface)); t.digestTo < pre {
+		n := min(pre, t.offset)
+		t.digest.Write([]byte(t.j.Preface[t.digestTo:n]))
+		t.digestTo = n
+	}
 	for t.digestTo < t.offset {
-		out, err := t.m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.digestTo, 0)
+		out, err := t.m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.digestTo-int64(len(t.j.Preface)), 0)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -282,7 +293,7 @@ func (t *tracer) catchUpDigest(ctx context.Context) error {
 // update, whose 403 ends it. GitLab stores neither; the wire is
 // gitlab-runner's (docs/gitlab-compat.md).
 func (t *tracer) finishAborted(ctx context.Context, v *client.JobView) bool {
-	out, err := t.m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.offset, 0)
+	out, err := t.m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.hubOffset(), 0)
 	if ctx.Err() != nil {
 		return false
 	}
@@ -318,6 +329,11 @@ func (t *tracer) finish(ctx context.Context, v *client.JobView) bool {
 	if !t.m.finalUpdate(ctx, t.creds, u, t.log) {
 		return false
 	}
+	outcome := OutcomeSuccess
+	if u.State != gitlab.StateSuccess {
+		outcome = OutcomeFailed
+	}
+	t.m.observeReported(t.r, t.j, outcome)
 	t.j.Phase = state.PhaseReported
 	t.m.put(t.r, t.j, t.log)
 	return true

@@ -121,6 +121,11 @@ type Job struct {
 	// TraceOffset is the last trace offset GitLab acknowledged, a hint
 	// for a restart (GitLab's 416 answer is authoritative, GL-11).
 	TraceOffset int64 `json:"trace_offset,omitempty"`
+	// Preface is what the relay itself wrote at the head of the job's
+	// GitLab trace before any of the hub's output (why the job waits for
+	// a node): GitLab's trace is Preface, then the hub's output, so the
+	// hub's offset is GitLab's less its length.
+	Preface string `json:"preface,omitempty"`
 	// Taken is when GitLab gave the job (UTC).
 	Taken time.Time `json:"taken"`
 	// CorrelationID is the job request's X-Request-Id as GitLab answered

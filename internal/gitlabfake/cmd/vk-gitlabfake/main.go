@@ -4,9 +4,11 @@
 //	vk-gitlabfake [--addr 127.0.0.1:0] [--runner-token glrt-…] [--demo]
 //	              [--long-poll 50s] [--two-phase] [--trace-interval 3]
 //
-// It prints "url=<base url>" and "runner_token=<token>" on stdout, then
-// serves until SIGINT/SIGTERM. --demo creates project demo/hello with a
-// two-stage pipeline (build uploads an artifact, test depends on it).
+// It prints "url=<base url>", "runner_token=<token>" and "jobs=<url of
+// the job pages>" on stdout, then serves until SIGINT/SIGTERM. --demo
+// creates project demo/hello with a two-stage pipeline (build uploads an
+// artifact, test depends on it). The job pages under /-/ show every job's
+// state and trace and start another run of a pipeline (views.go).
 package main
 
 import (
@@ -76,15 +78,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	v := &views{}
 	srv := gitlabfake.New(gitlabfake.Options{
 		Addr: *addr, RunnerToken: *token, LongPoll: *longPoll, TwoPhaseCommit: *twoPhase,
-		TraceUpdateInterval: *interval, Logger: log,
+		TraceUpdateInterval: *interval, Logger: log, Views: v.handler(),
 	})
+	v.srv = srv
 	if err := srv.Start(); err != nil {
 		return err
 	}
 	defer srv.Close()
-	fmt.Fprintf(stdout, "url=%s\nrunner_token=%s\n", srv.URL(), srv.RunnerToken())
+	fmt.Fprintf(stdout, "url=%s\nrunner_token=%s\njobs=%s/-/jobs\n", srv.URL(), srv.RunnerToken(), srv.URL())
 	if *demo {
 		if err := loadDemo(srv, stdout); err != nil {
 			return err

@@ -29,7 +29,8 @@ func TestRunDemo(t *testing.T) {
 			break
 		}
 	}
-	if vals["runner_token"] != "glrt-t1_demo" || !strings.HasPrefix(vals["url"], "http://127.0.0.1:") || vals["project"] != "demo/hello" {
+	if vals["runner_token"] != "glrt-t1_demo" || !strings.HasPrefix(vals["url"], "http://127.0.0.1:") || vals["project"] != "demo/hello" ||
+		vals["jobs"] != vals["url"]+"/-/jobs" {
 		t.Fatalf("output = %v", vals)
 	}
 	body := fmt.Sprintf(`{"token":%q,"info":{"features":{}}}`, vals["runner_token"])
