@@ -132,8 +132,9 @@ func (r *Recorder) Close() error {
 	return r.werr
 }
 
-// put offers one record to the writer without waiting.
-func (r *Recorder) put(rec Record) {
+// Put offers one record to the writer without waiting: a full buffer
+// drops it and counts the drop.
+func (r *Recorder) Put(rec Record) {
 	select {
 	case r.ch <- rec:
 	default:
@@ -142,31 +143,44 @@ func (r *Recorder) put(rec Record) {
 }
 
 // Step records what ev and the actions it produced say about the workload
-// (see the package documentation for the kinds). It is cheap for the
-// events the trace ignores (ticks, polls, heartbeats, renewals).
+// ([Translate]).
 func (r *Recorder) Step(now time.Time, ev sched.Event, acts []sched.Action) {
 	if r == nil {
 		return
 	}
+	Translate(now, ev, acts, r.names, r)
+}
+
+// Sink takes translated records.
+type Sink interface{ Put(Record) }
+
+// Translate turns one core step — the event and the actions it produced —
+// into the trace records it implies (see the package documentation for
+// the kinds), handed to sink in order; names gives tenant names for
+// policy records (nil: none). It is cheap for the events the trace
+// ignores (ticks, polls, heartbeats, renewals). The hub's recorder and
+// the simulator (sim/replay) share it, so a simulated trace is what a
+// hub would have recorded.
+func Translate(now time.Time, ev sched.Event, acts []sched.Action, names func(sched.TenantID) string, r Sink) {
 	t := now.UnixMilli()
 	switch e := ev.(type) {
 	case sched.Tick, sched.TicketPolled, sched.RelayHeartbeat, sched.NodeHeartbeat, sched.RenewRequested, sched.Renewed:
 	case sched.TicketQueued:
-		r.put(Record{T: t, K: KindDemand, Ticket: uint64(e.Ticket), Runner: uint64(e.Runner)})
+		r.Put(Record{T: t, K: KindDemand, Ticket: uint64(e.Ticket), Runner: uint64(e.Runner)})
 	case sched.Claimed:
-		r.put(Record{T: t, K: KindAsk, Adm: uint64(e.Admission)})
+		r.Put(Record{T: t, K: KindAsk, Adm: uint64(e.Admission)})
 	case sched.Outcome:
-		r.put(Record{T: t, K: KindAnswer, Adm: uint64(e.Admission), OK: e.Kind == sched.OutcomeJob})
+		r.Put(Record{T: t, K: KindAnswer, Adm: uint64(e.Admission), OK: e.Kind == sched.OutcomeJob})
 	case sched.JobSubmitted:
-		r.put(Record{T: t, K: KindSubmit, Job: uint64(e.Job), Runner: uint64(e.Runner), Adm: uint64(e.Admission), Name: e.Name})
+		r.Put(Record{T: t, K: KindSubmit, Job: uint64(e.Job), Runner: uint64(e.Runner), Adm: uint64(e.Admission), Name: e.Name})
 	case sched.JobStartReplied:
 		if e.Accepted {
-			r.put(Record{T: t, K: KindStart, Job: uint64(e.Job), Node: uint64(e.Node)})
+			r.Put(Record{T: t, K: KindStart, Job: uint64(e.Job), Node: uint64(e.Node)})
 		}
 	case sched.JobFinished:
-		r.put(Record{T: t, K: KindEnd, Job: uint64(e.Job), Wall: e.Wall.Milliseconds(), Reason: "finished"})
+		r.Put(Record{T: t, K: KindEnd, Job: uint64(e.Job), Wall: e.Wall.Milliseconds(), Reason: "finished"})
 	case sched.JobCancelled:
-		r.put(Record{T: t, K: KindEnd, Job: uint64(e.Job), Reason: "cancelled"})
+		r.Put(Record{T: t, K: KindEnd, Job: uint64(e.Job), Reason: "cancelled"})
 	case sched.NodeReport:
 		rec := Record{T: t, K: KindNode, Node: uint64(e.Node), CPUs: e.Capacity.CPUs, Mem: e.Capacity.MemBytes,
 			Disk: e.Capacity.DiskBytes, Labels: e.Labels, Conc: e.MaxConcurrency, State: e.State.String()}
@@ -176,26 +190,26 @@ func (r *Recorder) Step(now time.Time, ev sched.Event, acts []sched.Action) {
 		if e.LocalRunner {
 			rec.State = "local_runner" // takes no placement
 		}
-		r.put(rec)
+		r.Put(rec)
 	case sched.NodeUnreachable:
-		r.put(Record{T: t, K: KindNodeGone, Node: uint64(e.Node), Reason: "unreachable"})
+		r.Put(Record{T: t, K: KindNodeGone, Node: uint64(e.Node), Reason: "unreachable"})
 	case sched.NodeLost:
-		r.put(Record{T: t, K: KindNodeGone, Node: uint64(e.Node), Reason: "lost"})
+		r.Put(Record{T: t, K: KindNodeGone, Node: uint64(e.Node), Reason: "lost"})
 	case sched.RelayInventory:
 		for _, ru := range e.Runners {
 			env := ru.Placement.Envelope
-			r.put(Record{T: t, K: KindRunner, Runner: uint64(ru.Runner), Tenant: uint64(ru.Tenant), Pool: ru.Placement.Pool,
+			r.Put(Record{T: t, K: KindRunner, Runner: uint64(ru.Runner), Tenant: uint64(ru.Tenant), Pool: ru.Placement.Pool,
 				Labels: ru.Placement.Labels, CPUs: env.CPUs, Mem: env.MemBytes, Disk: env.DiskBytes, Conc: ru.RequestConcurrency})
 		}
 	case sched.PolicyChanged:
-		r.put(Record{T: t, K: KindPolicy, Policy: PolicyOf(e.Policy, r.names)})
+		r.Put(Record{T: t, K: KindPolicy, Policy: PolicyOf(e.Policy, names)})
 	}
 	for _, a := range acts {
 		switch a := a.(type) {
 		case sched.Grant:
-			r.put(Record{T: t, K: KindGrant, Ticket: uint64(a.Ticket), Adm: uint64(a.Admission), Node: uint64(a.Node)})
+			r.Put(Record{T: t, K: KindGrant, Ticket: uint64(a.Ticket), Adm: uint64(a.Admission), Node: uint64(a.Node)})
 		case sched.EndJob:
-			r.put(Record{T: t, K: KindEnd, Job: uint64(a.Job), Reason: or2(a.Failure, "failed")})
+			r.Put(Record{T: t, K: KindEnd, Job: uint64(a.Job), Reason: or2(a.Failure, "failed")})
 		}
 	}
 }
