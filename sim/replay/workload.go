@@ -17,6 +17,7 @@ package replay
 import (
 	"cmp"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"time"
@@ -164,8 +165,8 @@ func (sc *scan) record(r *wtrace.Record) {
 	w := sc.w
 	switch r.K {
 	case wtrace.KindPolicy:
-		if w.Policy != nil && r.T > sc.start {
-			w.PolicyChanges++
+		if w.Policy != nil && r.T > sc.start && !reflect.DeepEqual(w.Policy, r.Policy) {
+			w.PolicyChanges++ // the hub restates it as relays report runners
 		}
 		w.Policy = r.Policy
 	case wtrace.KindRunner:
