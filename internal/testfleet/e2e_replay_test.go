@@ -120,4 +120,3 @@ func TestReplayFleetTrace(t *testing.T) {
 			c.Weights[heavy], in.Waits[heavy].P50, c.Waits[heavy].P50, in.Shares[heavy], c.Shares[heavy])
 	}
 }
-
