@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -124,23 +123,10 @@ func dryRun(cmd *cobra.Command, dir, path string, since time.Time, seed uint64, 
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	if err := wtrace.Export(dir, since, &buf); err != nil {
-		return err
-	}
-	h, recs, err := wtrace.ReadAll(&buf)
-	if err != nil {
-		return err
-	}
-	w, err := replay.FromTrace(h, recs)
-	if err != nil {
-		return fmt.Errorf("the trace since %s: %w", since.UTC().Format(time.RFC3339), err)
-	}
-	cand, warns := replay.Candidate(w.Policy, p)
+	rep, warns, err := replay.DryRun(cmd.Context(), dir, p, since, seed, "dry run of "+path)
 	for _, s := range warns {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", s)
 	}
-	rep, err := replay.Run(cmd.Context(), w, replay.Options{Name: "dry run of " + path, Seed: seed, Candidate: cand})
 	if err != nil {
 		return err
 	}
