@@ -3,6 +3,7 @@ package hub
 import (
 	"errors"
 	"fmt"
+	"github.com/vk-ci/vk/hub/wtrace"
 	"net"
 	"strings"
 	"time"
@@ -91,6 +92,9 @@ type Config struct {
 	// ShutdownGraceSecs bounds a graceful shutdown's wait for in-flight
 	// requests, in seconds. Default 10.
 	ShutdownGraceSecs int `toml:"shutdown_grace_secs"`
+	// Trace is the workload trace ([trace] table, [wtrace.Config],
+	// docs/replay.md): on by default under <state_dir>/trace.
+	Trace wtrace.Config `toml:"trace"`
 }
 
 // TLSConfig names an operator-provided serving certificate. Both or
@@ -351,6 +355,9 @@ func (c *Config) Validate() error {
 		bad("ui.user needs ui.token")
 	}
 	c.Store.validate(bad)
+	if err := c.Trace.Validate(); err != nil {
+		bad("%v", err)
+	}
 	if c.CapacityPolicyFile != "" && c.CapacityPolicy != nil {
 		bad("set capacity_policy_file or [capacity_policy], not both")
 	}

@@ -89,6 +89,7 @@ type Driver struct {
 	// removed: nodes an operator removed while this driver ran; frames of
 	// their ending sessions are dropped (their keys are refused anyway).
 	removed map[string]bool
+	trace   tracer // the workload trace (hub/trace.go)
 }
 
 // relayRec is a relay as the driver knows it.
@@ -206,6 +207,7 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Stor
 		resAdm: map[sched.ReservationID]sched.AdmissionID{}, jobs: map[string]*jobRec{},
 		jobBySID: map[sched.JobID]*jobRec{}, renewers: map[sched.ReservationID][]chan renewAnswer{},
 		unended: map[string]int{}, openTk: map[runnerKey]int{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
+		trace: nopTracer{}, // until openTrace, after the restore
 	}
 	d.w = newRecWriter(d.bg, st, log)
 	if err := d.loadOperatorSettings(ctx); err != nil {
@@ -236,6 +238,7 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Stor
 		d.w.close()
 		return nil, err
 	}
+	d.trace = d.openTrace()
 	met.collect = func(ctx context.Context) { d.do(ctx, d.countJobs) }
 	return d, nil
 }
@@ -255,6 +258,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	t := d.clk.NewTimer(d.cfg.tick())
 	defer t.Stop()
 	defer d.w.close()
+	defer d.trace.Close()
 	for {
 		select {
 		case <-ctx.Done():
@@ -292,6 +296,7 @@ func (d *Driver) step(ev sched.Event) []sched.Action {
 	start := time.Now()
 	acts := d.core.Step(d.now(), ev)
 	d.met.observeHist("vk_hub_decision_seconds", time.Since(start).Seconds())
+	d.trace.Step(d.now(), ev, acts)
 	if _, isTick := ev.(sched.Tick); !isTick || len(acts) > 0 {
 		d.bumpCapacity()
 	}

@@ -96,6 +96,7 @@ func runVKWith(ctx context.Context, w *world, p VKParams, check, countEnded bool
 			pol.ProductionRunners[sched.RunnerID(i+1)] = true
 		}
 	}
+	s.hooks.applyPolicy(&pol)
 	v := &vkRun{w: w, p: p, core: sched.New(pol, s.Seed), base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		gl: newGitlabQueues(len(s.Jobs)), loops: map[sched.TicketID]*vkLoop{},
 		resv: map[sched.ReservationID]vkRes{}, jobNode: map[sched.JobID]*simNode{}, tickAt: -1,
@@ -145,6 +146,7 @@ func runVKWith(ctx context.Context, w *world, p VKParams, check, countEnded bool
 			w.eng.at(every, beat)
 		}
 	}
+	s.hooks.start(v)
 	err := w.runUntilDone(ctx)
 	return v, err
 }
@@ -158,6 +160,7 @@ func (v *vkRun) step(ev sched.Event) sched.VerdictCode {
 	v.wall += time.Since(t0)
 	v.steps++
 	acts = append([]sched.Action(nil), acts...) // the Core reuses its slice
+	v.w.s.hooks.observeStep(now, ev, acts)
 	if v.check {
 		v.invErrs = append(v.invErrs, v.core.CheckInvariants()...)
 	}

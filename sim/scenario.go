@@ -84,6 +84,7 @@ type Scenario struct {
 	Baseline BaselineParams `toml:"baseline"` // the baselines' knobs
 
 	traceJobs []traceJob
+	hooks     *vkHooks // set in code (hooks.go); nil from a file
 }
 
 // NodeTemplate is Count identical nodes.

@@ -42,13 +42,14 @@ func newRoot() *cobra.Command {
 	cfgPath := pf.String("config", "", "the hub's configuration `FILE` (TOML, version = 1); default $"+configEnv+
 		"; without either the defaults apply")
 	root.AddCommand(serveCmd(stateDir, cfgPath))
+	root.AddCommand(traceCmd(stateDir, cfgPath))
 	// Operator commands talk to the running hub over its admin socket in
 	// its state directory: --state-dir, else the config's state_dir.
 	var socket string
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		for c := cmd; c != nil; c = c.Parent() {
 			switch c.Name() {
-			case "serve", "help", "completion":
+			case "serve", "help", "completion", "trace":
 				return nil // no admin socket needed
 			}
 		}
@@ -58,6 +59,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(admin.Commands(func() string { return socket })...)
 	root.AddCommand(benchCmd(func() string { return socket }))
+	addDryRun(root, stateDir, cfgPath)
 	return root
 }
 

@@ -4,6 +4,8 @@
 //	vk-sim run SCENARIO [--seed N] [--html FILE]
 //	vk-sim compare SCENARIO [--policies vk,pull-fifo,…] [--seed N] [--html FILE]
 //	vk-sim goals [--dir sim/scenarios] [--seeds 1,2,3,4,5] [--policies …] [--check-invariants]
+//	vk-sim record SCENARIO > run.vktrace
+//	vk-sim replay TRACE [--policy candidate.toml] [--seed N] [--html FILE]
 package main
 
 import (
@@ -31,6 +33,7 @@ func main() {
 	root.AddCommand(command("run", "run a scenario with its own policy list (default: all policies)", false))
 	root.AddCommand(command("compare", "compare policies on one scenario (default: every known policy)", true))
 	root.AddCommand(goalsCommand())
+	root.AddCommand(replayCommand(), recordCommand())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := root.ExecuteContext(ctx)
 	stop()

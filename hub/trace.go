@@ -1,0 +1,45 @@
+package hub
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vk-ci/vk/hub/wtrace"
+	"github.com/vk-ci/vk/sched"
+)
+
+// tracer is what the driver tells the workload trace (hub/wtrace,
+// docs/replay.md): every core step with its actions, on the driver's
+// goroutine. Step must not block; Close writes what is buffered.
+type tracer interface {
+	Step(now time.Time, ev sched.Event, acts []sched.Action)
+	Close() error
+}
+
+// nopTracer records nothing (trace.disabled, or its directory unusable).
+type nopTracer struct{}
+
+func (nopTracer) Step(time.Time, sched.Event, []sched.Action) {}
+func (nopTracer) Close() error                                { return nil }
+
+// openTrace starts the workload trace of cfg.Trace and records the policy
+// in force. A trace that cannot start is logged and left off: the hub
+// runs without it.
+func (d *Driver) openTrace() tracer {
+	if d.cfg.Trace.Disabled {
+		return nopTracer{}
+	}
+	cfg := d.cfg.Trace.WithDefaults(d.cfg.StateDir)
+	rec, err := wtrace.Open(cfg, func(id sched.TenantID) string { return d.ids.tenants.keys[id] }, d.log)
+	if err != nil {
+		d.log.Warn("workload trace off", "err", err)
+		return nopTracer{}
+	}
+	if d.met != nil && d.met.reg != nil {
+		_ = d.met.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vk_hub_trace_dropped_total",
+			Help: "Workload trace records dropped because the trace writer's buffer was full."},
+			func() float64 { return float64(rec.Dropped()) }))
+	}
+	rec.Step(d.now(), sched.PolicyChanged{Policy: d.core.Policy()}, nil)
+	return rec
+}
