@@ -685,14 +685,26 @@ func (x *run) getSources(ctx context.Context) bool {
 			x.tr.Warningln("Skipping Git repository setup: this node has no transfer service; the project directory is empty")
 			err = x.mkProjectDir(ctx)
 		default:
-			err = x.attempt(ctx, "GET_SOURCES_ATTEMPTS", func() error {
-				return x.intoProject(ctx, "sources", func(dir string) error {
-					return x.r.cfg.Transfers.GetSources(ctx, x.job, dir, x.tr)
+			err = x.runHook(ctx, job.HookPreGetSources, "pre_clone_script", false)
+			if err == nil {
+				err = x.attempt(ctx, "GET_SOURCES_ATTEMPTS", func() error {
+					return x.intoProject(ctx, "sources", func(dir string) error {
+						return x.r.cfg.Transfers.GetSources(ctx, x.job, dir, x.tr)
+					})
 				})
-			})
+			}
 			if err == nil {
 				err = x.mkProjectDir(ctx)
 			}
+			if err == nil {
+				err = x.runHook(ctx, job.HookPostGetSources, "post_clone_script", true)
+			}
+		}
+		var he *hookError
+		if errors.As(err, &he) {
+			x.fail(FailureScript, err)
+			ok = false
+			return
 		}
 		if err != nil {
 			x.tr.Errorln("Getting sources failed: " + err.Error())

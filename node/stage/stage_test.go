@@ -523,9 +523,9 @@ func TestCheckoutIsTransfers(t *testing.T) {
 	t.Skip("STAGE-02/03: the checkout (GIT_STRATEGY, GIT_DEPTH, credential helper) is node/xfer's GetSources; tested there")
 }
 
-// spec: STAGE-06, STAGE-07
+// spec: STAGE-07
 func TestLaterItems(t *testing.T) {
-	t.Skip("[later]: get_sources hooks in the guest and services as a compose group beside the job VM come with the microvm backend (see docs/node.md, The microvm backend)")
+	t.Skip("[later]: services as a compose group beside the job VM come with the microvm backend's services (see docs/node.md, The microvm backend)")
 }
 
 func TestStartRejectsBadSpec(t *testing.T) {

@@ -105,8 +105,9 @@ func stepOutput(tr string) string {
 // stage runner on the microvm backend: the checkout goes into the guest
 // and the artifact comes out of it through the agent, and the step's
 // output, the exit code and the uploaded artifact are those of the same
-// job on the process backend.
-// spec: STAGE-04, XFER-24
+// job on the process backend; the get_sources hooks run in the guest
+// around the checkout.
+// spec: STAGE-04, STAGE-06, XFER-24
 func TestStageRunnerJobInVM(t *testing.T) {
 	repo, sha := gitRepo(t)
 	runJob := func(t *testing.T, name string, ex exec.Executor) (stage.Result, string, map[string]string) {
@@ -127,6 +128,10 @@ func TestStageRunnerJobInVM(t *testing.T) {
 			Steps: []job.Step{{Name: job.StepScript, When: "on_success", Script: []string{
 				"cat README", "sh build.sh", "echo to-stderr >&2", "echo $GREETING",
 				"mkdir -p out && echo built > out/result.txt", "ls", "exit 3"}}},
+			Hooks: []job.Hook{
+				{Name: job.HookPreGetSources, Script: []string{"test -e README || echo pre-hook-before-the-checkout"}},
+				{Name: job.HookPostGetSources, Script: []string{"echo post-hook-saw-$(cat README)"}},
+			},
 			Artifacts:   []job.Artifact{{Name: "out", Paths: []string{"out"}, When: "always", ArtifactType: "archive", ArtifactFormat: "zip"}},
 			TimeoutSecs: 600,
 		}
@@ -159,6 +164,12 @@ func TestStageRunnerJobInVM(t *testing.T) {
 	want, wantErr := split(wantTrace)
 	if got != want || want == "" || gotErr != 1 || wantErr != 1 {
 		t.Errorf("step output in the VM:\n%q\nwant (process backend):\n%q", got, want)
+	}
+	// The hooks ran in the guest around the checkout: before it, and
+	// after it was in the guest's project directory (STAGE-06).
+	pre, co, post := strings.Index(tr, "\npre-hook-before-the-checkout\n"), strings.Index(tr, "Checking out"), strings.Index(tr, "\npost-hook-saw-checked out\n")
+	if pre < 0 || co < pre || post < co {
+		t.Errorf("hooks around the checkout: pre at %d, checkout at %d, post at %d\n%s", pre, co, post, tr)
 	}
 	if files["out/result.txt"] != "built\n" {
 		t.Errorf("artifact from the VM: %v\n%s", files, tr)
