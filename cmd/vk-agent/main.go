@@ -165,6 +165,7 @@ func initMain() int {
 	}
 	_ = os.MkdirAll("/dev/pts", 0o755)
 	_ = unix.Mount("devpts", "/dev/pts", "devpts", 0, "")
+	vmproto.ProtectFromOOM() // the server inherits it; its scripts do not
 	loadModules(modulesList)
 	_ = os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	self, err := os.Executable()

@@ -486,7 +486,7 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	if ex.Error != "" {
 		return exec.RunResult{}, fmt.Errorf("%w: %s", exec.ErrStart, ex.Error)
 	}
-	return exec.RunResult{ExitCode: ex.Code, Signal: ex.Signal, Wall: time.Since(started)}, nil
+	return exec.RunResult{ExitCode: ex.Code, Signal: ex.Signal, OOMKilled: ex.OOMKilled, Wall: time.Since(started)}, nil
 }
 
 // Cancel signals the running script's process group in the guest.
