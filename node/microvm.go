@@ -83,6 +83,12 @@ func (a *Agent) newMicroVM(b *backends) error {
 	if err != nil {
 		return fmt.Errorf("node: [executor] backend = \"microvm\": %w", err)
 	}
+	// The builds directory holds what the host-side transfers need whole
+	// (a downloaded zip, a cache layer, XFER-25), as for the other
+	// backends; the jobs' trees live in their guests.
+	if err := os.MkdirAll(cfg.buildsDir(), 0o755); err != nil {
+		return fmt.Errorf("node: builds dir: %w", err)
+	}
 	store, err := imagestore.New(imagestore.Config{
 		Root: filepath.Join(cfg.Node.StateDir, "images"), Rules: cfg.imageRules(),
 		DefaultPullPolicy: cfg.Executor.Images.PullPolicy,
