@@ -46,7 +46,14 @@ type Options struct {
 	// a service. Run fails at once, before starting anything, when the
 	// host cannot run containers ([ContainersAvailable]).
 	Containers bool
+	// MicroVM (--microvm) runs the nodes with executor "microvm": every
+	// job in its own QEMU microVM booted from the demo image (built and
+	// pushed as for --containers). Run fails at once when the host cannot
+	// ([MicroVMAvailable]: among others, a KVM that boots a guest).
+	MicroVM bool
 
+	// microvmCheck replaces [MicroVMAvailable] (tests); nil means it.
+	microvmCheck func() (string, error)
 	// containersCheck replaces [ContainersAvailable] (tests); nil means
 	// it.
 	containersCheck func() error
@@ -65,6 +72,19 @@ var ErrJobs = errors.New("demo: jobs did not end as expected")
 // then also builds and pushes the demo image and runs [ImageJob] in it.
 func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	start := time.Now()
+	var agent string
+	if o.MicroVM {
+		if o.Containers {
+			return errors.New("demo: --microvm and --containers exclude each other")
+		}
+		check := o.microvmCheck
+		if check == nil {
+			check = func() (string, error) { return MicroVMAvailable(ctx) }
+		}
+		if agent, err = check(); err != nil {
+			return err
+		}
+	}
 	if o.Containers {
 		check := o.containersCheck
 		if check == nil {
@@ -125,6 +145,9 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 			fo.Nodes[i].Executor = node.BackendAuto
 		}
 	}
+	if o.MicroVM {
+		microvmNodes(&fo, agent)
+	}
 	fo.Dir, fo.HubAddr, fo.Log = filepath.Join(dir, "fleet"), o.HubAddr, log
 	p("vk demo: a hub, %d nodes, and per tenant a GitLab (built-in fake) and a relay, in %s", len(fo.Nodes), dir)
 	if !caches {
@@ -155,19 +178,28 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		if o.Containers {
 			exe = ", executor " + c.Executor.Backend + " (jobs with an image in a container)"
 		}
+		if o.MicroVM {
+			exe = ", executor microvm (every job in its own QEMU microVM under KVM)"
+		}
 		p("  node    %-8s %s  %d cpus, %s, at most %d jobs%s", n.Name, n.ID, c.Resources.CPUs, c.Resources.Mem, c.Executor.Schedule.MaxConcurrency, exe)
 	}
 	for _, t := range f.Tenants() {
 		p("  tenant  %-8s weight %d  GitLab %s  relay %s", t.Spec.Name, t.Spec.Weight, t.GitLab.URL(), t.Relay.ID)
 	}
-	if o.Containers {
+	if o.Containers || o.MicroVM {
 		p("  building the demo image (busybox + bash) and pushing it to the fleet's registry…")
 		ref, size, err := buildImage(ctx, f.RegistryHost())
 		if err != nil {
 			return err
 		}
 		p("  image   %s  %.1f MiB, pulled by the nodes over plain HTTP", ref, float64(size)/(1<<20))
-		AddImageJobs(samples, ref)
+		if o.Containers {
+			AddImageJobs(samples, ref)
+		} else {
+			// Every job boots from the image's disk (the microvm
+			// backend runs no services yet: no ImageJob).
+			inImage(samples, ref)
+		}
 	}
 	loaded, err := Load(f, samples)
 	if err != nil {
@@ -312,7 +344,12 @@ live progress, then a summary and where each job's trace was written.
 the demo builds a small image (busybox + bash) and pushes it to the fleet's
 docker-registry, and the job runs in it with an httpd service it reaches by
 its alias. It needs root, cgroup v1, runc, busybox-static and
-docker-registry, and says at once what is missing.`,
+docker-registry, and says at once what is missing.
+
+--microvm runs every job in its own QEMU microVM (executor "microvm"),
+booted from that image. It needs a KVM that boots a stock guest (checked by
+booting one), QEMU, a guest kernel, vk-agent beside vk, busybox-static and
+docker-registry, and says plainly when this host lacks one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -329,6 +366,7 @@ docker-registry, and says at once what is missing.`,
 	c.Flags().BoolVar(&o.Keep, "keep", false, "keep the fleet running after the pipelines end (Ctrl-C stops it)")
 	c.Flags().StringVar(&o.HubAddr, "hub-addr", "", "the hub's listen address, e.g. 127.0.0.1:8443 (default: a free loopback port)")
 	c.Flags().BoolVar(&o.Containers, "containers", false, "also run a job in a container image with a service (needs root, cgroup v1, runc, busybox-static, docker-registry)")
+	c.Flags().BoolVar(&o.MicroVM, "microvm", false, "run every job in its own QEMU microVM under KVM (needs a KVM that boots a guest, qemu-system-x86, linux-image-amd64, vk-agent)")
 	c.Flags().StringVar(&o.Dir, "dir", "", "directory for state, logs and traces, created if missing and kept (default: a new temporary directory, its fleet state removed at the end)")
 	return c
 }
