@@ -26,9 +26,9 @@ const MicroVMPackages = "apt-get install -y qemu-system-x86 qemu-utils linux-ima
 // microvmProbe is how [MicroVMAvailable] looks at the host; tests replace
 // its parts.
 type microvmProbe struct {
-	available func() error          // QEMU and a guest kernel
+	available func() error           // QEMU and a guest kernel
 	agent     func() (string, error) // the static vk-agent
-	kvm       func() error          // a probe guest boots under KVM
+	kvm       func() error           // a probe guest boots under KVM
 	stat      func(path string) error
 }
 
