@@ -268,6 +268,9 @@ func (a *Agent) imageGCLoop(store *imagestore.Store, every time.Duration, first 
 		if len(removed) > 0 {
 			a.log.Info("idle images removed from the cache", "images", removed)
 		}
+		if a.be.microvm != nil {
+			a.be.microvm.RemoveDisks(removed) // the microVM disks made of them
+		}
 		if a.opts.imageSwept != nil {
 			a.opts.imageSwept(removed)
 		}

@@ -114,26 +114,51 @@ func imageShell(rootfs string) []string {
 	return []string{"/bin/sh"}
 }
 
-// diskCache makes each image's disk once, however many jobs ask at once.
+// diskCache makes each image's disk once, however many jobs ask at once,
+// and never removes one while it is being made.
 type diskCache struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
 }
 
-func (c *diskCache) get(im *imagestore.Image, build func(*imagestore.Image) (string, error)) (string, error) {
+// lock takes image id's lock and returns its unlock.
+func (c *diskCache) lock(id string) func() {
 	c.mu.Lock()
 	if c.locks == nil {
 		c.locks = map[string]*sync.Mutex{}
 	}
-	l := c.locks[im.ID]
+	l := c.locks[id]
 	if l == nil {
 		l = &sync.Mutex{}
-		c.locks[im.ID] = l
+		c.locks[id] = l
 	}
 	c.mu.Unlock()
 	l.Lock()
-	defer l.Unlock()
+	return l.Unlock
+}
+
+func (c *diskCache) get(im *imagestore.Image, build func(*imagestore.Image) (string, error)) (string, error) {
+	defer c.lock(im.ID)()
 	return build(im)
+}
+
+// RemoveDisks removes the disks of images ids (image IDs as the image
+// store's GC returns those it removed): a disk goes with its image. No
+// running job uses them: a job holds its image until Cleanup.
+func (e *Executor) RemoveDisks(ids []string) {
+	for _, id := range ids {
+		hex := strings.TrimPrefix(id, "sha256:")
+		if !idRe.MatchString(hex) {
+			continue
+		}
+		unlock := e.disks.lock(id)
+		if err := os.Remove(filepath.Join(e.cfg.Root, disksDir, hex+".ext4")); err == nil {
+			e.log.Info("microVM disk of a removed image removed", "image", id)
+		} else if !os.IsNotExist(err) {
+			e.log.Warn("microVM disk of a removed image not removed", "image", id, "err", err)
+		}
+		unlock()
+	}
 }
 
 // disksDir holds the images' disks under the executor's root.

@@ -1,6 +1,7 @@
 package microvm
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,5 +36,21 @@ func TestSweepKeepsSharedFilesAndSparesRecycledPIDs(t *testing.T) {
 	}
 	if err := Sweep(filepath.Join(root, "absent"), nil); err != nil {
 		t.Errorf("sweep of a missing root: %v", err)
+	}
+}
+
+// The disk of an image the store removed goes with it; other images'
+// disks stay.
+func TestRemoveDisksOfRemovedImages(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, disksDir), 0o700)
+	for _, id := range []string{"aaa", "bbb"} {
+		os.WriteFile(filepath.Join(root, disksDir, id+".ext4"), []byte("x"), 0o600)
+	}
+	e := &Executor{cfg: Config{Root: root}, log: slog.New(slog.DiscardHandler)}
+	e.RemoveDisks([]string{"sha256:aaa", "sha256:never-made", "sha256:../../escape"})
+	ents, _ := os.ReadDir(filepath.Join(root, disksDir))
+	if len(ents) != 1 || ents[0].Name() != "bbb.ext4" {
+		t.Errorf("disks left: %v, want bbb.ext4", ents)
 	}
 }
