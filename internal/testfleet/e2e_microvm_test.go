@@ -36,6 +36,9 @@ func TestMicroVMPipeline(t *testing.T) {
 	if err := microvm.Available("", ""); err != nil {
 		need.Missingf(t, "%v", err)
 	}
+	if err := microvm.AvailableImages(); err != nil {
+		need.Missingf(t, "%v", err)
+	}
 	if _, err := os.Stat(ocitest.Busybox); err != nil {
 		need.Missingf(t, "busybox-static missing (apt-get install -y busybox-static): %v", err)
 	}

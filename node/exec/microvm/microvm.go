@@ -111,6 +111,18 @@ func Available(qemu, kernel string) error {
 	return nil
 }
 
+// AvailableImages reports why images cannot become guest roots here
+// (mkfs.ext4 or qemu-img missing, naming the package), or nil.
+func AvailableImages() error {
+	if _, err := lookSbin("mkfs.ext4"); err != nil {
+		return fmt.Errorf("%w: images as root file systems need mkfs.ext4 (apt-get install e2fsprogs): %v", ErrUnavailable, err)
+	}
+	if _, err := osexec.LookPath("qemu-img"); err != nil {
+		return fmt.Errorf("%w: images as root file systems need qemu-img (apt-get install qemu-utils): %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
 // lookSbin finds name in PATH or, for a node whose PATH lacks them, in
 // /usr/sbin and /sbin.
 func lookSbin(name string) (string, error) {
@@ -169,13 +181,11 @@ func New(cfg Config) (*Executor, error) {
 	qemu, _ := osexec.LookPath(cfg.QEMU)
 	var mkfs, qemuImg string
 	if cfg.Images != nil {
-		var err error
-		if mkfs, err = lookSbin("mkfs.ext4"); err != nil {
-			return nil, fmt.Errorf("%w: images as root file systems need mkfs.ext4 (apt-get install e2fsprogs): %v", ErrUnavailable, err)
+		if err := AvailableImages(); err != nil {
+			return nil, err
 		}
-		if qemuImg, err = osexec.LookPath("qemu-img"); err != nil {
-			return nil, fmt.Errorf("%w: images as root file systems need qemu-img (apt-get install qemu-utils): %v", ErrUnavailable, err)
-		}
+		mkfs, _ = lookSbin("mkfs.ext4")
+		qemuImg, _ = osexec.LookPath("qemu-img")
 	}
 	if cfg.DiskMiB <= 0 {
 		cfg.DiskMiB = DefaultDiskMiB
