@@ -70,6 +70,10 @@ const (
 	// backend; a job naming an image fails configuration without a
 	// container backend unless [ExecutorConfig.ImageFallback] is "host".
 	BackendAuto = "auto"
+	// BackendMicroVM runs every job in its own QEMU microVM
+	// (node/exec/microvm, [MicroVMConfig]); the node refuses to start
+	// when QEMU, the guest kernel or vk-agent is missing.
+	BackendMicroVM = "microvm"
 )
 
 // Values of [ExecutorConfig.ImageFallback].
@@ -176,6 +180,9 @@ type ExecutorConfig struct {
 	Runc string `toml:"runc"`
 	// OCI is [executor.oci]: the oci backend's runtime.
 	OCI OCIConfig `toml:"oci"`
+	// MicroVM is [executor.microvm]: the microvm backend's QEMU, guest
+	// kernel and accelerator.
+	MicroVM MicroVMConfig `toml:"microvm"`
 	// Images is [executor.images]: how the oci backend finds and keeps
 	// images.
 	Images ImagesConfig `toml:"images"`
@@ -362,9 +369,12 @@ func (c Config) Validate() error {
 		bad("[resources]: negative value")
 	}
 	switch c.Executor.Backend {
-	case BackendProcess, BackendOCI, BackendAuto:
+	case BackendProcess, BackendOCI, BackendAuto, BackendMicroVM:
 	default:
-		bad("[executor] backend %q: want process, oci or auto", c.Executor.Backend)
+		bad("[executor] backend %q: want process, oci, auto or microvm", c.Executor.Backend)
+	}
+	for _, p := range c.Executor.MicroVM.problems() {
+		bad("[executor.microvm] %s", p)
 	}
 	switch c.Executor.ImageFallback {
 	case "", ImageFallbackFail, ImageFallbackHost:

@@ -13,6 +13,7 @@ import (
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/node/exec/oci"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/exec/process"
@@ -31,6 +32,11 @@ type backends struct {
 	ociRoot   string            // <state_dir>/oci
 	ociParent string            // the oci backend's cgroup parent
 	procCg    string            // the process backend's cgroup parent; "" without cgroups
+	// microvm runs every job with backend "microvm" (microvm.go); nil
+	// otherwise. Its root is <state_dir>/microvm.
+	microvm      *microvm.Executor
+	microvmRoot  string
+	defaultImage string // [executor] default_image
 	// imageOnHost: auto without a container backend runs image jobs on
 	// the host (image_fallback = "host").
 	imageOnHost bool
@@ -56,6 +62,9 @@ func (c Config) imageIdle() time.Duration {
 func (b *backends) reported() string {
 	if b.oci != nil {
 		return BackendOCI
+	}
+	if b.microvm != nil {
+		return BackendMicroVM
 	}
 	return BackendProcess
 }
@@ -94,7 +103,11 @@ func (c Config) imageRules() imagestore.Rules {
 // process backend (logged once, and noted in each imaged job's trace).
 func (a *Agent) newBackends() (*backends, error) {
 	cfg := a.cfg
-	b := &backends{ociRoot: filepath.Join(cfg.Node.StateDir, "oci"), ociParent: cfg.ociCgroupParent()}
+	b := &backends{ociRoot: filepath.Join(cfg.Node.StateDir, "oci"), ociParent: cfg.ociCgroupParent(),
+		microvmRoot: filepath.Join(cfg.Node.StateDir, "microvm"), defaultImage: cfg.Executor.DefaultImage}
+	if cfg.Executor.Backend == BackendMicroVM {
+		return b, a.newMicroVM(b)
+	}
 	if cfg.Executor.Cgroups {
 		b.procCg = cfg.processCgroupParent()
 	}
@@ -180,6 +193,9 @@ func jobImage(j *job.CiJob) string {
 // an executor whose Prepare fails with the reason, so the stage runner
 // ends it configuration (FAIL-05) with the reason in the trace.
 func (b *backends) choose(j *job.CiJob) (exec.Executor, string, []string) {
+	if b.microvm != nil {
+		return b.chooseMicroVM(j, b.defaultImage)
+	}
 	if b.chooser == nil {
 		var warns []string
 		if img := jobImage(j); img != "" {
@@ -251,6 +267,9 @@ func (a *Agent) imageGCLoop(store *imagestore.Store, every time.Duration, first 
 		}
 		if len(removed) > 0 {
 			a.log.Info("idle images removed from the cache", "images", removed)
+		}
+		if a.be.microvm != nil {
+			a.be.microvm.RemoveDisks(removed) // the microVM disks made of them
 		}
 		if a.opts.imageSwept != nil {
 			a.opts.imageSwept(removed)

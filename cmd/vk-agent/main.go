@@ -4,8 +4,9 @@
 // extract a path of the job tree — over one stream: vsock when the VM has
 // a vsock device, else a virtio-serial port, or its stdin/stdout (tests).
 //
-// As PID 1 (the VM's init) it mounts /proc, /sys, /dev and /tmp, runs a
-// copy of itself as the server, reaps every orphan, and powers the VM off
+// As PID 1 (the VM's init) it mounts /proc, /sys, /dev and /tmp, makes
+// the job image's disk the root when the kernel command line names one
+// (vk.root=, see root.go), runs a copy of itself as the server, reaps every orphan, and powers the VM off
 // when the server ends (the node closed the stream). Build it with
 // CGO_ENABLED=0.
 package main
@@ -106,8 +107,8 @@ const portWait = 10 * time.Second
 // loadModules loads the kernel modules listed, one path a line, in
 // modulesList: the guest kernel's virtio drivers are modules, and no
 // modprobe runs before the agent.
-func loadModules() {
-	b, err := os.ReadFile(modulesList)
+func loadModules(list string) {
+	b, err := os.ReadFile(list)
 	if err != nil {
 		return
 	}
@@ -164,11 +165,19 @@ func initMain() int {
 	}
 	_ = os.MkdirAll("/dev/pts", 0o755)
 	_ = unix.Mount("devpts", "/dev/pts", "devpts", 0, "")
-	loadModules()
+	vmproto.ProtectFromOOM() // the server inherits it; its scripts do not
+	loadModules(modulesList)
 	_ = os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	self, err := os.Executable()
 	if err != nil {
 		self = os.Args[0]
+	}
+	if dev := rootDevice(); dev != "" {
+		if self, err = switchRoot(dev); err != nil {
+			fmt.Fprintln(os.Stderr, "vk-agent: the image's root:", err)
+			poweroff()
+			return 1
+		}
 	}
 	cmd := osexec.Command(self, append([]string{"-serve"}, os.Args[1:]...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr

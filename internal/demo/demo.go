@@ -42,7 +42,14 @@ type Options struct {
 	// a service. Run fails at once, before starting anything, when the
 	// host cannot run containers ([ContainersAvailable]).
 	Containers bool
+	// MicroVM (--microvm) runs the nodes with executor "microvm": every
+	// job in its own QEMU microVM booted from the demo image (built and
+	// pushed as for --containers). Run fails at once when the host cannot
+	// ([MicroVMAvailable]: among others, a KVM that boots a guest).
+	MicroVM bool
 
+	// microvmCheck replaces [MicroVMAvailable] (tests); nil means it.
+	microvmCheck func() (string, error)
 	// containersCheck replaces [ContainersAvailable] (tests); nil means
 	// it.
 	containersCheck func() error
@@ -61,7 +68,7 @@ var ErrJobs = errors.New("demo: jobs did not end as expected")
 // then also builds and pushes the demo image and runs [ImageJob] in it.
 func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	r := &demoRun{o: o.withDefaults(), out: stdout, tty: isTerminal(stdout), start: time.Now()}
-	if err := r.checkHost(); err != nil {
+	if err := r.checkHost(ctx); err != nil {
 		return err
 	}
 	closeLog, err := r.openDir()
@@ -144,7 +151,12 @@ live progress, then a summary and where each job's trace was written.
 the demo builds a small image (busybox + bash) and pushes it to the fleet's
 docker-registry, and the job runs in it with an httpd service it reaches by
 its alias. It needs root, cgroup v1, runc, busybox-static and
-docker-registry, and says at once what is missing.`,
+docker-registry, and says at once what is missing.
+
+--microvm runs every job in its own QEMU microVM (executor "microvm"),
+booted from that image. It needs a KVM that boots a stock guest (checked by
+booting one), QEMU, a guest kernel, vk-agent beside vk, busybox-static and
+docker-registry, and says plainly when this host lacks one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -161,6 +173,7 @@ docker-registry, and says at once what is missing.`,
 	c.Flags().BoolVar(&o.Keep, "keep", false, "keep the fleet running after the pipelines end (Ctrl-C stops it)")
 	c.Flags().StringVar(&o.HubAddr, "hub-addr", "", "the hub's listen address, e.g. 127.0.0.1:8443 (default: a free loopback port)")
 	c.Flags().BoolVar(&o.Containers, "containers", false, "also run a job in a container image with a service (needs root, cgroup v1, runc, busybox-static, docker-registry)")
+	c.Flags().BoolVar(&o.MicroVM, "microvm", false, "run every job in its own QEMU microVM under KVM (needs a KVM that boots a guest, qemu-system-x86, linux-image-amd64, vk-agent)")
 	c.Flags().StringVar(&o.Dir, "dir", "", "directory for state, logs and traces, created if missing and kept (default: a new temporary directory, its fleet state removed at the end)")
 	return c
 }

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,6 +25,7 @@ type demoRun struct {
 	tty   bool // out is a terminal: traces are shown with their escapes
 	start time.Time
 	dir   string
+	agent string // vk-agent's path, with --microvm
 }
 
 func (o Options) withDefaults() Options {
@@ -48,9 +50,23 @@ func (r *demoRun) showTrace(b []byte) {
 	io.WriteString(r.out, ui.CleanOutput(b))
 }
 
-// checkHost fails before anything starts when --containers was asked for
-// and the host cannot run containers.
-func (r *demoRun) checkHost() error {
+// checkHost fails before anything starts when --containers or --microvm
+// was asked for and the host cannot run containers or boot a microVM.
+func (r *demoRun) checkHost(ctx context.Context) error {
+	if r.o.MicroVM {
+		if r.o.Containers {
+			return errors.New("demo: --microvm and --containers exclude each other")
+		}
+		check := r.o.microvmCheck
+		if check == nil {
+			check = func() (string, error) { return MicroVMAvailable(ctx) }
+		}
+		var err error
+		if r.agent, err = check(); err != nil {
+			return err
+		}
+		return nil
+	}
 	if !r.o.Containers {
 		return nil
 	}
@@ -101,6 +117,9 @@ func (r *demoRun) fleetOptions(samples []SampleTenant) testfleet.Options {
 			fo.Nodes[i].Executor = node.BackendAuto
 		}
 	}
+	if r.o.MicroVM {
+		microvmNodes(&fo, r.agent)
+	}
 	fo.Dir, fo.HubAddr, fo.Log = filepath.Join(r.dir, "fleet"), r.o.HubAddr, r.o.Log
 	r.p("vk demo: a hub, %d nodes, and per tenant a GitLab (built-in fake) and a relay, in %s", len(fo.Nodes), r.dir)
 	if !caches {
@@ -138,6 +157,9 @@ func (r *demoRun) printFleet(f *testfleet.Fleet) {
 		if r.o.Containers {
 			exe = ", executor " + c.Executor.Backend + " (jobs with an image in a container)"
 		}
+		if r.o.MicroVM {
+			exe = ", executor microvm (every job in its own QEMU microVM under KVM)"
+		}
 		r.p("  node    %-8s %s  %d cpus, %s, at most %d jobs%s", n.Name, n.ID, c.Resources.CPUs, c.Resources.Mem, c.Executor.Schedule.MaxConcurrency, exe)
 	}
 	for _, t := range f.Tenants() {
@@ -148,14 +170,20 @@ func (r *demoRun) printFleet(f *testfleet.Fleet) {
 // loadSamples creates the sample pipelines in the tenants' GitLabs, with
 // --containers after building the demo image and adding its job.
 func (r *demoRun) loadSamples(ctx context.Context, f *testfleet.Fleet, samples []SampleTenant) ([]Loaded, error) {
-	if r.o.Containers {
+	if r.o.Containers || r.o.MicroVM {
 		r.p("  building the demo image (busybox + bash) and pushing it to the fleet's registry…")
 		ref, size, err := buildImage(ctx, f.RegistryHost())
 		if err != nil {
 			return nil, err
 		}
 		r.p("  image   %s  %.1f MiB, pulled by the nodes over plain HTTP", ref, float64(size)/(1<<20))
-		AddImageJobs(samples, ref)
+		if r.o.Containers {
+			AddImageJobs(samples, ref)
+		} else {
+			// Every job boots from the image's disk (the microvm
+			// backend runs no services yet: no ImageJob).
+			inImage(samples, ref)
+		}
 	}
 	loaded, err := Load(f, samples)
 	if err != nil {

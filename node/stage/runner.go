@@ -286,6 +286,7 @@ type run struct {
 	size       exec.Size
 	projectDir string // as scripts see it
 	tmpDir     string // projectDir + ".tmp": file variables, CA file
+	pulled     string // a guest's project tree on the host, once pulled (guesttree.go)
 
 	// concurrentID and projectConcurrentID are the job's slots
 	// (CI_CONCURRENT_ID, CI_CONCURRENT_PROJECT_ID): see [slots].

@@ -523,9 +523,9 @@ func TestCheckoutIsTransfers(t *testing.T) {
 	t.Skip("STAGE-02/03: the checkout (GIT_STRATEGY, GIT_DEPTH, credential helper) is node/xfer's GetSources; tested there")
 }
 
-// spec: STAGE-04, STAGE-06, STAGE-07, STAGE-08, NODE-15, NODE-16
+// spec: STAGE-07
 func TestLaterItems(t *testing.T) {
-	t.Skip("[later]: VM reuse across stages, get_sources hooks in the guest, services as a compose group, image rules, VMM /proc usage come with the microvm/oci backends")
+	t.Skip("[later]: services as a compose group beside the job VM come with the microvm backend's services (see docs/node.md, The microvm backend)")
 }
 
 func TestStartRejectsBadSpec(t *testing.T) {

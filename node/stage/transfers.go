@@ -2,6 +2,7 @@ package stage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,7 +16,10 @@ import (
 
 // mkProjectDir makes sure the project directory exists and belongs to the
 // job's user after host-side transfers wrote into it.
-func (x *run) mkProjectDir() error {
+func (x *run) mkProjectDir(ctx context.Context) error {
+	if guest, err := x.guestMkdir(ctx); guest {
+		return err
+	}
 	dir := x.ej.HostPath(x.projectDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("%w: %w", ErrSystem, err)
@@ -53,14 +57,28 @@ func (x *run) getSources(ctx context.Context) bool {
 			}
 		case x.r.cfg.Transfers == nil:
 			x.tr.Warningln("Skipping Git repository setup: this node has no transfer service; the project directory is empty")
-			err = x.mkProjectDir()
+			err = x.mkProjectDir(ctx)
 		default:
-			err = x.attempt(ctx, "GET_SOURCES_ATTEMPTS", func() error {
-				return x.r.cfg.Transfers.GetSources(ctx, x.job, x.ej.HostPath(x.projectDir), x.tr)
-			})
+			err = x.runHook(ctx, job.HookPreGetSources, "pre_clone_script", false)
 			if err == nil {
-				err = x.mkProjectDir()
+				err = x.attempt(ctx, "GET_SOURCES_ATTEMPTS", func() error {
+					return x.intoProject(ctx, "sources", func(dir string) error {
+						return x.r.cfg.Transfers.GetSources(ctx, x.job, dir, x.tr)
+					})
+				})
 			}
+			if err == nil {
+				err = x.mkProjectDir(ctx)
+			}
+			if err == nil {
+				err = x.runHook(ctx, job.HookPostGetSources, "post_clone_script", true)
+			}
+		}
+		var he *hookError
+		if errors.As(err, &he) {
+			x.fail(FailureScript, err)
+			ok = false
+			return
 		}
 		if err != nil {
 			x.tr.Errorln("Getting sources failed: " + err.Error())
@@ -92,10 +110,12 @@ func (x *run) restoreCache(ctx context.Context) bool {
 			return
 		}
 		err := x.attempt(ctx, "RESTORE_CACHE_ATTEMPTS", func() error {
-			return x.r.cfg.Transfers.RestoreCache(ctx, x.job, x.ej.HostPath(x.projectDir), x.tr)
+			return x.intoProject(ctx, "cache", func(dir string) error {
+				return x.r.cfg.Transfers.RestoreCache(ctx, x.job, dir, x.tr)
+			})
 		})
 		if err == nil {
-			err = x.mkProjectDir()
+			err = x.mkProjectDir(ctx)
 		}
 		if err != nil {
 			x.tr.Errorln("Restoring cache failed: " + err.Error())
@@ -121,10 +141,12 @@ func (x *run) downloadArtifacts(ctx context.Context) bool {
 			return
 		}
 		err := x.attempt(ctx, "ARTIFACT_DOWNLOAD_ATTEMPTS", func() error {
-			return x.r.cfg.Transfers.DownloadArtifacts(ctx, x.job, x.ej.HostPath(x.projectDir), x.tr)
+			return x.intoProject(ctx, "artifacts", func(dir string) error {
+				return x.r.cfg.Transfers.DownloadArtifacts(ctx, x.job, dir, x.tr)
+			})
 		})
 		if err == nil {
-			err = x.mkProjectDir()
+			err = x.mkProjectDir(ctx)
 		}
 		if err != nil {
 			x.tr.Errorln("Downloading artifacts failed: " + err.Error())
@@ -183,7 +205,10 @@ func (x *run) archiveCache(ctx context.Context) {
 			x.tr.Warningln("Saving cache is not supported on this node (no transfer service); the cache is not saved")
 			return
 		}
-		if err := x.r.cfg.Transfers.ArchiveCache(ctx, x.job, x.ej.HostPath(x.projectDir), failed, x.tr); err != nil {
+		err := x.fromProject(ctx, func(dir string) error {
+			return x.r.cfg.Transfers.ArchiveCache(ctx, x.job, dir, failed, x.tr)
+		})
+		if err != nil {
 			x.tr.Errorln("Saving cache failed: " + err.Error())
 			x.failStage(ctx, err, FailureExternalDependency)
 		}
@@ -215,8 +240,11 @@ func (x *run) uploadArtifacts(ctx context.Context) []ArtifactOutcome {
 			x.tr.Warningln("Uploading artifacts is not supported on this node (no transfer service); no artifacts are uploaded")
 			return
 		}
-		var err error
-		out, err = x.r.cfg.Transfers.UploadArtifacts(ctx, x.job, x.ej.HostPath(x.projectDir), failed, x.tr)
+		err := x.fromProject(ctx, func(dir string) error {
+			var err error
+			out, err = x.r.cfg.Transfers.UploadArtifacts(ctx, x.job, dir, failed, x.tr)
+			return err
+		})
 		if err != nil {
 			x.tr.Errorln("Uploading artifacts failed: " + err.Error())
 			x.failStage(ctx, err, FailureExternalDependency)

@@ -21,12 +21,20 @@
 // then SIGKILL of its process group) and removes the job's directory:
 // socket, console log and all.
 //
+// # Trees, images, leftovers
+//
+// A Job is an [exec.GuestTree]: the stage runner's host-side transfers
+// write into staging directories that [Job.PushTree] streams into the
+// guest through the agent's extract, and read what [Job.PullTree]
+// archived there (XFER-24). [Executor.For] binds a job's image: pulled
+// into the node's image store, made into an ext4 disk once per image ID
+// (image.go), and booted on a per-job qcow2 overlay that the agent as
+// init makes the root. [Sweep], run by [New], kills the QEMU of every job
+// directory a dead executor left and removes the directories.
+//
 // # Not yet
 //
-// The node does not select this backend ([executor] backend = "microvm"
-// and the auto probe boot are the next step): the stage runner writes the
-// checkout and file variables through HostPath, and a guest without a
-// shared file system does not see them; they must move through the
-// agent's extract first. Images as root file systems, services as VMs,
-// network modes, the registry proxy and the leftover sweep are not built.
+// Services as VMs, network modes, the registry proxy, vsock, the image's
+// user and entrypoint, and collecting the disks of images the store
+// removed. See docs/node.md, "The microvm backend".
 package microvm

@@ -49,6 +49,9 @@ type initramfsSpec struct {
 	agent   string   // the static vk-agent, /init
 	busybox string   // a static busybox, /bin/busybox and its applets
 	modules []string // kernel modules, loaded by the init in this order
+	// rootModules are loaded by the init, in this order, only before it
+	// mounts an image's disk as the root.
+	rootModules []string
 }
 
 // writeInitramfs writes the initramfs: vk-agent as /init, busybox and a
@@ -80,17 +83,22 @@ func writeInitramfs(w io.Writer, s initramfsSpec) error {
 			c.entry("bin/"+applet, sIFLNK|0o777, 0, 0, []byte("busybox"))
 		}
 	}
-	var order bytes.Buffer
-	for _, m := range s.modules {
-		b, err := os.ReadFile(m)
-		if err != nil {
-			return fmt.Errorf("kernel module: %w", err)
+	for _, list := range []struct {
+		name    string
+		modules []string
+	}{{"modules", s.modules}, {"modules.root", s.rootModules}} {
+		var order bytes.Buffer
+		for _, m := range list.modules {
+			b, err := os.ReadFile(m)
+			if err != nil {
+				return fmt.Errorf("kernel module: %w", err)
+			}
+			g := "lib/modules/" + path.Base(m)
+			c.entry(g, sIFREG|0o644, 0, 0, b)
+			fmt.Fprintf(&order, "/%s\n", g)
 		}
-		g := "lib/modules/" + path.Base(m)
-		c.entry(g, sIFREG|0o644, 0, 0, b)
-		fmt.Fprintf(&order, "/%s\n", g)
+		c.entry("etc/vk-agent/"+list.name, sIFREG|0o644, 0, 0, order.Bytes())
 	}
-	c.entry("etc/vk-agent/modules", sIFREG|0o644, 0, 0, order.Bytes())
 	c.entry("TRAILER!!!", 0, 0, 0, nil)
 	return c.w.Flush()
 }

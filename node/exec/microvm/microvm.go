@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/exec/vmproto"
 )
 
@@ -34,6 +35,8 @@ const (
 	DefaultQEMU    = "qemu-system-x86_64"
 	DefaultBusybox = "/bin/busybox"
 	DefaultMemMiB  = 512
+	// DefaultDiskMiB is [Config.DiskMiB]'s default.
+	DefaultDiskMiB = 4096
 	// GuestBuildsDir is CI_BUILDS_DIR in the guest.
 	GuestBuildsDir = "/builds"
 	// GuestTempDir is the job's script directory in the guest.
@@ -67,17 +70,27 @@ type Config struct {
 	// BootTimeout bounds boot to a ready agent; 0 means 10 s under kvm,
 	// 90 s under tcg.
 	BootTimeout time.Duration
+	// Images is the node's image store, for jobs that name an image
+	// ([Executor.For]); nil means such jobs fail configuration.
+	Images *imagestore.Store
+	// DiskMiB is the free space a job gets on its image's disk, for its
+	// build tree and whatever it installs; 0 means [DefaultDiskMiB].
+	DiskMiB int64
 	// Log receives diagnostics; nil discards them.
 	Log *slog.Logger
 }
 
 // Executor boots one microVM per job. Safe for concurrent use.
 type Executor struct {
-	cfg     Config
-	qemu    string
-	initrd  string
-	modules []string
-	log     *slog.Logger
+	cfg         Config
+	qemu        string
+	initrd      string
+	modules     []string
+	rootModules []string // loaded only when an image's disk is the root
+	log         *slog.Logger
+	disks       diskCache
+	mkfs        string // mkfs.ext4, with an image store
+	qemuImg     string // qemu-img, with an image store
 }
 
 // Available reports why the backend cannot run here, naming the package
@@ -96,6 +109,33 @@ func Available(qemu, kernel string) error {
 		return fmt.Errorf("%w: no guest kernel /boot/vmlinuz-* (apt-get install linux-image-amd64)", ErrUnavailable)
 	}
 	return nil
+}
+
+// AvailableImages reports why images cannot become guest roots here
+// (mkfs.ext4 or qemu-img missing, naming the package), or nil.
+func AvailableImages() error {
+	if _, err := lookSbin("mkfs.ext4"); err != nil {
+		return fmt.Errorf("%w: images as root file systems need mkfs.ext4 (apt-get install e2fsprogs): %v", ErrUnavailable, err)
+	}
+	if _, err := osexec.LookPath("qemu-img"); err != nil {
+		return fmt.Errorf("%w: images as root file systems need qemu-img (apt-get install qemu-utils): %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// lookSbin finds name in PATH or, for a node whose PATH lacks them, in
+// /usr/sbin and /sbin.
+func lookSbin(name string) (string, error) {
+	p, err := osexec.LookPath(name)
+	if err == nil {
+		return p, nil
+	}
+	for _, d := range []string{"/usr/sbin", "/sbin"} {
+		if q, err2 := osexec.LookPath(filepath.Join(d, name)); err2 == nil {
+			return q, nil
+		}
+	}
+	return "", err
 }
 
 func newestKernel() string {
@@ -139,11 +179,22 @@ func New(cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	qemu, _ := osexec.LookPath(cfg.QEMU)
+	var mkfs, qemuImg string
+	if cfg.Images != nil {
+		if err := AvailableImages(); err != nil {
+			return nil, err
+		}
+		mkfs, _ = lookSbin("mkfs.ext4")
+		qemuImg, _ = osexec.LookPath("qemu-img")
+	}
+	if cfg.DiskMiB <= 0 {
+		cfg.DiskMiB = DefaultDiskMiB
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Executor{cfg: cfg, qemu: qemu, log: log}
+	e := &Executor{cfg: cfg, qemu: qemu, log: log, mkfs: mkfs, qemuImg: qemuImg}
 	ver := strings.TrimPrefix(filepath.Base(cfg.Kernel), "vmlinuz-")
 	for _, m := range []string{"virtio/virtio_ring.ko", "virtio/virtio.ko", "virtio/virtio_mmio.ko", "char/virtio_console.ko"} {
 		p := filepath.Join("/lib/modules", ver, "kernel/drivers", m)
@@ -151,15 +202,28 @@ func New(cfg Config) (*Executor, error) {
 			e.modules = append(e.modules, p)
 		}
 	}
+	// The image's disk: virtio-blk and ext4 with what it needs (crc16,
+	// mbcache, jbd2 and the crc32c its checksums use).
+	for _, m := range []string{"drivers/block/virtio_blk.ko", "lib/crc16.ko", "fs/mbcache.ko", "fs/jbd2/jbd2.ko", "crypto/crc32c_generic.ko", "fs/ext4/ext4.ko"} {
+		p := filepath.Join("/lib/modules", ver, "kernel", m)
+		if _, err := os.Stat(p); err == nil {
+			e.rootModules = append(e.rootModules, p)
+		}
+	}
 	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
 		return nil, fmt.Errorf("%w: %w", exec.ErrConfiguration, err)
+	}
+	// What a previous executor on this root left — a node killed with
+	// its VMs running — goes first.
+	if err := Sweep(cfg.Root, log); err != nil {
+		log.Warn("microvm leftovers", "err", err)
 	}
 	e.initrd = filepath.Join(cfg.Root, "initrd.cpio")
 	f, err := os.Create(e.initrd + ".tmp")
 	if err != nil {
 		return nil, err
 	}
-	err = writeInitramfs(f, initramfsSpec{agent: cfg.Agent, busybox: cfg.Busybox, modules: e.modules})
+	err = writeInitramfs(f, initramfsSpec{agent: cfg.Agent, busybox: cfg.Busybox, modules: e.modules, rootModules: e.rootModules})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -193,42 +257,68 @@ const kernelArgs = "console=ttyS0 panic=-1 loglevel=5 lpj=2000000 tsc=reliable n
 
 var idRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
-// Prepare boots the job's VM and waits for its agent. The guest is sized
-// by req.Size (0 means 1 CPU and [DefaultMemMiB]).
+// Prepare boots the job's VM with the initramfs as its root (busybox's
+// tools) and waits for its agent. The guest is sized by req.Size (0 means
+// 1 CPU and [DefaultMemMiB]).
 func (e *Executor) Prepare(ctx context.Context, req exec.PrepareRequest) (exec.Job, error) {
-	j, err := e.boot(ctx, req)
+	j, err := e.prepare(ctx, req, Spec{})
 	if err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+func (e *Executor) prepare(ctx context.Context, req exec.PrepareRequest, spec Spec) (*Job, error) {
+	if !idRe.MatchString(req.ID) {
+		return nil, fmt.Errorf("%w: invalid job id %q", exec.ErrPrepare, req.ID)
+	}
+	start := time.Now()
+	dir := filepath.Join(e.cfg.Root, req.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
+	}
+	j := &Job{e: e, id: req.ID, dir: dir, size: req.Size, start: start, exited: make(chan struct{}),
+		env: []string{"PATH=/bin:/sbin:/usr/bin", "HOME=/root"}, shell: []string{"/bin/sh"}}
+	var disk string
+	if strings.TrimSpace(spec.Image.Name) != "" {
+		var err error
+		if disk, err = e.imageRoot(ctx, j, spec); err != nil {
+			os.RemoveAll(dir)
+			if j.image != nil {
+				j.image.Release()
+			}
+			return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
+		}
+	}
+	if err := e.boot(ctx, j, disk); err != nil {
+		_ = j.Cleanup(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 	}
 	return j, nil
 }
 
-func (e *Executor) boot(ctx context.Context, req exec.PrepareRequest) (*Job, error) {
-	if !idRe.MatchString(req.ID) {
-		return nil, fmt.Errorf("invalid job id %q", req.ID)
+// qemuArgs is QEMU's command line for a guest of mem MiB and cpus vCPUs
+// whose agent listens on sock, with disk (a qcow2 overlay) as its root
+// when not "".
+func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string) []string {
+	appendArgs := kernelArgs
+	if disk != "" {
+		appendArgs += " vk.root=/dev/vda"
 	}
-	start := time.Now()
-	dir := filepath.Join(e.cfg.Root, req.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, err
-	}
-	mem, cpus := req.Size.MemMiB, req.Size.CPUs
-	if mem <= 0 {
-		mem = DefaultMemMiB
-	}
-	if cpus <= 0 {
-		cpus = 1
-	}
-	sock := filepath.Join(dir, "agent.sock")
 	args := []string{
-		"-M", "microvm", "-accel", e.cfg.Accel, "-m", strconv.Itoa(int(mem)), "-smp", strconv.Itoa(int(cpus)),
+		"-M", "microvm", "-accel", e.cfg.Accel, "-m", strconv.Itoa(int(mem)), "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-kernel", e.cfg.Kernel, "-initrd", e.initrd,
-		"-append", kernelArgs,
+		"-append", appendArgs,
+		"-pidfile", filepath.Join(dir, pidFile),
 		"-serial", "file:" + filepath.Join(dir, "console.log"),
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name=vk.agent",
+	}
+	if disk != "" {
+		args = append(args, "-drive", "id=root,file="+disk+",format=qcow2,if=none,discard=unmap",
+			"-device", "virtio-blk-device,drive=root")
 	}
 	if e.cfg.Accel == AccelTCG {
 		// The guest's clock follows the instructions it ran, not the
@@ -237,28 +327,36 @@ func (e *Executor) boot(ctx context.Context, req exec.PrepareRequest) (*Job, err
 		// on, and never boots.
 		args = append(args, "-icount", "shift=auto,sleep=on")
 	}
-	cmd := osexec.Command(e.qemu, args...)
+	return args
+}
+
+// boot starts QEMU for j and waits for its agent's hello.
+func (e *Executor) boot(ctx context.Context, j *Job, disk string) error {
+	mem, cpus := j.size.MemMiB, j.size.CPUs
+	if mem <= 0 {
+		mem = DefaultMemMiB
+	}
+	if cpus <= 0 {
+		cpus = 1
+	}
+	sock := filepath.Join(j.dir, "agent.sock")
+	cmd := osexec.Command(e.qemu, e.qemuArgs(j.dir, sock, mem, cpus, disk)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	qlog, err := os.Create(filepath.Join(dir, "qemu.log"))
+	qlog, err := os.Create(filepath.Join(j.dir, "qemu.log"))
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = qlog, qlog
-	if err := cmd.Start(); err != nil {
-		qlog.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("qemu: %w", err)
-	}
+	err = cmd.Start()
 	qlog.Close()
-	j := &Job{e: e, id: req.ID, dir: dir, cmd: cmd, size: req.Size, start: start, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(j.exited) }()
-	fail := func(err error) (*Job, error) {
-		_ = j.Cleanup(context.Background())
-		return nil, err
+	if err != nil {
+		return fmt.Errorf("qemu: %w", err)
 	}
+	j.cmd = cmd
+	go func() { _ = cmd.Wait(); close(j.exited) }()
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
 	defer cancel()
+	console := func() string { return tailFile(filepath.Join(j.dir, "console.log"), 5) }
 	var conn net.Conn
 	for conn == nil {
 		c, err := net.Dial("unix", sock)
@@ -268,13 +366,13 @@ func (e *Executor) boot(ctx context.Context, req exec.PrepareRequest) (*Job, err
 		}
 		select {
 		case <-j.exited:
-			return fail(fmt.Errorf("qemu exited: %s", tailFile(filepath.Join(dir, "qemu.log"), 5)))
+			return fmt.Errorf("qemu exited: %s", tailFile(filepath.Join(j.dir, "qemu.log"), 5))
 		case <-ctx.Done():
-			return fail(fmt.Errorf("qemu's agent socket did not appear within %v", e.cfg.BootTimeout))
+			return fmt.Errorf("qemu's agent socket did not appear within %v", e.cfg.BootTimeout)
 		case <-time.After(5 * time.Millisecond): // polling a socket QEMU creates
 		}
 	}
-	j.boot.QEMU = time.Since(start)
+	j.boot.QEMU = time.Since(j.start)
 	dialed := make(chan error, 1)
 	go func() {
 		c, err := vmproto.Dial(conn)
@@ -284,20 +382,20 @@ func (e *Executor) boot(ctx context.Context, req exec.PrepareRequest) (*Job, err
 	select {
 	case err := <-dialed:
 		if err != nil {
-			return fail(fmt.Errorf("agent: %w; console: %s", err, tailFile(filepath.Join(dir, "console.log"), 5)))
+			return fmt.Errorf("agent: %w; console: %s", err, console())
 		}
 	case <-j.exited:
 		conn.Close()
 		<-dialed
-		return fail(fmt.Errorf("the guest stopped before its agent was ready; console: %s", tailFile(filepath.Join(dir, "console.log"), 5)))
+		return fmt.Errorf("the guest stopped before its agent was ready; console: %s", console())
 	case <-ctx.Done():
 		conn.Close()
 		<-dialed
-		return fail(fmt.Errorf("the guest's agent was not ready within %v (accel %s); console: %s", e.cfg.BootTimeout, e.cfg.Accel, tailFile(filepath.Join(dir, "console.log"), 5)))
+		return fmt.Errorf("the guest's agent was not ready within %v (accel %s); console: %s", e.cfg.BootTimeout, e.cfg.Accel, console())
 	}
-	j.boot.Ready = time.Since(start)
-	j.boot.Kernel = kernelTime(filepath.Join(dir, "console.log"))
-	return j, nil
+	j.boot.Ready = time.Since(j.start)
+	j.boot.Kernel = kernelTime(filepath.Join(j.dir, "console.log"))
+	return nil
 }
 
 var readyRe = regexp.MustCompile(`\[\s*(\d+\.\d+)\] vk-agent: init ready`)
@@ -332,7 +430,10 @@ type Job struct {
 	size   exec.Size
 	start  time.Time
 	boot   Boot
-	exited chan struct{} // closed when QEMU exited
+	exited chan struct{}     // closed when QEMU exited
+	env    []string          // the scripts' base environment (the image's)
+	shell  []string          // the scripts' shell: the image's bash, else sh
+	image  *imagestore.Image // the job's image, held until Cleanup; nil without
 
 	mu        sync.Mutex
 	proc      *vmproto.Proc
@@ -376,9 +477,9 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 		j.mu.Unlock()
 		return exec.RunResult{}, exec.ErrCleanedUp
 	}
-	env := append([]string{"PATH=/bin:/sbin:/usr/bin", "HOME=/root"}, s.Env...)
+	env := append(append([]string(nil), j.env...), s.Env...)
 	started := time.Now()
-	p, err := j.client.Start(vmproto.Run{Script: s.Body, Shell: []string{"/bin/sh"}, Env: env, Dir: GuestBuildsDir}, stdout, stderr)
+	p, err := j.client.Start(vmproto.Run{Script: s.Body, Shell: j.shell, Env: env, Dir: GuestBuildsDir}, stdout, stderr)
 	if err != nil {
 		j.mu.Unlock()
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
@@ -395,7 +496,7 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	if ex.Error != "" {
 		return exec.RunResult{}, fmt.Errorf("%w: %s", exec.ErrStart, ex.Error)
 	}
-	return exec.RunResult{ExitCode: ex.Code, Signal: ex.Signal, Wall: time.Since(started)}, nil
+	return exec.RunResult{ExitCode: ex.Code, Signal: ex.Signal, OOMKilled: ex.OOMKilled, Wall: time.Since(started)}, nil
 }
 
 // Cancel signals the running script's process group in the guest.
@@ -424,7 +525,9 @@ func (j *Job) Usage() exec.Usage {
 		return u
 	}
 	u.Wall = time.Since(j.start)
-	u.CPU, u.PeakMemBytes = procUsage(j.cmd.Process.Pid)
+	if j.cmd != nil {
+		u.CPU, u.PeakMemBytes = procUsage(j.cmd.Process.Pid)
+	}
 	return u
 }
 
@@ -465,25 +568,32 @@ func (j *Job) Cleanup(ctx context.Context) error {
 		return nil
 	}
 	j.cleaned = true
-	j.cpu, j.peak = procUsage(j.cmd.Process.Pid)
+	if j.cmd != nil {
+		j.cpu, j.peak = procUsage(j.cmd.Process.Pid)
+	}
 	j.mu.Unlock()
 	if j.client != nil {
 		j.client.Close()
 	}
-	t := time.NewTimer(5 * time.Second)
-	select {
-	case <-j.exited:
-	case <-t.C:
-		_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
-		<-j.exited
-	case <-ctx.Done():
-		_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
-		<-j.exited
+	if j.cmd != nil {
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case <-j.exited:
+		case <-t.C:
+			_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
+			<-j.exited
+		case <-ctx.Done():
+			_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
+			<-j.exited
+		}
+		t.Stop()
 	}
-	t.Stop()
 	j.mu.Lock()
 	j.end = time.Now()
 	j.mu.Unlock()
+	if j.image != nil {
+		j.image.Release()
+	}
 	if err := os.RemoveAll(j.dir); err != nil {
 		return fmt.Errorf("microvm: cleanup %s: %w", j.id, err)
 	}

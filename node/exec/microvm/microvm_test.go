@@ -75,7 +75,8 @@ func (w *lineWriter) String() string {
 
 // One VM carries a job's stages: state persists from stage to stage,
 // streams stay apart, exit codes come back, a graceful cancel runs the
-// script's trap and an immediate one kills; the guest has its own kernel
+// script's trap and an immediate one kills; an OOM in the guest is
+// reported and spares the agent; the guest has its own kernel
 // and sees none of the host's processes; cleanup leaves no QEMU process,
 // socket or directory.
 // spec: STAGE-04, XFER-24, NODE-15, NODE-16
@@ -131,6 +132,12 @@ func TestJobStagesInOneVM(t *testing.T) {
 	out, _, _ := run(`cat /proc/sys/kernel/random/boot_id; ls /proc | grep -c '^[0-9]'`)
 	if f := strings.Fields(out); len(f) != 2 || f[0] == strings.TrimSpace(string(hostKernel)) || len(f[1]) > 2 {
 		t.Errorf("guest's boot id and process count %q: want its own kernel and a handful of processes", out)
+	}
+	// A script that outgrows the guest's memory is killed by the guest's
+	// OOM killer, reported as such; the agent, which the OOM killer
+	// spares, serves the next stage.
+	if _, _, res := run(`awk 'BEGIN { s = "x"; while (1) s = s s }'`); !res.OOMKilled || res.ExitCode == 0 {
+		t.Errorf("a script past the guest's memory: %+v, want OOMKilled and a failure", res)
 	}
 	for _, c := range []struct {
 		mode   exec.CancelMode

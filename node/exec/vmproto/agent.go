@@ -188,12 +188,16 @@ func (a *agent) startRun(stream uint32, r *Run) {
 		return
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
+	ooms := oomKills()
 	a.mu.Lock()
 	err = cmd.Start()
 	if err == nil {
 		a.procs[stream] = cmd
 	}
 	a.mu.Unlock()
+	if err == nil {
+		unprotect(cmd.Process.Pid)
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -233,7 +237,7 @@ func (a *agent) startRun(stream uint32, r *Run) {
 		a.mu.Lock()
 		delete(a.procs, stream)
 		a.mu.Unlock()
-		ex := Exit{Code: cmd.ProcessState.ExitCode()}
+		ex := Exit{Code: cmd.ProcessState.ExitCode(), OOMKilled: oomKills() > ooms}
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			ex.Code, ex.Signal = -1, ws.Signal().String()
 		} else if werr != nil && ex.Code == -1 {

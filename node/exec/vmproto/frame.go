@@ -162,6 +162,9 @@ type Exit struct {
 	Signal string `json:"signal,omitempty"`
 	// Error says why the script could not start; Code is then -1.
 	Error string `json:"error,omitempty"`
+	// OOMKilled: the guest kernel's OOM killer killed a process while the
+	// script ran (an agent that does not look leaves it false).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // PathRequest names a path of the job tree, relative to it (slash

@@ -1,0 +1,135 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/microvm"
+	"github.com/vk-ci/vk/node/exec/oci/imagestore"
+	"github.com/vk-ci/vk/proto/job"
+)
+
+// MicroVMConfig is [executor.microvm]: the microvm backend
+// (node/exec/microvm), used with [executor] backend = "microvm".
+type MicroVMConfig struct {
+	// Accel is kvm (the default) or tcg. Under kvm the node boots a probe
+	// guest at start and refuses to start when it is not ready within 5 s
+	// (a /dev/kvm that cannot boot a stock guest, such as nested PVM);
+	// tcg emulates the guest's CPU: it boots anywhere, some ten times
+	// slower.
+	Accel string `toml:"accel"`
+	// QEMU is the QEMU binary; "" means qemu-system-x86_64 from PATH.
+	QEMU string `toml:"qemu"`
+	// Kernel is the guest kernel; "" means the newest /boot/vmlinuz-*.
+	Kernel string `toml:"kernel"`
+	// Agent is the static vk-agent binary put into every guest; "" means
+	// vk-agent beside the running vk binary, else from PATH.
+	Agent string `toml:"agent"`
+	// Busybox is the static busybox of a guest without an image; "" means
+	// /bin/busybox.
+	Busybox string `toml:"busybox"`
+	// BootTimeoutSecs bounds a guest's boot to a ready agent; 0 means
+	// 10 s under kvm, 90 s under tcg.
+	BootTimeoutSecs int `toml:"boot_timeout_secs"`
+	// DiskMiB is the free space a job gets on its image's disk; 0 means
+	// 4096.
+	DiskMiB int64 `toml:"disk_mib"`
+}
+
+func (m MicroVMConfig) problems() []string {
+	var out []string
+	switch m.Accel {
+	case "", microvm.AccelKVM, microvm.AccelTCG:
+	default:
+		out = append(out, fmt.Sprintf("accel %q: want kvm or tcg", m.Accel))
+	}
+	if m.BootTimeoutSecs < 0 || m.DiskMiB < 0 {
+		out = append(out, "boot_timeout_secs and disk_mib must not be negative")
+	}
+	return out
+}
+
+// agentBinary is [MicroVMConfig.Agent] or its default.
+func (m MicroVMConfig) agentBinary() (string, error) {
+	if m.Agent != "" {
+		return m.Agent, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "vk-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := osexec.LookPath("vk-agent")
+	if err != nil {
+		return "", fmt.Errorf("no vk-agent beside the vk binary or in PATH (build it with CGO_ENABLED=0 go build ./cmd/vk-agent, or set [executor.microvm] agent)")
+	}
+	return p, nil
+}
+
+// newMicroVM builds the microvm backend into b: every job runs in its
+// own guest, booted from its image's disk when it names one (the image
+// store is the oci backend's, under <state_dir>/images), else from the
+// initramfs. Under kvm a probe guest must boot first.
+func (a *Agent) newMicroVM(b *backends) error {
+	cfg := a.cfg
+	m := cfg.Executor.MicroVM
+	agent, err := m.agentBinary()
+	if err != nil {
+		return fmt.Errorf("node: [executor] backend = \"microvm\": %w", err)
+	}
+	// The builds directory holds what the host-side transfers need whole
+	// (a downloaded zip, a cache layer, XFER-25), as for the other
+	// backends; the jobs' trees live in their guests.
+	if err := os.MkdirAll(cfg.buildsDir(), 0o755); err != nil {
+		return fmt.Errorf("node: builds dir: %w", err)
+	}
+	store, err := imagestore.New(imagestore.Config{
+		Root: filepath.Join(cfg.Node.StateDir, "images"), Rules: cfg.imageRules(),
+		DefaultPullPolicy: cfg.Executor.Images.PullPolicy,
+		IdleAfter:         cfg.imageIdle(),
+		Clock:             a.opts.Clock, Log: a.log,
+	})
+	if err != nil {
+		return err
+	}
+	mc := microvm.Config{
+		Root: b.microvmRoot, Agent: agent, QEMU: m.QEMU, Kernel: m.Kernel, Busybox: m.Busybox,
+		Accel: m.Accel, BootTimeout: time.Duration(m.BootTimeoutSecs) * time.Second,
+		Images: store, DiskMiB: m.DiskMiB, Log: a.log,
+	}
+	if m.Accel == "" || m.Accel == microvm.AccelKVM {
+		if err := microvm.ProbeKVM(context.Background(), mc, 0); err != nil {
+			return fmt.Errorf("node: [executor] backend = \"microvm\": %w; set [executor.microvm] accel = \"tcg\" to emulate (slow)", err)
+		}
+	}
+	ex, err := microvm.New(mc)
+	if err != nil {
+		return fmt.Errorf("node: [executor] backend = \"microvm\": %w", err)
+	}
+	b.microvm, b.images = ex, store
+	return nil
+}
+
+// chooseMicroVM is the microvm backend's executor for j: its image (or
+// the node's default image) as the guest's root, else the initramfs.
+func (b *backends) chooseMicroVM(j *job.CiJob, defaultImage string) (exec.Executor, string, []string) {
+	var spec microvm.Spec
+	if j.Image != nil {
+		spec.Image = *j.Image
+	}
+	if jobImage(j) == "" {
+		spec.Image.Name = defaultImage
+	}
+	spec.Credentials = j.RegistryCredentials
+	var warns []string
+	if len(j.Services) > 0 {
+		warns = append(warns, fmt.Sprintf("the job has %d service(s); the microvm executor does not run services yet and ignores them", len(j.Services)))
+	}
+	return b.microvm.For(spec), BackendMicroVM, warns
+}
