@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -24,6 +25,10 @@ type stallHub struct {
 	route   string        // client.Route* of the stalled calls
 	stalled chan struct{} // closed at the first stalled call
 	once    sync.Once
+	// lostOutcomes answers every outcome 404 without asking the hub, as a
+	// hub that lost the admission would: the relay then releases the
+	// reservation itself (it does not when the hub took the outcome).
+	lostOutcomes bool
 }
 
 func newStallHub(tap *realhub.Tap, route string) *stallHub {
@@ -43,6 +48,9 @@ func (h *stallHub) stall(ctx context.Context, route string) (bool, error) {
 func (h *stallHub) Outcome(ctx context.Context, admission string, o client.Outcome) error {
 	if ok, err := h.stall(ctx, client.RouteOutcome); ok {
 		return err
+	}
+	if h.lostOutcomes {
+		return &client.StatusError{Status: http.StatusNotFound, Body: client.Error{Code: client.CodeNotFound, Error: "no such admission"}}
 	}
 	return h.Tap.Outcome(ctx, admission, o)
 }
@@ -86,7 +94,11 @@ func TestRunStopsAtDeadline(t *testing.T) {
 	}{
 		{name: "outcome 503", refuse: client.RouteOutcome, job: true},
 		{name: "outcome hangs", hub: func(tp *realhub.Tap) *stallHub { return newStallHub(tp, client.RouteOutcome) }, job: true},
-		{name: "release hangs", hub: func(tp *realhub.Tap) *stallHub { return newStallHub(tp, client.RouteReservationDelete) }},
+		{name: "release hangs", hub: func(tp *realhub.Tap) *stallHub {
+			h := newStallHub(tp, client.RouteReservationDelete)
+			h.lostOutcomes = true
+			return h
+		}},
 		{name: "request hangs", holdRequest: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
