@@ -65,20 +65,18 @@ type Driver struct {
 	bg   context.Context // for store writes; never cancelled mid-write
 	w    *recWriter      // record writes, in order, off the driver goroutine
 
-	// Owned by the loop goroutine.
+	// Owned by the loop goroutine. The core holds the state of tickets,
+	// admissions and jobs and every limit; the driver keeps only what
+	// the wire and the store need beside it, keyed by the core's IDs
+	// (mirror_test.go keeps it so).
 	ids      *idTable
 	relays   map[string]*relayRec
 	nodes    map[string]*nodeRec
 	tickets  map[sched.TicketID]*ticketRec
-	adms     map[sched.AdmissionID]*admRec
-	resAdm   map[sched.ReservationID]sched.AdmissionID
-	jobs     map[string]*jobRec
-	jobBySID map[sched.JobID]*jobRec
+	jobs     map[sched.JobID]*jobRec
+	jobIDs   map[string]sched.JobID // wire job ID → the core's
 	renewers map[sched.ReservationID][]chan renewAnswer
-	unended  map[string]int      // per principal: live tickets + restored admissions
-	openTk   map[runnerKey]int   // per runner: live unclaimed tickets (API-20)
 	down     map[string]*nodeRec // nodes whose session is gone, not yet declared lost
-	total    int
 	nextTk   uint64
 	nextJob  uint64
 	session  uint64
@@ -106,10 +104,9 @@ type relayRec struct {
 }
 
 type runnerRec struct {
-	id          sched.RunnerID
-	tenant      string
-	placement   client.Placement
-	concurrency int // request_concurrency (≥ 1)
+	id        sched.RunnerID
+	tenant    string
+	placement client.Placement
 }
 
 // nodeRec is a node as the driver knows it.
@@ -127,33 +124,16 @@ type nodeRec struct {
 	synced bool
 }
 
-// ticketRec is a live ticket: from TicketQueued until it expires, its
-// admission ends or becomes a job.
+// ticketRec is what the wire needs of a live ticket beside the core's
+// view of it: who asked, and the channel its long polls wait on. It lives
+// from TicketQueued until the ticket expires, its admission ends or
+// becomes a job.
 type ticketRec struct {
-	id      sched.TicketID
-	wire    string
-	owner   string
-	runner  string
-	adm     sched.AdmissionID // once granted
-	claimed bool
-	wake    chan struct{} // closed and replaced on every change
-	queued  time.Time     // when the relay asked (the queue's "since")
-}
-
-// admRec is a granted (or restored claimed) admission.
-type admRec struct {
-	id        sched.AdmissionID
-	owner     string
-	runner    string
-	tenant    string
-	placement client.Placement
-	res       sched.ReservationID
-	node      string
-	ticket    sched.TicketID // 0 for a restored one
-	claimed   bool
-	claimedAt time.Time
-	job       string
-	lease     int
+	id     sched.TicketID
+	owner  string
+	runner string
+	wake   chan struct{} // closed and replaced on every change
+	queued time.Time     // when the relay asked (the queue's "since")
 }
 
 // jobRec is an unsettled job.
@@ -202,10 +182,8 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Stor
 		clk: clk, st: st, out: out, log: log, met: met, cfg: cfg, policy: pol,
 		epoch: hex.EncodeToString(ep[:]), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
 		ids: newIDTable(), relays: map[string]*relayRec{}, nodes: map[string]*nodeRec{},
-		tickets: map[sched.TicketID]*ticketRec{}, adms: map[sched.AdmissionID]*admRec{},
-		resAdm: map[sched.ReservationID]sched.AdmissionID{}, jobs: map[string]*jobRec{},
-		jobBySID: map[sched.JobID]*jobRec{}, renewers: map[sched.ReservationID][]chan renewAnswer{},
-		unended: map[string]int{}, openTk: map[runnerKey]int{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
+		tickets: map[sched.TicketID]*ticketRec{}, jobs: map[sched.JobID]*jobRec{}, jobIDs: map[string]sched.JobID{},
+		renewers: map[sched.ReservationID][]chan renewAnswer{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
 	}
 	d.w = newRecWriter(d.bg, st, log)
 	if err := d.loadOperatorSettings(ctx); err != nil {
@@ -341,22 +319,17 @@ func (d *Driver) exec(acts []sched.Action) {
 		case sched.Expire:
 			d.onExpire(a)
 		case sched.EndJob:
-			if j := d.jobBySID[a.Job]; j != nil {
+			if j := d.jobs[a.Job]; j != nil {
 				d.finishJob(j, client.JobResult{Failure: client.Failure(a.Failure), Message: a.Message, OutputLen: j.outLen})
 			}
 		case sched.CancelJob:
-			jid := ""
-			if j := d.jobBySID[a.Job]; j != nil {
-				jid = j.rec.ID
-			}
-			if jid != "" {
-				d.sendNode(a.Node, cancelFrame(jid, client.CancelImmediate))
+			if j := d.jobs[a.Job]; j != nil {
+				d.sendNode(a.Node, cancelFrame(j.rec.ID, client.CancelImmediate))
 			}
 		case sched.AdmissionEnded:
-			d.onAdmissionEnded(a.Admission, a.Reason)
+			d.onAdmissionEnded(a)
 		}
 	}
-	d.met.set("vk_hub_queue_depth", float64(len(d.tickets)), "class", "tickets")
 }
 
 // raiseFloor persists a floor above the IDs the core mints, so a restarted
@@ -386,16 +359,9 @@ func (d *Driver) sendNode(id sched.NodeID, m dispatch.Message) {
 
 func (d *Driver) onGrant(g sched.Grant) {
 	d.met.add("vk_hub_grants_total", 1)
-	t := d.tickets[g.Ticket]
-	if t == nil {
-		return
+	if t := d.tickets[g.Ticket]; t != nil {
+		d.wakeTicket(t)
 	}
-	t.adm = g.Admission
-	rr := d.relays[t.owner].runners[t.runner]
-	d.adms[g.Admission] = &admRec{id: g.Admission, owner: t.owner, runner: t.runner, tenant: rr.tenant,
-		placement: rr.placement, res: g.Reservation, node: d.ids.nodeName(g.Node), ticket: g.Ticket, lease: g.LeaseSecs}
-	d.resAdm[g.Reservation] = g.Admission
-	d.wakeTicket(t)
 }
 
 func (d *Driver) wakeTicket(t *ticketRec) {
@@ -409,57 +375,47 @@ func (d *Driver) onExpire(e sched.Expire) {
 		return
 	}
 	d.met.add("vk_hub_tickets_ended_total", 1)
-	if a := d.adms[t.adm]; a != nil && !a.claimed {
-		d.dropAdm(a)
-	}
-	d.dropTicket(t)
+	d.dropTicket(e.Ticket)
+	d.renewersGone()
 }
 
 // dropTicket forgets a ticket and wakes its pollers (who then read 410).
-func (d *Driver) dropTicket(t *ticketRec) {
-	delete(d.tickets, t.id)
-	if !t.claimed {
-		d.openTk[runnerKey{t.owner, t.runner}]--
+func (d *Driver) dropTicket(id sched.TicketID) {
+	if t := d.tickets[id]; t != nil {
+		delete(d.tickets, id)
+		d.wakeTicket(t)
 	}
-	d.unended[t.owner]--
-	d.total--
-	d.wakeTicket(t)
 }
 
-func (d *Driver) dropAdm(a *admRec) {
-	delete(d.adms, a.id)
-	if d.resAdm[a.res] == a.id {
-		delete(d.resAdm, a.res)
+// renewersGone answers "gone" to the renews waiting on reservations no
+// admission of the core holds any more.
+func (d *Driver) renewersGone() {
+	for rid, chs := range d.renewers {
+		if _, ok := d.core.ReservationAdmission(rid); ok {
+			continue
+		}
+		for _, ch := range chs {
+			ch <- renewAnswer{gone: true}
+		}
+		delete(d.renewers, rid)
 	}
-	for _, ch := range d.renewers[a.res] {
-		ch <- renewAnswer{gone: true}
-	}
-	delete(d.renewers, a.res)
 }
 
-func (d *Driver) onAdmissionEnded(id sched.AdmissionID, why string) {
-	a := d.adms[id]
-	if a == nil {
-		return
-	}
-	d.log.Debug("admission ended", logkey.Admission, admissionWire(id), "reason", why)
-	if t := d.tickets[a.ticket]; t != nil {
-		d.dropTicket(t)
-	} else if a.ticket == 0 {
-		d.unended[a.owner]--
-		d.total--
-	}
-	d.dropAdm(a)
-	if a.claimed {
-		wire := admissionWire(id)
-		d.w.do(func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, wire) })
-	}
+// onAdmissionEnded forgets an ended admission's ticket and its persisted
+// record: an admission ends only once claimed (granted ones end with
+// their ticket's Expire).
+func (d *Driver) onAdmissionEnded(e sched.AdmissionEnded) {
+	d.log.Debug("admission ended", logkey.Admission, admissionWire(e.Admission), "reason", e.Reason)
+	d.dropTicket(e.Ticket)
+	d.renewersGone()
+	wire := admissionWire(e.Admission)
+	d.w.do(func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, wire) })
 }
 
 // onStart sends a start with the job's full spec (secrets included: the
 // node needs them).
 func (d *Driver) onStart(s sched.Start) {
-	j := d.jobBySID[s.Job]
+	j := d.jobs[s.Job]
 	if j == nil {
 		return
 	}
@@ -532,20 +488,21 @@ func (d *Driver) countJobs() {
 		d.met.set("vk_hub_jobs", float64(counts[s]), "state", string(s))
 	}
 	d.met.set("vk_hub_queue_depth", float64(counts[store.JobQueued]), "class", "jobs")
+	d.met.set("vk_hub_queue_depth", float64(d.core.OpenTickets()), "class", "tickets")
 	d.countTenants()
 }
 
-// countTenants sets the per-tenant gauges: admissions held (reservations
-// and the jobs under them), requests waiting (unclaimed tickets not yet
+// countTenants sets the per-tenant gauges: what the core counts a tenant
+// holding (what its cap bounds), requests waiting (tickets not yet
 // granted, and queued jobs), and each policy tenant's cap and weight;
-// O(tickets + admissions + jobs), at scrape time.
+// O(tickets + jobs), at scrape time.
 func (d *Driver) countTenants() {
 	held, waiting := map[string]int{}, map[string]int{}
-	for _, a := range d.adms {
-		held[a.tenant]++
+	for name, id := range d.ids.tenants.ids {
+		held[name] = d.core.Held(id)
 	}
-	for _, tk := range d.tickets {
-		if tk.adm == 0 {
+	for id, tk := range d.tickets {
+		if v, ok := d.core.Ticket(id); ok && v.Grant == nil {
 			tenant, _ := policyTenantOf(d.policy, tk.owner, tk.runner)
 			waiting[tenant]++
 		}
@@ -652,13 +609,6 @@ func (d *Driver) restore(ctx context.Context) error {
 		touch(a.Node)
 		ev.Admissions = append(ev.Admissions, sched.RestoredAdmission{Admission: aid, Reservation: rid,
 			Node: d.ids.node(a.Node), Runner: run, Tenant: d.ids.tenant(a.Tenant), Relay: rel, Placement: placementToSched(pl)})
-		d.adms[aid] = &admRec{id: aid, owner: a.Relay, runner: a.Runner, tenant: a.Tenant, placement: pl, res: rid,
-			node: a.Node, claimed: true, claimedAt: a.ClaimedAt}
-		if rid != 0 {
-			d.resAdm[rid] = aid
-		}
-		d.unended[a.Relay]++
-		d.total++
 	}
 	for _, r := range jobs {
 		n, _, err := d.out.Len(ctx, r.ID)
@@ -667,8 +617,7 @@ func (d *Driver) restore(ctx context.Context) error {
 		}
 		d.nextJob++
 		j := &jobRec{sid: sched.JobID(d.nextJob), rec: r, outLen: n, wake: make(chan struct{}), name: specName(r.Spec)}
-		d.jobs[r.ID] = j
-		d.jobBySID[j.sid] = j
+		d.addJob(j)
 		switch r.State {
 		case store.JobFinished:
 			var res client.JobResult
@@ -696,6 +645,35 @@ func (d *Driver) restore(ctx context.Context) error {
 	d.exec(d.step(ev))
 	d.log.Info("hub state restored", "admissions", len(ev.Admissions), "running_jobs", len(ev.Jobs), "jobs", len(jobs))
 	return nil
+}
+
+// addJob and dropJob keep a job and its wire ID's index.
+func (d *Driver) addJob(j *jobRec) {
+	d.jobs[j.sid] = j
+	d.jobIDs[j.rec.ID] = j.sid
+}
+
+func (d *Driver) dropJob(j *jobRec) {
+	delete(d.jobs, j.sid)
+	delete(d.jobIDs, j.rec.ID)
+}
+
+// jobWire is the wire ID of the core's job id ("" if the driver holds
+// none).
+func (d *Driver) jobWire(id sched.JobID) string {
+	if j := d.jobs[id]; j != nil {
+		return j.rec.ID
+	}
+	return ""
+}
+
+// job returns the unsettled job with wire ID id, nil if none.
+func (d *Driver) job(id string) *jobRec {
+	sid, ok := d.jobIDs[id]
+	if !ok {
+		return nil
+	}
+	return d.jobs[sid]
 }
 
 // jobView converts a job record to its API view.

@@ -147,7 +147,7 @@ func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
 		return
 	}
 	held, unknown := heldToSched(h, func(id string) (sched.JobID, bool) {
-		j := d.jobs[id]
+		j := d.job(id)
 		if j == nil {
 			return 0, false
 		}
@@ -158,7 +158,7 @@ func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
 	n.synced = true
 	d.exec(d.step(ev))
 	for _, hj := range h.Jobs {
-		if j := d.jobs[hj.Job]; j != nil && j.rec.Node == n.name {
+		if j := d.job(hj.Job); j != nil && j.rec.Node == n.name {
 			if j.rec.State == store.JobStarting {
 				// FAIL-15: the start's answer was lost; held says the node
 				// took it.
@@ -218,9 +218,6 @@ func (d *Driver) nodeLease(n *nodeRec, l dispatch.Lease) {
 	d.exec(d.step(ev))
 	rid, _ := parseReservation(l.Reservation)
 	ans := renewAnswer{gone: l.State != dispatch.LeaseHeld, remaining: l.RemainingSecs}
-	if a := d.adms[d.resAdm[rid]]; a != nil && !ans.gone {
-		a.lease = l.RemainingSecs
-	}
 	for _, ch := range d.renewers[rid] {
 		ch <- ans
 	}
@@ -230,7 +227,7 @@ func (d *Driver) nodeLease(n *nodeRec, l dispatch.Lease) {
 // nodeJob handles a job state report (NSESS-14). Accepted drops the
 // spec's secrets from memory (AUTH-07).
 func (d *Driver) nodeJob(n *nodeRec, u dispatch.JobUpdate) {
-	j := d.jobs[u.Job]
+	j := d.job(u.Job)
 	if j == nil {
 		if u.State == dispatch.JobAccepted || u.State == dispatch.JobRunning {
 			d.sendTo(n, cancelFrame(u.Job, client.CancelImmediate))
@@ -271,7 +268,7 @@ func (d *Driver) nodeJob(n *nodeRec, u dispatch.JobUpdate) {
 
 // nodeResult stores a job's result and answers recorded (NSESS-10, 16).
 func (d *Driver) nodeResult(n *nodeRec, r dispatch.Result) {
-	j := d.jobs[r.Job]
+	j := d.job(r.Job)
 	if j == nil {
 		d.sendTo(n, dispatch.Recorded{Job: r.Job})
 		return
@@ -326,7 +323,7 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 		stored   int64
 	)
 	if err := d.do(ctx, func() {
-		j := d.jobs[o.Job]
+		j := d.job(o.Job)
 		n := d.nodes[node]
 		if n != nil {
 			send = n.send
@@ -367,7 +364,7 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 			return fmt.Errorf("hub: output of job %s: %w", o.Job, err)
 		}
 		d.do(ctx, func() {
-			if j := d.jobs[o.Job]; j != nil && n > j.outLen {
+			if j := d.job(o.Job); j != nil && n > j.outLen {
 				j.outLen = n // output growth does not move the revision (API-36)
 			}
 		})

@@ -107,9 +107,9 @@ func (d *Driver) relayInventory(r *relayRec, rep client.RelayReport) {
 		if minted && prod {
 			newProd = true
 		}
-		runners[rr.Name] = runnerRec{id: id, tenant: tenant, placement: rr.Placement, concurrency: max(rr.RequestConcurrency, 1)}
+		runners[rr.Name] = runnerRec{id: id, tenant: tenant, placement: rr.Placement}
 		inv.Runners = append(inv.Runners, sched.RunnerInfo{Runner: id, Tenant: d.ids.tenant(tenant),
-			Placement: placementToSched(rr.Placement), Limit: rr.Limit, RequestConcurrency: rr.RequestConcurrency})
+			Placement: placementToSched(rr.Placement), Limit: rr.Limit, RequestConcurrency: max(rr.RequestConcurrency, 1)})
 	}
 	r.runners = runners
 	if newProd {

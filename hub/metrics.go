@@ -47,7 +47,7 @@ func newMetrics() *metrics {
 	m.gauge("vk_hub_queue_depth", "Requests waiting for a node, by class (tickets: waiting, offered or granted, unclaimed; jobs: queued).", "class")
 	m.gauge("vk_hub_jobs", "Unsettled jobs, by state.", "state")
 	m.counter("vk_hub_jobs_finished_total", "Jobs finished, by failure (\"\" for success).", "failure")
-	m.gauge("vk_hub_tenant_held", "Admissions a tenant holds (reservations and the jobs under them), by tenant.", "tenant")
+	m.gauge("vk_hub_tenant_held", "Requests a tenant holds as its cap counts them (reservations offered to claimed, unsettled jobs), by tenant.", "tenant")
 	m.gauge("vk_hub_tenant_waiting", "Requests of a tenant waiting (tickets not yet granted, queued jobs), by tenant.", "tenant")
 	m.gauge("vk_hub_tenant_cap", "A policy tenant's cap (absent: no cap), by tenant.", "tenant")
 	m.gauge("vk_hub_tenant_weight", "A policy tenant's weight, by tenant.", "tenant")
