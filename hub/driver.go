@@ -5,12 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vk-ci/vk/hub/output"
@@ -38,6 +35,14 @@ import (
 // goroutine: a claim's 204 (DECISIONS 6), a settle's 204, the node's
 // "recorded" (NSESS-10). Only a job's creation (before its 201) and the
 // rare ID-floor raise are written on the driver's goroutine.
+//
+// It is split along its seams, one file each: the API adapter
+// (driver_api.go, driver_jobs.go: api.Backend), the session adapter
+// (driver_node.go, driver_relay.go: frames of node and relay sessions),
+// the admin and UI adapters (admin_backend.go, ui_backend.go) and the
+// persistence (driver_store.go); this file is the owner loop and the
+// carrying out of the core's actions. The core holds the state of
+// tickets, admissions, jobs and every limit; the adapters ask it.
 //
 // Get it from [Server.Driver]. Its exported methods are the session seam
 // (NodeConnected, NodeFrame, NodeDisconnected, RelayConnected, RelayFrame,
@@ -148,23 +153,10 @@ type jobRec struct {
 	wake   chan struct{}
 }
 
-// writeDone is one record write's end: err is set before done is closed
-// and read only after.
-type writeDone struct {
-	done chan struct{}
-	err  error
-}
-
 type renewAnswer struct {
 	remaining int
 	gone      bool
 }
-
-// Meta keys of the driver.
-const (
-	metaIDFloor = "hub.id_floor"
-	idFloorStep = 1 << 16
-)
 
 // newDriver builds the driver over an open store and output store,
 // restoring what survived a restart. Run it with [Driver.Run].
@@ -332,19 +324,6 @@ func (d *Driver) exec(acts []sched.Action) {
 	}
 }
 
-// raiseFloor persists a floor above the IDs the core mints, so a restarted
-// hub never reuses a reservation ID a node may still hold.
-func (d *Driver) raiseFloor(id uint64) {
-	if id < d.idFloor {
-		return
-	}
-	d.idFloor = id + idFloorStep
-	b := binary.BigEndian.AppendUint64(nil, d.idFloor)
-	if err := d.st.PutMeta(d.bg, metaIDFloor, b); err != nil {
-		d.log.Error("persisting the ID floor failed", logkey.Err, err)
-	}
-}
-
 func (d *Driver) sendNode(id sched.NodeID, m dispatch.Message) {
 	name := d.ids.nodeName(id)
 	n := d.nodes[name]
@@ -429,114 +408,6 @@ func (d *Driver) onStart(s sched.Start) {
 	d.sendNode(s.Node, startFromSched(s, j.rec.ID, *j.spec))
 }
 
-// saveJob queues a write of the job record (see recWriter) and, when
-// bump, moves its revision and wakes its long polls (API-36). The
-// returned channel says when the write is durable.
-func (d *Driver) saveJob(j *jobRec, bump bool) <-chan error {
-	if bump {
-		j.rec.Revision++
-	}
-	j.rec.Updated = d.now()
-	j.rec.OutputLen = j.outLen
-	ch := d.w.saveJob(j.rec.Clone())
-	if bump {
-		close(j.wake)
-		j.wake = make(chan struct{})
-	}
-	return ch
-}
-
-// finishJob records a job's result (once) and marks its output complete;
-// j.stored is closed once the record is durable.
-func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
-	if j.rec.State == store.JobFinished {
-		return
-	}
-	if res.OutputLen < j.outLen {
-		res.OutputLen = j.outLen
-	}
-	b, err := json.Marshal(res)
-	if err != nil {
-		d.log.Error("encoding a job result failed", logkey.JobID, j.rec.ID, logkey.Err, err)
-	}
-	j.rec.State, j.rec.Result, j.result, j.spec = store.JobFinished, b, &res, nil
-	id := j.rec.ID
-	d.w.do(func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
-	d.met.add("vk_hub_jobs_finished_total", 1, "failure", failureLabel(res.Failure))
-	d.log.Info("job finished", logkey.JobID, j.rec.ID, "failure", string(res.Failure), "message", res.Message)
-	d.storeFinished(j, true)
-}
-
-// storeFinished saves a finished job's record and sets j.stored.
-func (d *Driver) storeFinished(j *jobRec, bump bool) {
-	durable, wd := d.saveJob(j, bump), &writeDone{done: make(chan struct{})}
-	j.stored = wd
-	go func() {
-		wd.err = <-durable
-		close(wd.done)
-	}()
-}
-
-// countJobs sets the job gauges; O(unsettled jobs), so it runs when
-// /metrics is scraped, not on every change.
-func (d *Driver) countJobs() {
-	counts := map[store.JobState]int{}
-	for _, j := range d.jobs {
-		counts[j.rec.State]++
-	}
-	for _, s := range []store.JobState{store.JobQueued, store.JobStarting, store.JobRunning, store.JobFinished} {
-		d.met.set("vk_hub_jobs", float64(counts[s]), "state", string(s))
-	}
-	d.met.set("vk_hub_queue_depth", float64(counts[store.JobQueued]), "class", "jobs")
-	d.met.set("vk_hub_queue_depth", float64(d.core.OpenTickets()), "class", "tickets")
-	d.countTenants()
-}
-
-// countTenants sets the per-tenant gauges: what the core counts a tenant
-// holding (what its cap bounds), requests waiting (tickets not yet
-// granted, and queued jobs), and each policy tenant's cap and weight;
-// O(tickets + jobs), at scrape time.
-func (d *Driver) countTenants() {
-	held, waiting := map[string]int{}, map[string]int{}
-	for name, id := range d.ids.tenants.ids {
-		held[name] = d.core.Held(id)
-	}
-	for id, tk := range d.tickets {
-		if v, ok := d.core.Ticket(id); ok && v.Grant == nil {
-			tenant, _ := policyTenantOf(d.policy, tk.owner, tk.runner)
-			waiting[tenant]++
-		}
-	}
-	for _, j := range d.jobs {
-		if j.rec.State == store.JobQueued {
-			waiting[j.rec.Tenant]++
-		}
-	}
-	for _, g := range []string{"vk_hub_tenant_held", "vk_hub_tenant_waiting", "vk_hub_tenant_cap", "vk_hub_tenant_weight"} {
-		d.met.gauges[g].Reset() // a tenant gone from the policy and the queue goes from the scrape
-	}
-	if d.policy != nil {
-		for name, tp := range d.policy.Tenants {
-			held[name] += 0
-			waiting[name] += 0
-			w := tp.Weight
-			if w == 0 {
-				w = 1
-			}
-			d.met.set("vk_hub_tenant_weight", float64(w), "tenant", name)
-			if tp.Cap > 0 {
-				d.met.set("vk_hub_tenant_cap", float64(tp.Cap), "tenant", name)
-			}
-		}
-	}
-	for name, n := range held {
-		d.met.set("vk_hub_tenant_held", float64(n), "tenant", name)
-	}
-	for name, n := range waiting {
-		d.met.set("vk_hub_tenant_waiting", float64(n), "tenant", name)
-	}
-}
-
 // onTick lets time pass in the core and declares nodes lost whose session
 // is gone past job_lost_after (FAIL-16).
 func (d *Driver) onTick() {
@@ -551,186 +422,4 @@ func (d *Driver) onTick() {
 			d.exec(d.step(sched.NodeLost{Node: n.id}))
 		}
 	}
-}
-
-// audit appends an audit log entry. Entries name IDs and redacted facts
-// only, never a spec's secrets (AUTH-07).
-func (d *Driver) audit(actor, action, subject, detail string) {
-	e := store.AuditEntry{Time: d.now(), Actor: actor, Action: action, Subject: subject, Detail: detail}
-	d.w.do(func(ctx context.Context) error {
-		_, err := d.st.AppendAudit(ctx, e)
-		return err
-	})
-}
-
-// newJobID returns a random 16-hex-digit job ID.
-func newJobID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// restore reloads claimed admissions and unsettled jobs (FAIL-19,
-// DECISIONS 6) and feeds them to the core as one Restore event.
-func (d *Driver) restore(ctx context.Context) error {
-	now := d.now()
-	ev := sched.Restore{NextID: d.idFloor}
-	adms, err := d.st.ListAdmissions(ctx)
-	if err != nil {
-		return fmt.Errorf("hub: restore admissions: %w", err)
-	}
-	jobs, err := d.st.ListJobs(ctx, true)
-	if err != nil {
-		return fmt.Errorf("hub: restore jobs: %w", err)
-	}
-	byAdm := map[string]store.Admission{}
-	touch := func(node string) {
-		if node == "" {
-			return
-		}
-		if d.nodes[node] == nil {
-			d.nodes[node] = &nodeRec{name: node, id: d.ids.node(node), downAt: now}
-			d.down[node] = d.nodes[node]
-		}
-	}
-	for _, a := range adms {
-		byAdm[a.ID] = a
-		if a.Job != "" {
-			continue // its job decides (below)
-		}
-		aid, ok := parseAdmission(a.ID)
-		if !ok {
-			continue
-		}
-		pl, _ := parsePlacementKey(a.Placement)
-		rid, _ := parseReservation(a.Reservation)
-		rel := d.ids.relay(a.Relay)
-		run, _ := d.ids.runner(a.Relay, a.Runner)
-		touch(a.Node)
-		ev.Admissions = append(ev.Admissions, sched.RestoredAdmission{Admission: aid, Reservation: rid,
-			Node: d.ids.node(a.Node), Runner: run, Tenant: d.ids.tenant(a.Tenant), Relay: rel, Placement: placementToSched(pl)})
-	}
-	for _, r := range jobs {
-		n, _, err := d.out.Len(ctx, r.ID)
-		if err != nil {
-			d.log.Warn("output length unknown", logkey.JobID, r.ID, logkey.Err, err)
-		}
-		d.nextJob++
-		j := &jobRec{sid: sched.JobID(d.nextJob), rec: r, outLen: n, wake: make(chan struct{}), name: specName(r.Spec)}
-		d.addJob(j)
-		switch r.State {
-		case store.JobFinished:
-			var res client.JobResult
-			if json.Unmarshal(r.Result, &res) == nil {
-				j.result = &res
-			}
-		case store.JobRunning:
-			pl, _ := parsePlacementKey(r.Placement)
-			aid, _ := parseAdmission(r.Admission)
-			run, _ := d.ids.runner(r.Principal, r.Runner)
-			touch(r.Node)
-			ev.Jobs = append(ev.Jobs, sched.RestoredJob{Job: j.sid, Node: d.ids.node(r.Node), Runner: run,
-				Tenant: d.ids.tenant(r.Tenant), Relay: d.ids.relay(r.Principal), Admission: aid,
-				Envelope: envelopeToSched(pl.Envelope)})
-		default:
-			// FAIL-19: not accepted by a node before the restart; its spec
-			// (with secrets) was in memory only.
-			d.finishJob(j, client.JobResult{Failure: client.FailureLost, Message: sched.MsgNotAcceptedAfter, OutputLen: n})
-			d.audit("hub", "job.lost", r.ID, sched.MsgNotAcceptedAfter)
-			if a, ok := byAdm[r.Admission]; ok {
-				d.st.DeleteAdmission(ctx, a.ID)
-			}
-		}
-	}
-	d.exec(d.step(ev))
-	d.log.Info("hub state restored", "admissions", len(ev.Admissions), "running_jobs", len(ev.Jobs), "jobs", len(jobs))
-	return nil
-}
-
-// addJob and dropJob keep a job and its wire ID's index.
-func (d *Driver) addJob(j *jobRec) {
-	d.jobs[j.sid] = j
-	d.jobIDs[j.rec.ID] = j.sid
-}
-
-func (d *Driver) dropJob(j *jobRec) {
-	delete(d.jobs, j.sid)
-	delete(d.jobIDs, j.rec.ID)
-}
-
-// jobWire is the wire ID of the core's job id ("" if the driver holds
-// none).
-func (d *Driver) jobWire(id sched.JobID) string {
-	if j := d.jobs[id]; j != nil {
-		return j.rec.ID
-	}
-	return ""
-}
-
-// job returns the unsettled job with wire ID id, nil if none.
-func (d *Driver) job(id string) *jobRec {
-	sid, ok := d.jobIDs[id]
-	if !ok {
-		return nil
-	}
-	return d.jobs[sid]
-}
-
-// jobView converts a job record to its API view.
-func (j *jobRec) view() client.JobView {
-	v := client.JobView{ID: j.rec.ID, Revision: j.rec.Revision, State: client.JobState(j.rec.State),
-		Node: j.rec.Node, Stage: j.rec.Stage, OutputLen: j.outLen, Cancel: client.CancelMode(j.rec.Cancel)}
-	if j.rec.State == store.JobFinished {
-		if j.result != nil {
-			r := *j.result
-			v.Result = &r
-		} else {
-			v.Result = &client.JobResult{Failure: client.FailureOther, OutputLen: j.outLen}
-		}
-	}
-	return v
-}
-
-// viewOfRecord is the view of a job known only from the store (settled).
-func viewOfRecord(r store.Job) client.JobView {
-	j := &jobRec{rec: r, outLen: r.OutputLen}
-	if len(r.Result) > 0 {
-		var res client.JobResult
-		if json.Unmarshal(r.Result, &res) == nil {
-			j.result = &res
-		}
-	}
-	return j.view()
-}
-
-func projectKey(id int64) string { return strconv.FormatInt(id, 10) }
-
-// specName reads the job name from a stored (redacted) spec.
-func specName(b []byte) string {
-	var s job.JobSpec
-	if json.Unmarshal(b, &s) != nil || s.GitLabCI == nil {
-		return ""
-	}
-	return s.GitLabCI.Job.Name
-}
-
-// builtImages lists the images of a spec (its own and its services') the
-// node builds from the checkout, for image affinity (PLACE-14).
-func builtImages(s job.JobSpec) []string {
-	if s.GitLabCI == nil {
-		return nil
-	}
-	var out []string
-	add := func(name string) {
-		if strings.HasPrefix(name, "dockerfile:") || strings.HasPrefix(name, "compose:") {
-			out = append(out, name)
-		}
-	}
-	if im := s.GitLabCI.Image; im != nil {
-		add(im.Name)
-	}
-	for _, sv := range s.GitLabCI.Services {
-		add(sv.Name)
-	}
-	return out
 }

@@ -315,3 +315,30 @@ func (d *Driver) Settle(ctx context.Context, p api.Principal, id string) error {
 	_, err = d.settledView(ctx, p, id)
 	return err // a settled job settles again: 204
 }
+
+// jobView converts a job record to its API view.
+func (j *jobRec) view() client.JobView {
+	v := client.JobView{ID: j.rec.ID, Revision: j.rec.Revision, State: client.JobState(j.rec.State),
+		Node: j.rec.Node, Stage: j.rec.Stage, OutputLen: j.outLen, Cancel: client.CancelMode(j.rec.Cancel)}
+	if j.rec.State == store.JobFinished {
+		if j.result != nil {
+			r := *j.result
+			v.Result = &r
+		} else {
+			v.Result = &client.JobResult{Failure: client.FailureOther, OutputLen: j.outLen}
+		}
+	}
+	return v
+}
+
+// viewOfRecord is the view of a job known only from the store (settled).
+func viewOfRecord(r store.Job) client.JobView {
+	j := &jobRec{rec: r, outLen: r.OutputLen}
+	if len(r.Result) > 0 {
+		var res client.JobResult
+		if json.Unmarshal(r.Result, &res) == nil {
+			j.result = &res
+		}
+	}
+	return j.view()
+}
