@@ -58,7 +58,7 @@ import (
 type Driver struct {
 	core   *sched.Core
 	clk    clock.Clock
-	st     store.Store
+	st     driverStore
 	out    output.Store
 	log    *slog.Logger
 	met    *metrics
@@ -92,6 +92,19 @@ type Driver struct {
 	// removed: nodes an operator removed while this driver ran; frames of
 	// their ending sessions are dropped (their keys are refused anyway).
 	removed map[string]bool
+}
+
+// driverStore is what the driver asks of the hub's store: job records and
+// claimed admissions, meta values (the seed, the ID floor, operator
+// settings), the audit log, approvals, and the enrolled principals its
+// admin and UI views list.
+type driverStore interface {
+	store.Records
+	store.Meta
+	store.Audit
+	store.Approvals
+	GetPrincipal(ctx context.Context, id string) (store.Principal, error)
+	ListPrincipals(ctx context.Context) ([]store.Principal, error)
 }
 
 // relayRec is a relay as the driver knows it.
@@ -160,7 +173,7 @@ type renewAnswer struct {
 
 // newDriver builds the driver over an open store and output store,
 // restoring what survived a restart. Run it with [Driver.Run].
-func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Store, out output.Store, clk clock.Clock, log *slog.Logger, met *metrics) (*Driver, error) {
+func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStore, out output.Store, clk clock.Clock, log *slog.Logger, met *metrics) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -18,7 +18,9 @@ import (
 // acknowledge before the write is durable waits on it, off the driver's
 // goroutine.
 type recWriter struct {
-	st  store.Store
+	st interface {
+		UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error)
+	}
 	ctx context.Context
 	log *slog.Logger
 
@@ -38,7 +40,7 @@ type wop struct {
 	waiters []chan error
 }
 
-func newRecWriter(ctx context.Context, st store.Store, log *slog.Logger) *recWriter {
+func newRecWriter(ctx context.Context, st driverStore, log *slog.Logger) *recWriter {
 	w := &recWriter{st: st, ctx: ctx, log: log, pending: map[string]*wop{}, done: make(chan struct{})}
 	w.cond = sync.NewCond(&w.mu)
 	go w.run()

@@ -104,9 +104,17 @@ type ApprovalRequest struct {
 	State    store.ApprovalState `json:"state"`
 }
 
+// Store is what the admin socket asks of the hub's store: principals and
+// tokens, approvals, and the audit log its changes go to.
+type Store interface {
+	store.Principals
+	store.Approvals
+	store.Audit
+}
+
 // Config configures a [Server]. Store, Backend and Enroller are required.
 type Config struct {
-	Store    store.Store
+	Store    Store
 	Backend  Backend
 	Enroller *enrol.Enroller
 	// CAFingerprint is shown with every new token (hex SHA-256 of the
