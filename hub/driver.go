@@ -26,8 +26,10 @@ import (
 // answers to waiting long polls, job record changes (with revision bumps
 // and wakeups), persisted claimed admissions.
 //
-// Everything the driver owns is touched only on its goroutine: other
-// goroutines hand it closures (do) and wait for their results. Disk writes
+// Everything the driver owns is touched only on its goroutine, which
+// selects over its inputs: typed session events (sessionEvent: a node or
+// relay came, went or sent a frame), the calls of the API, admin and UI
+// adapters (do, call), and its tick. Disk writes
 // of job output happen on the caller's goroutine (the node session's
 // reader); record writes (job records, claimed admissions, audit) are
 // queued, in order, to a writer goroutine (recWriter), and whoever must
@@ -66,9 +68,13 @@ type Driver struct {
 	policy *PolicyConfig
 	epoch  string // ticket ID epoch of this start
 
-	reqs chan func()
-	bg   context.Context // for store writes; never cancelled mid-write
-	w    *recWriter      // record writes, in order, off the driver goroutine
+	// The owner loop's inputs, as raft's node.run selects over typed
+	// channels: what the node and relay sessions say (sessc), and the
+	// calls of the API, admin and UI adapters (reqs).
+	sessc chan sessionReq
+	reqs  chan func()
+	bg    context.Context // for store writes; never cancelled mid-write
+	w     *recWriter      // record writes, in order, off the driver goroutine
 
 	// Owned by the loop goroutine. The core holds the state of tickets,
 	// admissions and jobs and every limit; the driver keeps only what
@@ -84,7 +90,7 @@ type Driver struct {
 	down     map[string]*nodeRec // nodes whose session is gone, not yet declared lost
 	nextTk   uint64
 	nextJob  uint64
-	session  uint64
+	sessions uint64 // relay sessions begun, the core's session numbers
 	idFloor  uint64
 	capRev   uint64
 	capWake  chan struct{}
@@ -185,7 +191,7 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStor
 	rand.Read(ep[:])
 	d := &Driver{
 		clk: clk, st: st, out: out, log: log, met: met, cfg: cfg, policy: pol,
-		epoch: hex.EncodeToString(ep[:]), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
+		epoch: hex.EncodeToString(ep[:]), sessc: make(chan sessionReq), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
 		ids: newIDTable(), relays: map[string]*relayRec{}, nodes: map[string]*nodeRec{},
 		tickets: map[sched.TicketID]*ticketRec{}, jobs: map[sched.JobID]*jobRec{}, jobIDs: map[string]sched.JobID{},
 		renewers: map[sched.ReservationID][]chan renewAnswer{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
@@ -242,6 +248,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case r := <-d.sessc:
+			d.onSession(r.ev)
+			close(r.done)
 		case f := <-d.reqs:
 			f()
 		case <-t.C():
@@ -265,6 +274,16 @@ func (d *Driver) do(ctx context.Context, f func()) error {
 	}
 	<-done
 	return nil
+}
+
+// call runs f on the driver goroutine and returns its error, or ctx's
+// when the loop did not take f in time.
+func (d *Driver) call(ctx context.Context, f func() error) error {
+	var err error
+	if derr := d.do(ctx, func() { err = f() }); derr != nil {
+		return derr
+	}
+	return err
 }
 
 // now is the driver's clock reading.

@@ -254,17 +254,12 @@ func (d *Driver) CancelTicket(ctx context.Context, p api.Principal, ticket strin
 	if !same {
 		return nil
 	}
-	var err error
-	if derr := d.do(ctx, func() {
+	return d.call(ctx, func() error {
 		if t := d.tickets[id]; t != nil && t.owner != p.ID {
-			err = notFound("ticket")
-			return
+			return notFound("ticket")
 		}
-		err = verdictError(d.stepExec(sched.TicketCancelled{Ticket: id}))
-	}); derr != nil {
-		return derr
-	}
-	return err
+		return verdictError(d.stepExec(sched.TicketCancelled{Ticket: id}))
+	})
 }
 
 // admission is an admission as the core holds it, with the names of its
@@ -362,17 +357,12 @@ func (d *Driver) Outcome(ctx context.Context, p api.Principal, admission string,
 	if !ok {
 		return api.Errorf(client.CodeInvalid, "malformed admission ID %q", admission)
 	}
-	var err error
-	if derr := d.do(ctx, func() {
+	return d.call(ctx, func() error {
 		if a, ok := d.admission(aid); ok && a.owner != p.ID {
-			err = notFound("admission")
-			return
+			return notFound("admission")
 		}
-		err = verdictError(d.stepExec(sched.Outcome{Admission: aid, Kind: outcomeToSched(o)}))
-	}); derr != nil {
-		return derr
-	}
-	return err
+		return verdictError(d.stepExec(sched.Outcome{Admission: aid, Kind: outcomeToSched(o)}))
+	})
 }
 
 // Renew implements api.Backend (API-29): the node's answer to the renew
@@ -427,18 +417,11 @@ func (d *Driver) Renew(ctx context.Context, p api.Principal, id string, leaseSec
 
 // Release implements api.Backend (API-30): 204 even when already gone.
 func (d *Driver) Release(ctx context.Context, p api.Principal, id string) error {
-	var err error
-	if derr := d.do(ctx, func() {
-		aid, _, _, e := d.admFor(p.ID, id)
-		if e != nil {
-			err = e
-			return
-		}
-		if aid != 0 {
+	return d.call(ctx, func() error {
+		aid, _, _, err := d.admFor(p.ID, id)
+		if err == nil && aid != 0 {
 			d.stepExec(sched.Released{Admission: aid})
 		}
-	}); derr != nil {
-		return derr
-	}
-	return err
+		return err
+	})
 }

@@ -34,26 +34,28 @@ var ErrNodeProtocol = errors.New("hub: node protocol error")
 // node is reachable again with its last report. (The session layer's
 // NodeUp maps here.)
 func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, resumed bool) error {
-	return d.do(ctx, func() {
-		if d.removed[node] {
-			return
-		}
-		n := d.nodeRecord(node)
-		if n.send == nil {
-			d.met.add("vk_hub_nodes_connected", 1)
-		}
-		n.send, n.downAt, n.lostSent = s, time.Time{}, false
-		delete(d.down, node)
-		if _, ok := d.nodeSets[node]; ok {
-			d.sendSettings(n)
-		}
-		if !resumed {
-			n.synced = false
-		} else if n.report != nil && n.synced {
-			d.exec(d.step(d.nodeEvent(n)))
-		}
-		d.log.Info("node connected", logkey.NodeID, node, "resumed", resumed)
-	})
+	return d.session(ctx, nodeUp{node, s, resumed})
+}
+
+func (d *Driver) onNodeUp(e nodeUp) {
+	if d.removed[e.node] {
+		return
+	}
+	n := d.nodeRecord(e.node)
+	if n.send == nil {
+		d.met.add("vk_hub_nodes_connected", 1)
+	}
+	n.send, n.downAt, n.lostSent = e.send, time.Time{}, false
+	delete(d.down, e.node)
+	if _, ok := d.nodeSets[e.node]; ok {
+		d.sendSettings(n)
+	}
+	if !e.resumed {
+		n.synced = false
+	} else if n.report != nil && n.synced {
+		d.exec(d.step(d.nodeEvent(n)))
+	}
+	d.log.Info("node connected", logkey.NodeID, e.node, "resumed", e.resumed)
 }
 
 // NodeDisconnected records that node's session is gone: the core stops
@@ -64,17 +66,19 @@ func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, r
 // two stay apart: a node's absence is a state with a deadline (down,
 // downAt; its jobs run on until then), a relay's ends its tickets at once.
 func (d *Driver) NodeDisconnected(ctx context.Context, node string) error {
-	return d.do(ctx, func() {
-		n := d.nodes[node]
-		if n == nil || n.send == nil {
-			return
-		}
-		n.send, n.downAt = nil, d.now()
-		d.down[node] = n
-		d.met.add("vk_hub_nodes_connected", -1)
-		d.exec(d.step(sched.NodeUnreachable{Node: n.id}))
-		d.log.Info("node disconnected", logkey.NodeID, node)
-	})
+	return d.session(ctx, nodeDown{node})
+}
+
+func (d *Driver) onNodeDown(e nodeDown) {
+	n := d.nodes[e.node]
+	if n == nil || n.send == nil {
+		return
+	}
+	n.send, n.downAt = nil, d.now()
+	d.down[e.node] = n
+	d.met.add("vk_hub_nodes_connected", -1)
+	d.exec(d.step(sched.NodeUnreachable{Node: n.id}))
+	d.log.Info("node disconnected", logkey.NodeID, e.node)
 }
 
 func (d *Driver) nodeRecord(node string) *nodeRec {
@@ -100,7 +104,7 @@ func (d *Driver) NodeFrame(ctx context.Context, node string, m dispatch.Message)
 	if o, ok := frameAs[dispatch.Output](m); ok {
 		return d.nodeOutput(ctx, node, o)
 	}
-	return d.do(ctx, func() { d.nodeMessage(node, m) })
+	return d.session(ctx, nodeMsg{node, m})
 }
 
 // nodeFrames handles the node frames that change the driver's state, one
@@ -116,18 +120,18 @@ var nodeFrames = []func(*Driver, *nodeRec, any) bool{
 	onFrame((*Driver).nodeResult),
 }
 
-func (d *Driver) nodeMessage(node string, m dispatch.Message) {
-	if d.removed[node] {
+func (d *Driver) onNodeMsg(e nodeMsg) {
+	if d.removed[e.node] {
 		return // its session is ending
 	}
-	n := d.nodeRecord(node)
+	n := d.nodeRecord(e.node)
 	n.lastSeen = d.now()
 	for _, handle := range nodeFrames {
-		if handle(d, n, m) {
+		if handle(d, n, e.msg) {
 			return
 		}
 	}
-	d.log.Debug("node frame ignored", logkey.NodeID, node, "type", string(m.FrameType()), "kind", string(m.FrameKind()))
+	d.log.Debug("node frame ignored", logkey.NodeID, e.node, "type", string(e.msg.FrameType()), "kind", string(e.msg.FrameKind()))
 }
 
 func (d *Driver) nodeReport(n *nodeRec, r dispatch.Report) {
@@ -363,11 +367,7 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 		if err != nil {
 			return fmt.Errorf("hub: output of job %s: %w", o.Job, err)
 		}
-		d.do(ctx, func() {
-			if j := d.job(o.Job); j != nil && n > j.outLen {
-				j.outLen = n // output growth does not move the revision (API-36)
-			}
-		})
+		d.session(ctx, outputStored{o.Job, n})
 	}
 	if send != nil {
 		if err := send.Send(dispatch.OutputAck{Job: o.Job, Offset: n}); err != nil {
@@ -389,4 +389,12 @@ func (d *Driver) settledLost(ctx context.Context, id, node string) bool {
 	}
 	var res client.JobResult
 	return json.Unmarshal(rec.Result, &res) == nil && res.Failure == client.FailureLost
+}
+
+// onOutputStored records how much of a job's output is durable; output
+// growth does not move the revision (API-36).
+func (d *Driver) onOutputStored(e outputStored) {
+	if j := d.job(e.job); j != nil && e.len > j.outLen {
+		j.outLen = e.len
+	}
 }

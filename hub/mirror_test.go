@@ -46,7 +46,7 @@ var keptFields = map[string][]string{
 
 // driverCounters are the Driver's integer fields: IDs it mints and
 // revisions it moves. A count of tickets or reservations is the core's.
-var driverCounters = []string{"nextTk", "nextJob", "session", "idFloor", "capRev"}
+var driverCounters = []string{"nextTk", "nextJob", "sessions", "idFloor", "capRev"}
 
 // TestNoMirroredSchedState keeps the driver thin: it fails when a type of
 // package hub grows a map, a per-ticket or per-job field, or a Driver
