@@ -420,7 +420,7 @@ func (d *Driver) onAdmissionEnded(e sched.AdmissionEnded) {
 	d.dropTicket(e.Ticket)
 	d.renewersGone()
 	wire := admissionWire(e.Admission)
-	d.w.do(func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, wire) })
+	d.w.doKey("adm:"+wire, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, wire) })
 }
 
 // onStart sends a start with the job's full spec (secrets included: the

@@ -338,7 +338,7 @@ func (d *Driver) Claim(ctx context.Context, p api.Principal, id string) error {
 			return
 		}
 		rec := d.admissionRecord(a, "")
-		durable = d.w.do(func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
+		durable = d.w.doKey("adm:"+rec.ID, func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
 	}); derr != nil {
 		return derr
 	}

@@ -152,7 +152,7 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 			adm.Reservation, adm.Node = v.Reservation, v.Node
 		}
 		rec := d.admissionRecord(adm, j.rec.ID)
-		d.w.do(func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
+		d.w.doKey("adm:"+rec.ID, func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
 	}
 	d.log.Info("job submitted", logkey.JobID, j.rec.ID, logkey.RunnerID, sub.Runner, logkey.GitLabJobID, ci.Job.ID,
 		logkey.Admission, sub.Admission, "spec", spec)
@@ -291,14 +291,14 @@ func (d *Driver) Settle(ctx context.Context, p api.Principal, id string) error {
 		if j.rec.State != store.JobFinished {
 			return api.Errorf(client.CodeConflict, "job not finished yet")
 		}
-		d.w.do(func(ctx context.Context) error { return d.out.Drop(ctx, id) })
+		d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.Drop(ctx, id) })
 		j.rec.Settled = true
 		durable = d.saveJob(j, false)
 		d.exec(d.step(sched.JobSettled{Job: j.sid}))
 		d.dropJob(j)
 		if _, ok := parseAdmission(j.rec.Admission); ok {
 			adm := j.rec.Admission
-			d.w.do(func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
+			d.w.doKey("adm:"+adm, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
 		}
 		d.audit(p.ID, "job.settle", id, "")
 		d.log.Info("job settled", logkey.JobID, id)

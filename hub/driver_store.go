@@ -77,7 +77,7 @@ func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
 	}
 	j.rec.State, j.rec.Result, j.result, j.spec = store.JobFinished, b, &res, nil
 	id := j.rec.ID
-	d.w.do(func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
+	d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
 	d.met.add("vk_hub_jobs_finished_total", 1, "failure", failureLabel(res.Failure))
 	d.log.Info("job finished", logkey.JobID, j.rec.ID, "failure", string(res.Failure), "message", res.Message)
 	d.storeFinished(j, true)
@@ -97,7 +97,7 @@ func (d *Driver) storeFinished(j *jobRec, bump bool) {
 // only, never a spec's secrets (AUTH-07).
 func (d *Driver) audit(actor, action, subject, detail string) {
 	e := store.AuditEntry{Time: d.now(), Actor: actor, Action: action, Subject: subject, Detail: detail}
-	d.w.do(func(ctx context.Context) error {
+	d.w.doKey("audit", func(ctx context.Context) error {
 		_, err := d.st.AppendAudit(ctx, e)
 		return err
 	})
