@@ -216,13 +216,12 @@ func (d *Driver) changeNode(ctx context.Context, node string, edit func(*nodeSet
 	if err != nil {
 		return err
 	}
-	var serr error
-	if derr := d.do(ctx, func() {
+	return d.call(ctx, func() error {
 		set := d.nodeSets[node]
 		edit(&set)
 		d.nodeSets[node] = set
-		if serr = d.saveNodeSettings(); serr != nil {
-			return
+		if err := d.saveNodeSettings(); err != nil {
+			return err
 		}
 		n := d.nodeRecord(node)
 		// The node hears its new settings before any offer the change
@@ -233,10 +232,8 @@ func (d *Driver) changeNode(ctx context.Context, node string, edit func(*nodeSet
 			d.exec(d.step(d.nodeEvent(n)))
 		}
 		d.log.Info("node settings changed", logkey.NodeID, node, "pools", set.Pools, "ceiling", set.adminCeiling(), "drain", set.Drain)
-	}); derr != nil {
-		return derr
-	}
-	return serr
+		return nil
+	})
 }
 
 // Policy implements admin.Backend (OPS-03).

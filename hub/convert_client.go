@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/job"
 	"github.com/vk-ci/vk/sched"
 )
 
@@ -261,5 +262,37 @@ func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 		out = append(out, k)
 	}
 	slices.Sort(out)
+	return out
+}
+
+func projectKey(id int64) string { return strconv.FormatInt(id, 10) }
+
+// specName reads the job name from a stored (redacted) spec.
+func specName(b []byte) string {
+	var s job.JobSpec
+	if json.Unmarshal(b, &s) != nil || s.GitLabCI == nil {
+		return ""
+	}
+	return s.GitLabCI.Job.Name
+}
+
+// builtImages lists the images of a spec (its own and its services') the
+// node builds from the checkout, for image affinity (PLACE-14).
+func builtImages(s job.JobSpec) []string {
+	if s.GitLabCI == nil {
+		return nil
+	}
+	var out []string
+	add := func(name string) {
+		if strings.HasPrefix(name, "dockerfile:") || strings.HasPrefix(name, "compose:") {
+			out = append(out, name)
+		}
+	}
+	if im := s.GitLabCI.Image; im != nil {
+		add(im.Name)
+	}
+	for _, sv := range s.GitLabCI.Services {
+		add(sv.Name)
+	}
 	return out
 }

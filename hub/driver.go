@@ -5,12 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vk-ci/vk/hub/output"
@@ -29,8 +26,10 @@ import (
 // answers to waiting long polls, job record changes (with revision bumps
 // and wakeups), persisted claimed admissions.
 //
-// Everything the driver owns is touched only on its goroutine: other
-// goroutines hand it closures (do) and wait for their results. Disk writes
+// Everything the driver owns is touched only on its goroutine, which
+// selects over its inputs: typed session events (sessionEvent: a node or
+// relay came, went or sent a frame), the calls of the API, admin and UI
+// adapters (do, call), and its tick. Disk writes
 // of job output happen on the caller's goroutine (the node session's
 // reader); record writes (job records, claimed admissions, audit) are
 // queued, in order, to a writer goroutine (recWriter), and whoever must
@@ -38,6 +37,14 @@ import (
 // goroutine: a claim's 204 (DECISIONS 6), a settle's 204, the node's
 // "recorded" (NSESS-10). Only a job's creation (before its 201) and the
 // rare ID-floor raise are written on the driver's goroutine.
+//
+// It is split along its seams, one file each: the API adapter
+// (driver_api.go, driver_jobs.go: api.Backend), the session adapter
+// (driver_node.go, driver_relay.go: frames of node and relay sessions),
+// the admin and UI adapters (admin_backend.go, ui_backend.go) and the
+// persistence (driver_store.go); this file is the owner loop and the
+// carrying out of the core's actions. The core holds the state of
+// tickets, admissions, jobs and every limit; the adapters ask it.
 //
 // Get it from [Server.Driver]. Its exported methods are the session seam
 // (NodeConnected, NodeFrame, NodeDisconnected, RelayConnected, RelayFrame,
@@ -53,7 +60,7 @@ import (
 type Driver struct {
 	core   *sched.Core
 	clk    clock.Clock
-	st     store.Store
+	st     driverStore
 	out    output.Store
 	log    *slog.Logger
 	met    *metrics
@@ -61,27 +68,29 @@ type Driver struct {
 	policy *PolicyConfig
 	epoch  string // ticket ID epoch of this start
 
-	reqs chan func()
-	bg   context.Context // for store writes; never cancelled mid-write
-	w    *recWriter      // record writes, in order, off the driver goroutine
+	// The owner loop's inputs, as raft's node.run selects over typed
+	// channels: what the node and relay sessions say (sessc), and the
+	// calls of the API, admin and UI adapters (reqs).
+	sessc chan sessionReq
+	reqs  chan func()
+	bg    context.Context // for store writes; never cancelled mid-write
+	w     *recWriter      // record writes, in order, off the driver goroutine
 
-	// Owned by the loop goroutine.
+	// Owned by the loop goroutine. The core holds the state of tickets,
+	// admissions and jobs and every limit; the driver keeps only what
+	// the wire and the store need beside it, keyed by the core's IDs
+	// (mirror_test.go keeps it so).
 	ids      *idTable
 	relays   map[string]*relayRec
 	nodes    map[string]*nodeRec
 	tickets  map[sched.TicketID]*ticketRec
-	adms     map[sched.AdmissionID]*admRec
-	resAdm   map[sched.ReservationID]sched.AdmissionID
-	jobs     map[string]*jobRec
-	jobBySID map[sched.JobID]*jobRec
+	jobs     map[sched.JobID]*jobRec
+	jobIDs   map[string]sched.JobID // wire job ID → the core's
 	renewers map[sched.ReservationID][]chan renewAnswer
-	unended  map[string]int      // per principal: live tickets + restored admissions
-	openTk   map[runnerKey]int   // per runner: live unclaimed tickets (API-20)
 	down     map[string]*nodeRec // nodes whose session is gone, not yet declared lost
-	total    int
 	nextTk   uint64
 	nextJob  uint64
-	session  uint64
+	sessions uint64 // relay sessions begun, the core's session numbers
 	idFloor  uint64
 	capRev   uint64
 	capWake  chan struct{}
@@ -90,6 +99,19 @@ type Driver struct {
 	// their ending sessions are dropped (their keys are refused anyway).
 	removed map[string]bool
 	trace   tracer // the workload trace (hub/trace.go)
+}
+
+// driverStore is what the driver asks of the hub's store: job records and
+// claimed admissions, meta values (the seed, the ID floor, operator
+// settings), the audit log, approvals, and the enrolled principals its
+// admin and UI views list.
+type driverStore interface {
+	store.Records
+	store.Meta
+	store.Audit
+	store.Approvals
+	GetPrincipal(ctx context.Context, id string) (store.Principal, error)
+	ListPrincipals(ctx context.Context) ([]store.Principal, error)
 }
 
 // relayRec is a relay as the driver knows it.
@@ -107,10 +129,9 @@ type relayRec struct {
 }
 
 type runnerRec struct {
-	id          sched.RunnerID
-	tenant      string
-	placement   client.Placement
-	concurrency int // request_concurrency (≥ 1)
+	id        sched.RunnerID
+	tenant    string
+	placement client.Placement
 }
 
 // nodeRec is a node as the driver knows it.
@@ -128,33 +149,16 @@ type nodeRec struct {
 	synced bool
 }
 
-// ticketRec is a live ticket: from TicketQueued until it expires, its
-// admission ends or becomes a job.
+// ticketRec is what the wire needs of a live ticket beside the core's
+// view of it: who asked, and the channel its long polls wait on. It lives
+// from TicketQueued until the ticket expires, its admission ends or
+// becomes a job.
 type ticketRec struct {
-	id      sched.TicketID
-	wire    string
-	owner   string
-	runner  string
-	adm     sched.AdmissionID // once granted
-	claimed bool
-	wake    chan struct{} // closed and replaced on every change
-	queued  time.Time     // when the relay asked (the queue's "since")
-}
-
-// admRec is a granted (or restored claimed) admission.
-type admRec struct {
-	id        sched.AdmissionID
-	owner     string
-	runner    string
-	tenant    string
-	placement client.Placement
-	res       sched.ReservationID
-	node      string
-	ticket    sched.TicketID // 0 for a restored one
-	claimed   bool
-	claimedAt time.Time
-	job       string
-	lease     int
+	id     sched.TicketID
+	owner  string
+	runner string
+	wake   chan struct{} // closed and replaced on every change
+	queued time.Time     // when the relay asked (the queue's "since")
 }
 
 // jobRec is an unsettled job.
@@ -169,27 +173,14 @@ type jobRec struct {
 	wake   chan struct{}
 }
 
-// writeDone is one record write's end: err is set before done is closed
-// and read only after.
-type writeDone struct {
-	done chan struct{}
-	err  error
-}
-
 type renewAnswer struct {
 	remaining int
 	gone      bool
 }
 
-// Meta keys of the driver.
-const (
-	metaIDFloor = "hub.id_floor"
-	idFloorStep = 1 << 16
-)
-
 // newDriver builds the driver over an open store and output store,
 // restoring what survived a restart. Run it with [Driver.Run].
-func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Store, out output.Store, clk clock.Clock, log *slog.Logger, met *metrics) (*Driver, error) {
+func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStore, out output.Store, clk clock.Clock, log *slog.Logger, met *metrics) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -201,12 +192,10 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st store.Stor
 	rand.Read(ep[:])
 	d := &Driver{
 		clk: clk, st: st, out: out, log: log, met: met, cfg: cfg, policy: pol,
-		epoch: hex.EncodeToString(ep[:]), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
+		epoch: hex.EncodeToString(ep[:]), sessc: make(chan sessionReq), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
 		ids: newIDTable(), relays: map[string]*relayRec{}, nodes: map[string]*nodeRec{},
-		tickets: map[sched.TicketID]*ticketRec{}, adms: map[sched.AdmissionID]*admRec{},
-		resAdm: map[sched.ReservationID]sched.AdmissionID{}, jobs: map[string]*jobRec{},
-		jobBySID: map[sched.JobID]*jobRec{}, renewers: map[sched.ReservationID][]chan renewAnswer{},
-		unended: map[string]int{}, openTk: map[runnerKey]int{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
+		tickets: map[sched.TicketID]*ticketRec{}, jobs: map[sched.JobID]*jobRec{}, jobIDs: map[string]sched.JobID{},
+		renewers: map[sched.ReservationID][]chan renewAnswer{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
 		trace: nopTracer{}, // until openTrace, after the restore
 	}
 	d.w = newRecWriter(d.bg, st, log)
@@ -263,6 +252,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case r := <-d.sessc:
+			d.onSession(r.ev)
+			close(r.done)
 		case f := <-d.reqs:
 			f()
 		case <-t.C():
@@ -286,6 +278,16 @@ func (d *Driver) do(ctx context.Context, f func()) error {
 	}
 	<-done
 	return nil
+}
+
+// call runs f on the driver goroutine and returns its error, or ctx's
+// when the loop did not take f in time.
+func (d *Driver) call(ctx context.Context, f func() error) error {
+	var err error
+	if derr := d.do(ctx, func() { err = f() }); derr != nil {
+		return derr
+	}
+	return err
 }
 
 // now is the driver's clock reading.
@@ -346,34 +348,16 @@ func (d *Driver) exec(acts []sched.Action) {
 		case sched.Expire:
 			d.onExpire(a)
 		case sched.EndJob:
-			if j := d.jobBySID[a.Job]; j != nil {
+			if j := d.jobs[a.Job]; j != nil {
 				d.finishJob(j, client.JobResult{Failure: client.Failure(a.Failure), Message: a.Message, OutputLen: j.outLen})
 			}
 		case sched.CancelJob:
-			jid := ""
-			if j := d.jobBySID[a.Job]; j != nil {
-				jid = j.rec.ID
-			}
-			if jid != "" {
-				d.sendNode(a.Node, cancelFrame(jid, client.CancelImmediate))
+			if j := d.jobs[a.Job]; j != nil {
+				d.sendNode(a.Node, cancelFrame(j.rec.ID, client.CancelImmediate))
 			}
 		case sched.AdmissionEnded:
-			d.onAdmissionEnded(a.Admission, a.Reason)
+			d.onAdmissionEnded(a)
 		}
-	}
-	d.met.set("vk_hub_queue_depth", float64(len(d.tickets)), "class", "tickets")
-}
-
-// raiseFloor persists a floor above the IDs the core mints, so a restarted
-// hub never reuses a reservation ID a node may still hold.
-func (d *Driver) raiseFloor(id uint64) {
-	if id < d.idFloor {
-		return
-	}
-	d.idFloor = id + idFloorStep
-	b := binary.BigEndian.AppendUint64(nil, d.idFloor)
-	if err := d.st.PutMeta(d.bg, metaIDFloor, b); err != nil {
-		d.log.Error("persisting the ID floor failed", logkey.Err, err)
 	}
 }
 
@@ -391,17 +375,16 @@ func (d *Driver) sendNode(id sched.NodeID, m dispatch.Message) {
 
 func (d *Driver) onGrant(g sched.Grant) {
 	d.met.add("vk_hub_grants_total", 1)
-	t := d.tickets[g.Ticket]
-	if t == nil {
-		return
+	if t := d.tickets[g.Ticket]; t != nil {
+		// The wait by size class counts the runner's placement, as the
+		// queue shows it.
+		if r := d.relays[t.owner]; r != nil {
+			if rr, ok := r.runners[t.runner]; ok {
+				d.observeWait(waitTicket, rr.placement, t.queued)
+			}
+		}
+		d.wakeTicket(t)
 	}
-	t.adm = g.Admission
-	rr := d.relays[t.owner].runners[t.runner]
-	d.adms[g.Admission] = &admRec{id: g.Admission, owner: t.owner, runner: t.runner, tenant: rr.tenant,
-		placement: rr.placement, res: g.Reservation, node: d.ids.nodeName(g.Node), ticket: g.Ticket, lease: g.LeaseSecs}
-	d.resAdm[g.Reservation] = g.Admission
-	d.observeWait(waitTicket, rr.placement, t.queued)
-	d.wakeTicket(t)
 }
 
 func (d *Driver) wakeTicket(t *ticketRec) {
@@ -415,57 +398,47 @@ func (d *Driver) onExpire(e sched.Expire) {
 		return
 	}
 	d.met.add("vk_hub_tickets_ended_total", 1)
-	if a := d.adms[t.adm]; a != nil && !a.claimed {
-		d.dropAdm(a)
-	}
-	d.dropTicket(t)
+	d.dropTicket(e.Ticket)
+	d.renewersGone()
 }
 
 // dropTicket forgets a ticket and wakes its pollers (who then read 410).
-func (d *Driver) dropTicket(t *ticketRec) {
-	delete(d.tickets, t.id)
-	if !t.claimed {
-		d.openTk[runnerKey{t.owner, t.runner}]--
+func (d *Driver) dropTicket(id sched.TicketID) {
+	if t := d.tickets[id]; t != nil {
+		delete(d.tickets, id)
+		d.wakeTicket(t)
 	}
-	d.unended[t.owner]--
-	d.total--
-	d.wakeTicket(t)
 }
 
-func (d *Driver) dropAdm(a *admRec) {
-	delete(d.adms, a.id)
-	if d.resAdm[a.res] == a.id {
-		delete(d.resAdm, a.res)
+// renewersGone answers "gone" to the renews waiting on reservations no
+// admission of the core holds any more.
+func (d *Driver) renewersGone() {
+	for rid, chs := range d.renewers {
+		if _, ok := d.core.ReservationAdmission(rid); ok {
+			continue
+		}
+		for _, ch := range chs {
+			ch <- renewAnswer{gone: true}
+		}
+		delete(d.renewers, rid)
 	}
-	for _, ch := range d.renewers[a.res] {
-		ch <- renewAnswer{gone: true}
-	}
-	delete(d.renewers, a.res)
 }
 
-func (d *Driver) onAdmissionEnded(id sched.AdmissionID, why string) {
-	a := d.adms[id]
-	if a == nil {
-		return
-	}
-	d.log.Debug("admission ended", logkey.Admission, admissionWire(id), "reason", why)
-	if t := d.tickets[a.ticket]; t != nil {
-		d.dropTicket(t)
-	} else if a.ticket == 0 {
-		d.unended[a.owner]--
-		d.total--
-	}
-	d.dropAdm(a)
-	if a.claimed {
-		wire := admissionWire(id)
-		d.w.do(func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, wire) })
-	}
+// onAdmissionEnded forgets an ended admission's ticket and its persisted
+// record: an admission ends only once claimed (granted ones end with
+// their ticket's Expire).
+func (d *Driver) onAdmissionEnded(e sched.AdmissionEnded) {
+	d.log.Debug("admission ended", logkey.Admission, admissionWire(e.Admission), "reason", e.Reason)
+	d.dropTicket(e.Ticket)
+	d.renewersGone()
+	wire := admissionWire(e.Admission)
+	d.w.doKey("adm:"+wire, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, wire) })
 }
 
 // onStart sends a start with the job's full spec (secrets included: the
 // node needs them).
 func (d *Driver) onStart(s sched.Start) {
-	j := d.jobBySID[s.Job]
+	j := d.jobs[s.Job]
 	if j == nil {
 		return
 	}
@@ -477,113 +450,6 @@ func (d *Driver) onStart(s sched.Start) {
 		return
 	}
 	d.sendNode(s.Node, startFromSched(s, j.rec.ID, *j.spec))
-}
-
-// saveJob queues a write of the job record (see recWriter) and, when
-// bump, moves its revision and wakes its long polls (API-36). The
-// returned channel says when the write is durable.
-func (d *Driver) saveJob(j *jobRec, bump bool) <-chan error {
-	if bump {
-		j.rec.Revision++
-	}
-	j.rec.Updated = d.now()
-	j.rec.OutputLen = j.outLen
-	ch := d.w.saveJob(j.rec.Clone())
-	if bump {
-		close(j.wake)
-		j.wake = make(chan struct{})
-	}
-	return ch
-}
-
-// finishJob records a job's result (once) and marks its output complete;
-// j.stored is closed once the record is durable.
-func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
-	if j.rec.State == store.JobFinished {
-		return
-	}
-	if res.OutputLen < j.outLen {
-		res.OutputLen = j.outLen
-	}
-	b, err := json.Marshal(res)
-	if err != nil {
-		d.log.Error("encoding a job result failed", logkey.JobID, j.rec.ID, logkey.Err, err)
-	}
-	j.rec.State, j.rec.Result, j.result, j.spec = store.JobFinished, b, &res, nil
-	id := j.rec.ID
-	d.w.do(func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
-	d.met.add("vk_hub_jobs_finished_total", 1, "failure", failureLabel(res.Failure))
-	d.log.Info("job finished", logkey.JobID, j.rec.ID, "failure", string(res.Failure), "message", res.Message)
-	d.storeFinished(j, true)
-}
-
-// storeFinished saves a finished job's record and sets j.stored.
-func (d *Driver) storeFinished(j *jobRec, bump bool) {
-	durable, wd := d.saveJob(j, bump), &writeDone{done: make(chan struct{})}
-	j.stored = wd
-	go func() {
-		wd.err = <-durable
-		close(wd.done)
-	}()
-}
-
-// countJobs sets the job gauges; O(unsettled jobs), so it runs when
-// /metrics is scraped, not on every change.
-func (d *Driver) countJobs() {
-	counts := map[store.JobState]int{}
-	for _, j := range d.jobs {
-		counts[j.rec.State]++
-	}
-	for _, s := range []store.JobState{store.JobQueued, store.JobStarting, store.JobRunning, store.JobFinished} {
-		d.met.set("vk_hub_jobs", float64(counts[s]), "state", string(s))
-	}
-	d.met.set("vk_hub_queue_depth", float64(counts[store.JobQueued]), "class", "jobs")
-	d.countTenants()
-}
-
-// countTenants sets the per-tenant gauges: admissions held (reservations
-// and the jobs under them), requests waiting (unclaimed tickets not yet
-// granted, and queued jobs), and each policy tenant's cap and weight;
-// O(tickets + admissions + jobs), at scrape time.
-func (d *Driver) countTenants() {
-	held, waiting := map[string]int{}, map[string]int{}
-	for _, a := range d.adms {
-		held[a.tenant]++
-	}
-	for _, tk := range d.tickets {
-		if tk.adm == 0 {
-			tenant, _ := policyTenantOf(d.policy, tk.owner, tk.runner)
-			waiting[tenant]++
-		}
-	}
-	for _, j := range d.jobs {
-		if j.rec.State == store.JobQueued {
-			waiting[j.rec.Tenant]++
-		}
-	}
-	for _, g := range []string{"vk_hub_tenant_held", "vk_hub_tenant_waiting", "vk_hub_tenant_cap", "vk_hub_tenant_weight"} {
-		d.met.gauges[g].Reset() // a tenant gone from the policy and the queue goes from the scrape
-	}
-	if d.policy != nil {
-		for name, tp := range d.policy.Tenants {
-			held[name] += 0
-			waiting[name] += 0
-			w := tp.Weight
-			if w == 0 {
-				w = 1
-			}
-			d.met.set("vk_hub_tenant_weight", float64(w), "tenant", name)
-			if tp.Cap > 0 {
-				d.met.set("vk_hub_tenant_cap", float64(tp.Cap), "tenant", name)
-			}
-		}
-	}
-	for name, n := range held {
-		d.met.set("vk_hub_tenant_held", float64(n), "tenant", name)
-	}
-	for name, n := range waiting {
-		d.met.set("vk_hub_tenant_waiting", float64(n), "tenant", name)
-	}
 }
 
 // onTick lets time pass in the core and declares nodes lost whose session
@@ -600,165 +466,4 @@ func (d *Driver) onTick() {
 			d.exec(d.step(sched.NodeLost{Node: n.id}))
 		}
 	}
-}
-
-// audit appends an audit log entry. Entries name IDs and redacted facts
-// only, never a spec's secrets (AUTH-07).
-func (d *Driver) audit(actor, action, subject, detail string) {
-	e := store.AuditEntry{Time: d.now(), Actor: actor, Action: action, Subject: subject, Detail: detail}
-	d.w.do(func(ctx context.Context) error {
-		_, err := d.st.AppendAudit(ctx, e)
-		return err
-	})
-}
-
-// newJobID returns a random 16-hex-digit job ID.
-func newJobID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// restore reloads claimed admissions and unsettled jobs (FAIL-19,
-// DECISIONS 6) and feeds them to the core as one Restore event.
-func (d *Driver) restore(ctx context.Context) error {
-	now := d.now()
-	ev := sched.Restore{NextID: d.idFloor}
-	adms, err := d.st.ListAdmissions(ctx)
-	if err != nil {
-		return fmt.Errorf("hub: restore admissions: %w", err)
-	}
-	jobs, err := d.st.ListJobs(ctx, true)
-	if err != nil {
-		return fmt.Errorf("hub: restore jobs: %w", err)
-	}
-	byAdm := map[string]store.Admission{}
-	touch := func(node string) {
-		if node == "" {
-			return
-		}
-		if d.nodes[node] == nil {
-			d.nodes[node] = &nodeRec{name: node, id: d.ids.node(node), downAt: now}
-			d.down[node] = d.nodes[node]
-		}
-	}
-	for _, a := range adms {
-		byAdm[a.ID] = a
-		if a.Job != "" {
-			continue // its job decides (below)
-		}
-		aid, ok := parseAdmission(a.ID)
-		if !ok {
-			continue
-		}
-		pl, _ := parsePlacementKey(a.Placement)
-		rid, _ := parseReservation(a.Reservation)
-		rel := d.ids.relay(a.Relay)
-		run, _ := d.ids.runner(a.Relay, a.Runner)
-		touch(a.Node)
-		ev.Admissions = append(ev.Admissions, sched.RestoredAdmission{Admission: aid, Reservation: rid,
-			Node: d.ids.node(a.Node), Runner: run, Tenant: d.ids.tenant(a.Tenant), Relay: rel, Placement: placementToSched(pl)})
-		d.adms[aid] = &admRec{id: aid, owner: a.Relay, runner: a.Runner, tenant: a.Tenant, placement: pl, res: rid,
-			node: a.Node, claimed: true, claimedAt: a.ClaimedAt}
-		if rid != 0 {
-			d.resAdm[rid] = aid
-		}
-		d.unended[a.Relay]++
-		d.total++
-	}
-	for _, r := range jobs {
-		n, _, err := d.out.Len(ctx, r.ID)
-		if err != nil {
-			d.log.Warn("output length unknown", logkey.JobID, r.ID, logkey.Err, err)
-		}
-		d.nextJob++
-		j := &jobRec{sid: sched.JobID(d.nextJob), rec: r, outLen: n, wake: make(chan struct{}), name: specName(r.Spec)}
-		d.jobs[r.ID] = j
-		d.jobBySID[j.sid] = j
-		switch r.State {
-		case store.JobFinished:
-			var res client.JobResult
-			if json.Unmarshal(r.Result, &res) == nil {
-				j.result = &res
-			}
-		case store.JobRunning:
-			pl, _ := parsePlacementKey(r.Placement)
-			aid, _ := parseAdmission(r.Admission)
-			run, _ := d.ids.runner(r.Principal, r.Runner)
-			touch(r.Node)
-			ev.Jobs = append(ev.Jobs, sched.RestoredJob{Job: j.sid, Node: d.ids.node(r.Node), Runner: run,
-				Tenant: d.ids.tenant(r.Tenant), Relay: d.ids.relay(r.Principal), Admission: aid,
-				Envelope: envelopeToSched(pl.Envelope)})
-		default:
-			// FAIL-19: not accepted by a node before the restart; its spec
-			// (with secrets) was in memory only.
-			d.finishJob(j, client.JobResult{Failure: client.FailureLost, Message: sched.MsgNotAcceptedAfter, OutputLen: n})
-			d.audit("hub", "job.lost", r.ID, sched.MsgNotAcceptedAfter)
-			if a, ok := byAdm[r.Admission]; ok {
-				d.st.DeleteAdmission(ctx, a.ID)
-			}
-		}
-	}
-	d.exec(d.step(ev))
-	d.log.Info("hub state restored", "admissions", len(ev.Admissions), "running_jobs", len(ev.Jobs), "jobs", len(jobs))
-	return nil
-}
-
-// jobView converts a job record to its API view.
-func (j *jobRec) view() client.JobView {
-	v := client.JobView{ID: j.rec.ID, Revision: j.rec.Revision, State: client.JobState(j.rec.State),
-		Node: j.rec.Node, Stage: j.rec.Stage, OutputLen: j.outLen, Cancel: client.CancelMode(j.rec.Cancel)}
-	if j.rec.State == store.JobFinished {
-		if j.result != nil {
-			r := *j.result
-			v.Result = &r
-		} else {
-			v.Result = &client.JobResult{Failure: client.FailureOther, OutputLen: j.outLen}
-		}
-	}
-	return v
-}
-
-// viewOfRecord is the view of a job known only from the store (settled).
-func viewOfRecord(r store.Job) client.JobView {
-	j := &jobRec{rec: r, outLen: r.OutputLen}
-	if len(r.Result) > 0 {
-		var res client.JobResult
-		if json.Unmarshal(r.Result, &res) == nil {
-			j.result = &res
-		}
-	}
-	return j.view()
-}
-
-func projectKey(id int64) string { return strconv.FormatInt(id, 10) }
-
-// specName reads the job name from a stored (redacted) spec.
-func specName(b []byte) string {
-	var s job.JobSpec
-	if json.Unmarshal(b, &s) != nil || s.GitLabCI == nil {
-		return ""
-	}
-	return s.GitLabCI.Job.Name
-}
-
-// builtImages lists the images of a spec (its own and its services') the
-// node builds from the checkout, for image affinity (PLACE-14).
-func builtImages(s job.JobSpec) []string {
-	if s.GitLabCI == nil {
-		return nil
-	}
-	var out []string
-	add := func(name string) {
-		if strings.HasPrefix(name, "dockerfile:") || strings.HasPrefix(name, "compose:") {
-			out = append(out, name)
-		}
-	}
-	if im := s.GitLabCI.Image; im != nil {
-		add(im.Name)
-	}
-	for _, sv := range s.GitLabCI.Services {
-		add(sv.Name)
-	}
-	return out
 }

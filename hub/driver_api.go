@@ -153,7 +153,8 @@ func (d *Driver) Reserve(ctx context.Context, p api.Principal, req client.Reserv
 	return nil, "", &api.Error{Code: client.CodeNoCapacity, Msg: "no node accepted the reservation in time", RetryAfter: 5}
 }
 
-// queueTicket checks the limits (API-20, API-21) and queues a ticket.
+// queueTicket queues a ticket of a connected relay's reported runner
+// (API-21); the core enforces the limits (API-20).
 func (d *Driver) queueTicket(principal string, req client.ReservationRequest) (string, error) {
 	r := d.relays[principal]
 	if r == nil || !r.up {
@@ -169,30 +170,27 @@ func (d *Driver) queueTicket(principal string, req client.ReservationRequest) (s
 	if !samePlacement(rr.placement, req.Placement) {
 		return "", api.Errorf(client.CodeForbidden, "placement differs from runner %s's reported placement", req.Runner)
 	}
-	open := d.openTk[runnerKey{principal, req.Runner}]
-	switch {
-	case open >= rr.concurrency:
-		return "", &api.Error{Code: client.CodeUnavailable, Msg: "runner has request_concurrency tickets outstanding", RetryAfter: 1}
-	case d.unended[principal] >= d.cfg.Limits.PerPrincipal:
-		return "", &api.Error{Code: client.CodeUnavailable, Msg: "relay holds its limit of unended reservations", RetryAfter: 5}
-	case d.total >= d.cfg.Limits.PerHub:
-		return "", &api.Error{Code: client.CodeUnavailable, Msg: "reservation queue full", RetryAfter: 5}
-	}
 	d.nextTk++
 	id := sched.TicketID(d.nextTk)
 	acts := d.step(sched.TicketQueued{Ticket: id, Runner: rr.id})
-	if err := verdictError(verdictOf(acts)); err != nil {
+	if err := limitError(verdictOf(acts)); err != nil {
 		d.exec(acts)
 		return "", err
 	}
-	t := &ticketRec{id: id, wire: ticketWire(d.epoch, id), owner: principal, runner: req.Runner, wake: make(chan struct{}), queued: d.now()}
-	d.tickets[id] = t
-	d.openTk[runnerKey{principal, req.Runner}]++
-	d.unended[principal]++
-	d.total++
+	d.tickets[id] = &ticketRec{id: id, owner: principal, runner: req.Runner, wake: make(chan struct{}), queued: d.now()}
 	d.met.add("vk_hub_tickets_total", 1)
 	d.exec(acts)
-	return t.wire, nil
+	return ticketWire(d.epoch, id), nil
+}
+
+// limitError is verdictError with the retry hint of the relay's and the
+// hub's limits: 5 s, as a place there frees with a job, not a poll.
+func limitError(v sched.Verdict) error {
+	err := verdictError(v)
+	if v.Code == sched.VerdictUnavailable && (v.Message == sched.MsgRelayLimit || v.Message == sched.MsgHubLimit) {
+		err.(*api.Error).RetryAfter = 5
+	}
+	return err
 }
 
 // Ticket implements api.Backend (API-04, API-22..25).
@@ -256,35 +254,64 @@ func (d *Driver) CancelTicket(ctx context.Context, p api.Principal, ticket strin
 	if !same {
 		return nil
 	}
-	var err error
-	if derr := d.do(ctx, func() {
+	return d.call(ctx, func() error {
 		if t := d.tickets[id]; t != nil && t.owner != p.ID {
-			err = notFound("ticket")
-			return
+			return notFound("ticket")
 		}
-		err = verdictError(d.stepExec(sched.TicketCancelled{Ticket: id}))
-	}); derr != nil {
-		return derr
+		return verdictError(d.stepExec(sched.TicketCancelled{Ticket: id}))
+	})
+}
+
+// admission is an admission as the core holds it, with the names of its
+// relay and runner.
+type admission struct {
+	id sched.AdmissionID
+	sched.AdmissionView
+	owner, runner string
+}
+
+// admission returns the core's admission id; ok false when the core does
+// not know it.
+func (d *Driver) admission(id sched.AdmissionID) (admission, bool) {
+	v, ok := d.core.Admission(id)
+	if !ok {
+		return admission{}, false
 	}
-	return err
+	k := d.ids.runnerOf(v.Runner)
+	return admission{id: id, AdmissionView: v, owner: k.relay, runner: k.name}, true
 }
 
 // admFor resolves an admission or reservation wire ID to an admission of
-// principal. ok false with err nil: unknown to this hub.
-func (d *Driver) admFor(principal, id string) (sched.AdmissionID, *admRec, error) {
-	aid, ok := parseAdmission(id)
+// principal. A zero ID with err nil: unknown to this hub; a known ID
+// with ok false: one the core no longer holds.
+func (d *Driver) admFor(principal, id string) (aid sched.AdmissionID, a admission, ok bool, err error) {
+	aid, ok = parseAdmission(id)
 	if !ok {
 		rid, rok := parseReservation(id)
 		if !rok {
-			return 0, nil, api.Errorf(client.CodeInvalid, "malformed admission or reservation ID %q", id)
+			return 0, admission{}, false, api.Errorf(client.CodeInvalid, "malformed admission or reservation ID %q", id)
 		}
-		aid = d.resAdm[rid]
+		aid, _ = d.core.ReservationAdmission(rid)
 	}
-	a := d.adms[aid]
-	if a != nil && a.owner != principal {
-		return 0, nil, notFound("admission") // API-50
+	a, ok = d.admission(aid)
+	if ok && a.owner != principal {
+		return 0, admission{}, false, notFound("admission") // API-50
 	}
-	return aid, a, nil
+	return aid, a, ok, nil
+}
+
+// admissionRecord is the persisted record of a claimed admission (ARB-04,
+// DECISIONS 6), job its job's wire ID ("" before one).
+func (d *Driver) admissionRecord(a admission, job string) store.Admission {
+	tenant, _ := policyTenantOf(d.policy, a.owner, a.runner)
+	pl := client.Placement{Envelope: envelopeFromSched(a.Envelope)}
+	if r := d.relays[a.owner]; r != nil {
+		if rr, ok := r.runners[a.runner]; ok {
+			tenant, pl = rr.tenant, rr.placement
+		}
+	}
+	return store.Admission{ID: admissionWire(a.id), Reservation: reservationWire(a.Reservation), Node: d.ids.nodeName(a.Node),
+		Relay: a.owner, Runner: a.runner, Tenant: tenant, Placement: placementKey(pl), Job: job, ClaimedAt: a.ClaimedAt}
 }
 
 // Claim implements api.Backend (API-26, DECISIONS 1). A claimed admission
@@ -295,7 +322,7 @@ func (d *Driver) Claim(ctx context.Context, p api.Principal, id string) error {
 		durable <-chan error
 	)
 	if derr := d.do(ctx, func() {
-		aid, a, e := d.admFor(p.ID, id)
+		aid, a, known, e := d.admFor(p.ID, id)
 		if e != nil {
 			err = e
 			return
@@ -304,17 +331,14 @@ func (d *Driver) Claim(ctx context.Context, p api.Principal, id string) error {
 			err = api.Errorf(client.CodeReservationGone, "no such grant")
 			return
 		}
-		if err = verdictError(d.stepExec(sched.Claimed{Admission: aid})); err != nil || a == nil || a.claimed {
+		if err = verdictError(d.stepExec(sched.Claimed{Admission: aid})); err != nil || !known || a.State != "granted" {
+			return // a repeated claim: its record is written already
+		}
+		if a, known = d.admission(aid); !known {
 			return
 		}
-		a.claimed, a.claimedAt = true, d.now()
-		if t := d.tickets[a.ticket]; t != nil {
-			t.claimed = true
-			d.openTk[runnerKey{t.owner, t.runner}]--
-		}
-		rec := store.Admission{ID: admissionWire(aid), Reservation: reservationWire(a.res), Node: a.node, Relay: a.owner,
-			Runner: a.runner, Tenant: a.tenant, Placement: placementKey(a.placement), ClaimedAt: a.claimedAt}
-		durable = d.w.do(func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
+		rec := d.admissionRecord(a, "")
+		durable = d.w.doKey("adm:"+rec.ID, func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
 	}); derr != nil {
 		return derr
 	}
@@ -333,17 +357,12 @@ func (d *Driver) Outcome(ctx context.Context, p api.Principal, admission string,
 	if !ok {
 		return api.Errorf(client.CodeInvalid, "malformed admission ID %q", admission)
 	}
-	var err error
-	if derr := d.do(ctx, func() {
-		if a := d.adms[aid]; a != nil && a.owner != p.ID {
-			err = notFound("admission")
-			return
+	return d.call(ctx, func() error {
+		if a, ok := d.admission(aid); ok && a.owner != p.ID {
+			return notFound("admission")
 		}
-		err = verdictError(d.stepExec(sched.Outcome{Admission: aid, Kind: outcomeToSched(o)}))
-	}); derr != nil {
-		return derr
-	}
-	return err
+		return verdictError(d.stepExec(sched.Outcome{Admission: aid, Kind: outcomeToSched(o)}))
+	})
 }
 
 // Renew implements api.Backend (API-29): the node's answer to the renew
@@ -355,12 +374,12 @@ func (d *Driver) Renew(ctx context.Context, p api.Principal, id string, leaseSec
 		g   client.ReservationGrant
 	)
 	if derr := d.do(ctx, func() {
-		aid, a, e := d.admFor(p.ID, id)
+		aid, a, known, e := d.admFor(p.ID, id)
 		if e != nil {
 			err = e
 			return
 		}
-		if aid == 0 || a == nil {
+		if aid == 0 || !known {
 			err = api.Errorf(client.CodeReservationGone, "no such reservation")
 			return
 		}
@@ -370,9 +389,9 @@ func (d *Driver) Renew(ctx context.Context, p api.Principal, id string, leaseSec
 			return
 		}
 		ch = make(chan renewAnswer, 1)
-		d.renewers[a.res] = append(d.renewers[a.res], ch)
-		g = client.ReservationGrant{Admission: admissionWire(aid), Reservation: reservationWire(a.res), Node: a.node,
-			Envelope: a.placement.Envelope, LeaseSecs: a.lease}
+		d.renewers[a.Reservation] = append(d.renewers[a.Reservation], ch)
+		g = client.ReservationGrant{Admission: admissionWire(aid), Reservation: reservationWire(a.Reservation),
+			Node: d.ids.nodeName(a.Node), Envelope: envelopeFromSched(a.Envelope)}
 		d.exec(acts)
 	}); derr != nil {
 		return client.ReservationGrant{}, derr
@@ -398,18 +417,11 @@ func (d *Driver) Renew(ctx context.Context, p api.Principal, id string, leaseSec
 
 // Release implements api.Backend (API-30): 204 even when already gone.
 func (d *Driver) Release(ctx context.Context, p api.Principal, id string) error {
-	var err error
-	if derr := d.do(ctx, func() {
-		aid, _, e := d.admFor(p.ID, id)
-		if e != nil {
-			err = e
-			return
-		}
-		if aid != 0 {
+	return d.call(ctx, func() error {
+		aid, _, _, err := d.admFor(p.ID, id)
+		if err == nil && aid != 0 {
 			d.stepExec(sched.Released{Admission: aid})
 		}
-	}); derr != nil {
-		return derr
-	}
-	return err
+		return err
+	})
 }

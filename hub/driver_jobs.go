@@ -53,8 +53,7 @@ func (d *Driver) endAdmission(principal, admission string) {
 	if !ok {
 		return
 	}
-	a := d.adms[aid]
-	if a == nil || a.owner != principal || a.job != "" {
+	if a, ok := d.admission(aid); !ok || a.owner != principal || a.Job != 0 {
 		return
 	}
 	acts := d.step(sched.SubmissionRefused{Admission: aid})
@@ -90,23 +89,24 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 		place = d.cfg.Jobs.PlaceWithinSecs
 	}
 	ev.PlaceWithin = time.Duration(place) * time.Second
+	var adm admission // the core's admission before the job takes it
 	if sub.Admission != "" {
 		aid, ok := parseAdmission(sub.Admission)
 		if !ok {
 			return client.JobView{}, api.Errorf(client.CodeInvalid, "malformed admission ID %q", sub.Admission)
 		}
-		a := d.adms[aid]
+		a, known := d.admission(aid)
 		switch {
-		case a != nil && a.owner != principal:
+		case known && a.owner != principal:
 			return client.JobView{}, notFound("admission")
-		case a != nil && a.job != "":
-			return client.JobView{}, api.Errorf(client.CodeConflict, "admission already used by job %s", a.job) // API-32
-		case a != nil && (a.runner != sub.Runner || a.tenant != rr.tenant || !samePlacement(a.placement, sub.Placement)):
+		case known && a.Job != 0:
+			return client.JobView{}, api.Errorf(client.CodeConflict, "admission already used by job %s", d.jobWire(a.Job)) // API-32
+		case known && (a.runner != sub.Runner || a.Reservation != 0 && envelopeFromSched(a.Envelope) != sub.Placement.Envelope):
 			return client.JobView{}, api.Errorf(client.CodeForbidden, "job does not match its admission's runner, tenant or placement") // API-31
-		case a != nil && sub.Reservation != "" && sub.Reservation != reservationWire(a.res):
+		case known && sub.Reservation != "" && a.Reservation != 0 && sub.Reservation != reservationWire(a.Reservation):
 			return client.JobView{}, api.Errorf(client.CodeForbidden, "job does not match its admission's reservation")
 		}
-		ev.Admission = aid
+		ev.Admission, adm = aid, a
 	}
 	if sub.Reservation != "" {
 		rid, ok := parseReservation(sub.Reservation)
@@ -120,6 +120,12 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 	}
 	d.nextJob++
 	ev.Job = sched.JobID(d.nextJob)
+	return d.createJob(principal, sub, redacted, rr, ev, adm)
+}
+
+// createJob steps a checked submission into the core and, if it takes
+// it, records the job (before its 201) and its admission's job.
+func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted []byte, rr runnerRec, ev sched.JobSubmitted, adm admission) (client.JobView, error) {
 	acts := d.step(ev)
 	if err := verdictError(verdictOf(acts)); err != nil {
 		d.exec(acts)
@@ -139,20 +145,14 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 		d.exec(d.step(sched.JobSettled{Job: ev.Job}))
 		return client.JobView{}, &api.Error{Code: client.CodeInternal, Msg: "storing the job failed", Err: err}
 	}
-	d.jobs[j.rec.ID] = j
-	d.jobBySID[j.sid] = j
-	if a := d.adms[ev.Admission]; a != nil {
-		a.job = j.rec.ID
-		if t := d.tickets[a.ticket]; t != nil {
-			d.dropTicket(t) // the admission's ticket is a job now
-		} else if a.ticket == 0 {
-			d.unended[a.owner]--
-			d.total--
+	d.addJob(j)
+	if adm.id != 0 {
+		d.dropTicket(adm.Ticket) // the admission's ticket is a job now
+		if v, ok := d.core.Admission(adm.id); ok && v.Reservation != 0 {
+			adm.Reservation, adm.Node = v.Reservation, v.Node
 		}
-		a.ticket = 0
-		rec := store.Admission{ID: admissionWire(a.id), Reservation: reservationWire(a.res), Node: a.node, Relay: a.owner,
-			Runner: a.runner, Tenant: a.tenant, Placement: placementKey(a.placement), Job: j.rec.ID, ClaimedAt: a.claimedAt}
-		d.w.do(func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
+		rec := d.admissionRecord(adm, j.rec.ID)
+		d.w.doKey("adm:"+rec.ID, func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
 	}
 	d.log.Info("job submitted", logkey.JobID, j.rec.ID, logkey.RunnerID, sub.Runner, logkey.GitLabJobID, ci.Job.ID,
 		logkey.Admission, sub.Admission, "spec", spec)
@@ -205,7 +205,7 @@ func (d *Driver) onOwnJob(ctx context.Context, p api.Principal, id string, fn fu
 		return false, notFound("job")
 	}
 	if derr := d.do(ctx, func() {
-		j := d.jobs[id]
+		j := d.job(id)
 		if j == nil {
 			return
 		}
@@ -291,18 +291,14 @@ func (d *Driver) Settle(ctx context.Context, p api.Principal, id string) error {
 		if j.rec.State != store.JobFinished {
 			return api.Errorf(client.CodeConflict, "job not finished yet")
 		}
-		d.w.do(func(ctx context.Context) error { return d.out.Drop(ctx, id) })
+		d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.Drop(ctx, id) })
 		j.rec.Settled = true
 		durable = d.saveJob(j, false)
 		d.exec(d.step(sched.JobSettled{Job: j.sid}))
-		delete(d.jobs, id)
-		delete(d.jobBySID, j.sid)
-		if a, ok := parseAdmission(j.rec.Admission); ok {
-			if ar := d.adms[a]; ar != nil {
-				d.dropAdm(ar)
-			}
+		d.dropJob(j)
+		if _, ok := parseAdmission(j.rec.Admission); ok {
 			adm := j.rec.Admission
-			d.w.do(func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
+			d.w.doKey("adm:"+adm, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
 		}
 		d.audit(p.ID, "job.settle", id, "")
 		d.log.Info("job settled", logkey.JobID, id)
@@ -318,4 +314,31 @@ func (d *Driver) Settle(ctx context.Context, p api.Principal, id string) error {
 	}
 	_, err = d.settledView(ctx, p, id)
 	return err // a settled job settles again: 204
+}
+
+// jobView converts a job record to its API view.
+func (j *jobRec) view() client.JobView {
+	v := client.JobView{ID: j.rec.ID, Revision: j.rec.Revision, State: client.JobState(j.rec.State),
+		Node: j.rec.Node, Stage: j.rec.Stage, OutputLen: j.outLen, Cancel: client.CancelMode(j.rec.Cancel)}
+	if j.rec.State == store.JobFinished {
+		if j.result != nil {
+			r := *j.result
+			v.Result = &r
+		} else {
+			v.Result = &client.JobResult{Failure: client.FailureOther, OutputLen: j.outLen}
+		}
+	}
+	return v
+}
+
+// viewOfRecord is the view of a job known only from the store (settled).
+func viewOfRecord(r store.Job) client.JobView {
+	j := &jobRec{rec: r, outLen: r.OutputLen}
+	if len(r.Result) > 0 {
+		var res client.JobResult
+		if json.Unmarshal(r.Result, &res) == nil {
+			j.result = &res
+		}
+	}
+	return j.view()
 }

@@ -34,26 +34,28 @@ var ErrNodeProtocol = errors.New("hub: node protocol error")
 // node is reachable again with its last report. (The session layer's
 // NodeUp maps here.)
 func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, resumed bool) error {
-	return d.do(ctx, func() {
-		if d.removed[node] {
-			return
-		}
-		n := d.nodeRecord(node)
-		if n.send == nil {
-			d.met.add("vk_hub_nodes_connected", 1)
-		}
-		n.send, n.downAt, n.lostSent = s, time.Time{}, false
-		delete(d.down, node)
-		if _, ok := d.nodeSets[node]; ok {
-			d.sendSettings(n)
-		}
-		if !resumed {
-			n.synced = false
-		} else if n.report != nil && n.synced {
-			d.exec(d.step(d.nodeEvent(n)))
-		}
-		d.log.Info("node connected", logkey.NodeID, node, "resumed", resumed)
-	})
+	return d.session(ctx, nodeUp{node, s, resumed})
+}
+
+func (d *Driver) onNodeUp(e nodeUp) {
+	if d.removed[e.node] {
+		return
+	}
+	n := d.nodeRecord(e.node)
+	if n.send == nil {
+		d.met.add("vk_hub_nodes_connected", 1)
+	}
+	n.send, n.downAt, n.lostSent = e.send, time.Time{}, false
+	delete(d.down, e.node)
+	if _, ok := d.nodeSets[e.node]; ok {
+		d.sendSettings(n)
+	}
+	if !e.resumed {
+		n.synced = false
+	} else if n.report != nil && n.synced {
+		d.exec(d.step(d.nodeEvent(n)))
+	}
+	d.log.Info("node connected", logkey.NodeID, e.node, "resumed", e.resumed)
 }
 
 // NodeDisconnected records that node's session is gone: the core stops
@@ -64,17 +66,19 @@ func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, r
 // two stay apart: a node's absence is a state with a deadline (down,
 // downAt; its jobs run on until then), a relay's ends its tickets at once.
 func (d *Driver) NodeDisconnected(ctx context.Context, node string) error {
-	return d.do(ctx, func() {
-		n := d.nodes[node]
-		if n == nil || n.send == nil {
-			return
-		}
-		n.send, n.downAt = nil, d.now()
-		d.down[node] = n
-		d.met.add("vk_hub_nodes_connected", -1)
-		d.exec(d.step(sched.NodeUnreachable{Node: n.id}))
-		d.log.Info("node disconnected", logkey.NodeID, node)
-	})
+	return d.session(ctx, nodeDown{node})
+}
+
+func (d *Driver) onNodeDown(e nodeDown) {
+	n := d.nodes[e.node]
+	if n == nil || n.send == nil {
+		return
+	}
+	n.send, n.downAt = nil, d.now()
+	d.down[e.node] = n
+	d.met.add("vk_hub_nodes_connected", -1)
+	d.exec(d.step(sched.NodeUnreachable{Node: n.id}))
+	d.log.Info("node disconnected", logkey.NodeID, e.node)
 }
 
 func (d *Driver) nodeRecord(node string) *nodeRec {
@@ -100,7 +104,7 @@ func (d *Driver) NodeFrame(ctx context.Context, node string, m dispatch.Message)
 	if o, ok := frameAs[dispatch.Output](m); ok {
 		return d.nodeOutput(ctx, node, o)
 	}
-	return d.do(ctx, func() { d.nodeMessage(node, m) })
+	return d.session(ctx, nodeMsg{node, m})
 }
 
 // nodeFrames handles the node frames that change the driver's state, one
@@ -116,18 +120,18 @@ var nodeFrames = []func(*Driver, *nodeRec, any) bool{
 	onFrame((*Driver).nodeResult),
 }
 
-func (d *Driver) nodeMessage(node string, m dispatch.Message) {
-	if d.removed[node] {
+func (d *Driver) onNodeMsg(e nodeMsg) {
+	if d.removed[e.node] {
 		return // its session is ending
 	}
-	n := d.nodeRecord(node)
+	n := d.nodeRecord(e.node)
 	n.lastSeen = d.now()
 	for _, handle := range nodeFrames {
-		if handle(d, n, m) {
+		if handle(d, n, e.msg) {
 			return
 		}
 	}
-	d.log.Debug("node frame ignored", logkey.NodeID, node, "type", string(m.FrameType()), "kind", string(m.FrameKind()))
+	d.log.Debug("node frame ignored", logkey.NodeID, e.node, "type", string(e.msg.FrameType()), "kind", string(e.msg.FrameKind()))
 }
 
 func (d *Driver) nodeReport(n *nodeRec, r dispatch.Report) {
@@ -147,7 +151,7 @@ func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
 		return
 	}
 	held, unknown := heldToSched(h, func(id string) (sched.JobID, bool) {
-		j := d.jobs[id]
+		j := d.job(id)
 		if j == nil {
 			return 0, false
 		}
@@ -158,7 +162,7 @@ func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
 	n.synced = true
 	d.exec(d.step(ev))
 	for _, hj := range h.Jobs {
-		if j := d.jobs[hj.Job]; j != nil && j.rec.Node == n.name {
+		if j := d.job(hj.Job); j != nil && j.rec.Node == n.name {
 			if j.rec.State == store.JobStarting {
 				// FAIL-15: the start's answer was lost; held says the node
 				// took it.
@@ -218,9 +222,6 @@ func (d *Driver) nodeLease(n *nodeRec, l dispatch.Lease) {
 	d.exec(d.step(ev))
 	rid, _ := parseReservation(l.Reservation)
 	ans := renewAnswer{gone: l.State != dispatch.LeaseHeld, remaining: l.RemainingSecs}
-	if a := d.adms[d.resAdm[rid]]; a != nil && !ans.gone {
-		a.lease = l.RemainingSecs
-	}
 	for _, ch := range d.renewers[rid] {
 		ch <- ans
 	}
@@ -230,7 +231,7 @@ func (d *Driver) nodeLease(n *nodeRec, l dispatch.Lease) {
 // nodeJob handles a job state report (NSESS-14). Accepted drops the
 // spec's secrets from memory (AUTH-07).
 func (d *Driver) nodeJob(n *nodeRec, u dispatch.JobUpdate) {
-	j := d.jobs[u.Job]
+	j := d.job(u.Job)
 	if j == nil {
 		if u.State == dispatch.JobAccepted || u.State == dispatch.JobRunning {
 			d.sendTo(n, cancelFrame(u.Job, client.CancelImmediate))
@@ -273,7 +274,7 @@ func (d *Driver) nodeJob(n *nodeRec, u dispatch.JobUpdate) {
 
 // nodeResult stores a job's result and answers recorded (NSESS-10, 16).
 func (d *Driver) nodeResult(n *nodeRec, r dispatch.Result) {
-	j := d.jobs[r.Job]
+	j := d.job(r.Job)
 	if j == nil {
 		d.sendTo(n, dispatch.Recorded{Job: r.Job})
 		return
@@ -328,7 +329,7 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 		stored   int64
 	)
 	if err := d.do(ctx, func() {
-		j := d.jobs[o.Job]
+		j := d.job(o.Job)
 		n := d.nodes[node]
 		if n != nil {
 			send = n.send
@@ -368,11 +369,7 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 		if err != nil {
 			return fmt.Errorf("hub: output of job %s: %w", o.Job, err)
 		}
-		d.do(ctx, func() {
-			if j := d.jobs[o.Job]; j != nil && n > j.outLen {
-				j.outLen = n // output growth does not move the revision (API-36)
-			}
-		})
+		d.session(ctx, outputStored{o.Job, n})
 	}
 	if send != nil {
 		if err := send.Send(dispatch.OutputAck{Job: o.Job, Offset: n}); err != nil {
@@ -394,4 +391,12 @@ func (d *Driver) settledLost(ctx context.Context, id, node string) bool {
 	}
 	var res client.JobResult
 	return json.Unmarshal(rec.Result, &res) == nil && res.Failure == client.FailureLost
+}
+
+// onOutputStored records how much of a job's output is durable; output
+// growth does not move the revision (API-36).
+func (d *Driver) onOutputStored(e outputStored) {
+	if j := d.job(e.job); j != nil && e.len > j.outLen {
+		j.outLen = e.len
+	}
 }

@@ -19,35 +19,39 @@ type RelaySender interface {
 // ARB-40). Reservation requests of a relay without a session get 503
 // unavailable (API-21).
 func (d *Driver) RelayConnected(ctx context.Context, relay string, s RelaySender) error {
-	return d.do(ctx, func() {
-		r := d.relayRecord(relay)
-		if !r.up {
-			d.met.add("vk_hub_relays_connected", 1)
-		}
-		r.up, r.send = true, s
-		r.noWork = false
-		if v, ok := s.(interface{ NewWorkAllowed() bool }); ok && !v.NewWorkAllowed() {
-			r.noWork = true // RSESS-11: a version-1 relay keeps its session but takes no new work
-		}
-		d.session++
-		d.exec(d.step(sched.RelayUp{Relay: r.id, Session: d.session}))
-		d.log.Info("relay connected", logkey.RelayID, relay)
-	})
+	return d.session(ctx, relayUp{relay, s})
+}
+
+func (d *Driver) onRelayUp(e relayUp) {
+	r := d.relayRecord(e.relay)
+	if !r.up {
+		d.met.add("vk_hub_relays_connected", 1)
+	}
+	r.up, r.send = true, e.send
+	r.noWork = false
+	if v, ok := e.send.(interface{ NewWorkAllowed() bool }); ok && !v.NewWorkAllowed() {
+		r.noWork = true // RSESS-11: a version-1 relay keeps its session but takes no new work
+	}
+	d.sessions++
+	d.exec(d.step(sched.RelayUp{Relay: r.id, Session: d.sessions}))
+	d.log.Info("relay connected", logkey.RelayID, e.relay)
 }
 
 // RelayDisconnected records that relay's session ended: its unclaimed
 // tickets end (ARB-03).
 func (d *Driver) RelayDisconnected(ctx context.Context, relay string) error {
-	return d.do(ctx, func() {
-		r := d.relays[relay]
-		if r == nil || !r.up {
-			return
-		}
-		r.up, r.send = false, nil
-		d.met.add("vk_hub_relays_connected", -1)
-		d.exec(d.step(sched.RelayDown{Relay: r.id}))
-		d.log.Info("relay disconnected", logkey.RelayID, relay)
-	})
+	return d.session(ctx, relayDown{relay})
+}
+
+func (d *Driver) onRelayDown(e relayDown) {
+	r := d.relays[e.relay]
+	if r == nil || !r.up {
+		return
+	}
+	r.up, r.send = false, nil
+	d.met.add("vk_hub_relays_connected", -1)
+	d.exec(d.step(sched.RelayDown{Relay: r.id}))
+	d.log.Info("relay disconnected", logkey.RelayID, e.relay)
 }
 
 func (d *Driver) relayRecord(relay string) *relayRec {
@@ -63,16 +67,18 @@ func (d *Driver) relayRecord(relay string) *relayRec {
 // report (inventory) or heartbeat. A report is answered with the GitLab
 // server's approval status (RSESS-07).
 func (d *Driver) RelayFrame(ctx context.Context, relay string, m client.RelayMessage) error {
-	return d.do(ctx, func() {
-		r := d.relayRecord(relay)
-		for _, handle := range relayFrames {
-			if handle(d, r, m) {
-				return
-			}
+	return d.session(ctx, relayMsg{relay, m})
+}
+
+func (d *Driver) onRelayMsg(e relayMsg) {
+	r := d.relayRecord(e.relay)
+	for _, handle := range relayFrames {
+		if handle(d, r, e.msg) {
+			return
 		}
-		// Other frames change nothing in the driver and, unlike a
-		// node's, are not logged.
-	})
+	}
+	// Other frames change nothing in the driver and, unlike a node's, are
+	// not logged.
 }
 
 // relayFrames handles the relay frames that change the driver's state,
@@ -107,9 +113,9 @@ func (d *Driver) relayInventory(r *relayRec, rep client.RelayReport) {
 		if minted && prod {
 			newProd = true
 		}
-		runners[rr.Name] = runnerRec{id: id, tenant: tenant, placement: rr.Placement, concurrency: max(rr.RequestConcurrency, 1)}
+		runners[rr.Name] = runnerRec{id: id, tenant: tenant, placement: rr.Placement}
 		inv.Runners = append(inv.Runners, sched.RunnerInfo{Runner: id, Tenant: d.ids.tenant(tenant),
-			Placement: placementToSched(rr.Placement), Limit: rr.Limit, RequestConcurrency: rr.RequestConcurrency})
+			Placement: placementToSched(rr.Placement), Limit: rr.Limit, RequestConcurrency: max(rr.RequestConcurrency, 1)})
 	}
 	r.runners = runners
 	if newProd {

@@ -69,3 +69,7 @@ func (t *idTable) tenant(name string) sched.TenantID {
 	id, _ := t.tenants.id(name)
 	return id
 }
+
+// runnerOf is the relay and name of the runner the core calls id (zero
+// if none).
+func (t *idTable) runnerOf(id sched.RunnerID) runnerKey { return t.runners.keys[id] }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/version"
 	"github.com/vk-ci/vk/proto/client"
 )
@@ -50,7 +51,7 @@ func newMetrics() *metrics {
 	m.hist("vk_hub_wait_seconds", "Time a request waited for a node, by kind (ticket: queued to granted; job: submitted to "+
 		"running) and size class (the envelope's vCPUs rounded up to a power of two: 1, 2, 4, … 64, over64).",
 		[]float64{.1, .5, 1, 5, 15, 60, 300, 900, 3600, 10800}, "kind", "size")
-	m.gauge("vk_hub_tenant_held", "Admissions a tenant holds (reservations and the jobs under them), by tenant.", "tenant")
+	m.gauge("vk_hub_tenant_held", "Requests a tenant holds as its cap counts them (reservations offered to claimed, unsettled jobs), by tenant.", "tenant")
 	m.gauge("vk_hub_tenant_waiting", "Requests of a tenant waiting (tickets not yet granted, queued jobs), by tenant.", "tenant")
 	m.gauge("vk_hub_tenant_cap", "A policy tenant's cap (absent: no cap), by tenant.", "tenant")
 	m.gauge("vk_hub_tenant_weight", "A policy tenant's weight, by tenant.", "tenant")
@@ -131,4 +132,64 @@ func (m *metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.collect(r.Context())
 	}
 	m.handler.ServeHTTP(w, r)
+}
+
+// countJobs sets the job gauges; O(unsettled jobs), so it runs when
+// /metrics is scraped, not on every change.
+func (d *Driver) countJobs() {
+	counts := map[store.JobState]int{}
+	for _, j := range d.jobs {
+		counts[j.rec.State]++
+	}
+	for _, s := range []store.JobState{store.JobQueued, store.JobStarting, store.JobRunning, store.JobFinished} {
+		d.met.set("vk_hub_jobs", float64(counts[s]), "state", string(s))
+	}
+	d.met.set("vk_hub_queue_depth", float64(counts[store.JobQueued]), "class", "jobs")
+	d.met.set("vk_hub_queue_depth", float64(d.core.OpenTickets()), "class", "tickets")
+	d.countTenants()
+}
+
+// countTenants sets the per-tenant gauges: what the core counts a tenant
+// holding (what its cap bounds), requests waiting (tickets not yet
+// granted, and queued jobs), and each policy tenant's cap and weight;
+// O(tickets + jobs), at scrape time.
+func (d *Driver) countTenants() {
+	held, waiting := map[string]int{}, map[string]int{}
+	for name, id := range d.ids.tenants.ids {
+		held[name] = d.core.Held(id)
+	}
+	for id, tk := range d.tickets {
+		if v, ok := d.core.Ticket(id); ok && v.Grant == nil {
+			tenant, _ := policyTenantOf(d.policy, tk.owner, tk.runner)
+			waiting[tenant]++
+		}
+	}
+	for _, j := range d.jobs {
+		if j.rec.State == store.JobQueued {
+			waiting[j.rec.Tenant]++
+		}
+	}
+	for _, g := range []string{"vk_hub_tenant_held", "vk_hub_tenant_waiting", "vk_hub_tenant_cap", "vk_hub_tenant_weight"} {
+		d.met.gauges[g].Reset() // a tenant gone from the policy and the queue goes from the scrape
+	}
+	if d.policy != nil {
+		for name, tp := range d.policy.Tenants {
+			held[name] += 0
+			waiting[name] += 0
+			w := tp.Weight
+			if w == 0 {
+				w = 1
+			}
+			d.met.set("vk_hub_tenant_weight", float64(w), "tenant", name)
+			if tp.Cap > 0 {
+				d.met.set("vk_hub_tenant_cap", float64(tp.Cap), "tenant", name)
+			}
+		}
+	}
+	for name, n := range held {
+		d.met.set("vk_hub_tenant_held", float64(n), "tenant", name)
+	}
+	for name, n := range waiting {
+		d.met.set("vk_hub_tenant_waiting", float64(n), "tenant", name)
+	}
 }

@@ -59,7 +59,11 @@ func (h sessionHandler) RelayDown(s *session.RelaySession, _ error) {
 }
 
 // principalLookup implements session.PrincipalLookup over the store.
-type principalLookup struct{ st store.Store }
+type principalLookup struct {
+	st interface {
+		GetPrincipal(ctx context.Context, id string) (store.Principal, error)
+	}
+}
 
 func (l principalLookup) LookupPrincipal(ctx context.Context, kind session.Kind, id string) (session.Principal, error) {
 	p, err := l.st.GetPrincipal(ctx, id)

@@ -31,7 +31,7 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 			if t == nil || !ok {
 				continue
 			}
-			w := ui.Waiting{Kind: ui.WaitTicket, ID: t.wire, Relay: t.owner, Runner: t.runner, Reason: v.Wait.Text(),
+			w := ui.Waiting{Kind: ui.WaitTicket, ID: ticketWire(d.epoch, id), Relay: t.owner, Runner: t.runner, Reason: v.Wait.Text(),
 				Since: t.queued, Idle: v.Wait.Code == sched.ReasonBackoff}
 			if r := d.relays[t.owner]; r != nil {
 				if rr, ok := r.runners[t.runner]; ok {
@@ -66,7 +66,7 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 			}
 		}
 		for _, sid := range d.core.Jobs() {
-			j := d.jobBySID[sid]
+			j := d.jobs[sid]
 			if j == nil || j.rec.State != store.JobQueued {
 				continue
 			}

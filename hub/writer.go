@@ -3,24 +3,35 @@ package hub
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/logkey"
 )
 
-// recWriter applies the driver's record writes in order on its own
-// goroutine, so a store commit (an fsync with bbolt) does not hold up the
-// next scheduling event. Writes apply in the order they were queued; saves
+// recWriter applies the driver's record writes on its own goroutine, so
+// a store commit (an fsync with bbolt) does not hold up the next
+// scheduling event. Writes of one key (a job record, an admission, a
+// job's output, the audit log) apply in the order they were queued; saves
 // of one job record not yet started coalesce into one (the latest record
-// wins). Each write returns a channel that receives its error once it is
-// durable (buffered; reading it is optional): whoever must not answer or
+// wins). Keyed writes of different keys queued together go to the store
+// together, up to maxBatch at a time, so a store that groups concurrent
+// commits makes them durable with one commit instead of one each (bbolt's
+// group commit) or commits them in parallel (PostgreSQL); a write without a key (do) waits
+// for everything queued before it and holds back everything after. Each
+// write returns a channel that receives its error once it is durable
+// (buffered; reading it is optional): whoever must not answer or
 // acknowledge before the write is durable waits on it, off the driver's
-// goroutine.
+// goroutine. A write is answered only once every write queued before it
+// is durable too.
 type recWriter struct {
-	st  store.Store
+	st interface {
+		UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error)
+	}
 	ctx context.Context
 	log *slog.Logger
+	max int // writes per batch: maxBatch (1 in the benchmark's baseline)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -30,30 +41,39 @@ type recWriter struct {
 	done    chan struct{}
 }
 
+// maxBatch bounds the writes one batch sends to the store at once.
+const maxBatch = 64
+
 // wop is one queued write.
 type wop struct {
+	key     string                          // "" for a write ordered against all
 	job     string                          // for job saves: the job ID
 	rec     store.Job                       // for job saves: the latest record
 	fn      func(ctx context.Context) error // for other writes
 	waiters []chan error
 }
 
-func newRecWriter(ctx context.Context, st store.Store, log *slog.Logger) *recWriter {
-	w := &recWriter{st: st, ctx: ctx, log: log, pending: map[string]*wop{}, done: make(chan struct{})}
+func newRecWriter(ctx context.Context, st driverStore, log *slog.Logger) *recWriter {
+	w := &recWriter{st: st, ctx: ctx, log: log, max: maxBatch, pending: map[string]*wop{}, done: make(chan struct{})}
 	w.cond = sync.NewCond(&w.mu)
 	go w.run()
 	return w
 }
 
-// do queues fn.
+// do queues fn, ordered against every other write.
 func (w *recWriter) do(fn func(ctx context.Context) error) <-chan error {
 	return w.enqueue(&wop{fn: fn})
+}
+
+// doKey queues fn, ordered against the other writes of key.
+func (w *recWriter) doKey(key string, fn func(ctx context.Context) error) <-chan error {
+	return w.enqueue(&wop{key: key, fn: fn})
 }
 
 // saveJob queues a save of rec (coalescing with a queued save of the same
 // job).
 func (w *recWriter) saveJob(rec store.Job) <-chan error {
-	return w.enqueue(&wop{job: rec.ID, rec: rec})
+	return w.enqueue(&wop{key: "job:" + rec.ID, job: rec.ID, rec: rec})
 }
 
 // enqueue queues op (without waiters) and returns the channel that
@@ -86,39 +106,81 @@ func (w *recWriter) enqueue(op *wop) <-chan error {
 func (w *recWriter) run() {
 	defer close(w.done)
 	for {
-		w.mu.Lock()
-		for len(w.queue) == 0 && !w.closed {
-			w.cond.Wait()
-		}
-		if len(w.queue) == 0 {
-			w.mu.Unlock()
+		batch := w.next()
+		if batch == nil {
 			return
 		}
-		op := w.queue[0]
-		w.queue[0] = nil
-		w.queue = w.queue[1:]
+		errs := make([]error, len(batch))
+		if len(batch) == 1 {
+			errs[0] = w.apply(batch[0])
+		} else {
+			var wg sync.WaitGroup
+			for i, op := range batch {
+				wg.Go(func() { errs[i] = w.apply(op) })
+			}
+			wg.Wait()
+		}
+		// Answered only once the whole batch is durable, so an answer
+		// still means every write queued before it is.
+		for i, op := range batch {
+			for _, ch := range op.waiters {
+				ch <- errs[i]
+			}
+		}
+	}
+}
+
+// next waits for writes and takes the next batch off the queue: the
+// first write, and while it and those after it have distinct keys, the
+// writes after it (at most maxBatch). nil once closed and drained.
+func (w *recWriter) next() []*wop {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.queue) == 0 && !w.closed {
+		w.cond.Wait()
+	}
+	if len(w.queue) == 0 {
+		return nil
+	}
+	n := 1
+	if w.queue[0].key != "" {
+		keys := map[string]bool{w.queue[0].key: true}
+		for n < len(w.queue) && n < w.max {
+			k := w.queue[n].key
+			if k == "" || keys[k] {
+				break
+			}
+			keys[k] = true
+			n++
+		}
+	}
+	batch := slices.Clone(w.queue[:n])
+	clear(w.queue[:n])
+	w.queue = w.queue[n:]
+	for _, op := range batch {
 		if op.job != "" {
 			delete(w.pending, op.job)
 		}
-		w.mu.Unlock()
+	}
+	return batch
+}
 
-		var err error
-		if op.job != "" {
-			rec := op.rec
-			_, err = w.st.UpdateJob(w.ctx, rec.ID, func(r *store.Job) error { *r = rec; return nil })
-			if err != nil {
-				w.log.Error("saving a job record failed", logkey.JobID, rec.ID, logkey.Err, err)
-			}
-		} else {
-			err = op.fn(w.ctx)
-			if err != nil {
-				w.log.Error("a record write failed", logkey.Err, err)
-			}
+// apply writes op and returns once it is durable.
+func (w *recWriter) apply(op *wop) error {
+	var err error
+	if op.job != "" {
+		rec := op.rec
+		_, err = w.st.UpdateJob(w.ctx, rec.ID, func(r *store.Job) error { *r = rec; return nil })
+		if err != nil {
+			w.log.Error("saving a job record failed", logkey.JobID, rec.ID, logkey.Err, err)
 		}
-		for _, ch := range op.waiters {
-			ch <- err
+	} else {
+		err = op.fn(w.ctx)
+		if err != nil {
+			w.log.Error("a record write failed", logkey.Err, err)
 		}
 	}
+	return err
 }
 
 // close applies what is queued, then stops.

@@ -3,8 +3,11 @@ package hub
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/memstore"
@@ -64,4 +67,54 @@ func TestRecWriterOrderAndCoalesce(t *testing.T) {
 	if err := <-w.do(func(context.Context) error { return nil }); !errors.Is(err, errStopped) {
 		t.Fatalf("do after close = %v, want errStopped", err)
 	}
+}
+
+// Keyed writes of different keys queued together reach the store at
+// once, and none is answered before the whole batch is durable; a second
+// write of a key waits for the first.
+func TestRecWriterBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		w := newRecWriter(t.Context(), st, testlog.New(t))
+		defer w.close()
+		release, started := make(chan struct{}), make(chan struct{})
+		w.do(func(context.Context) error { close(started); <-release; return nil })
+		<-started // the writer is busy: what follows queues up
+
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		log := func(s string) {
+			mu.Lock()
+			order = append(order, s)
+			mu.Unlock()
+		}
+		slowGo, slowIn := make(chan struct{}), make(chan struct{})
+		fast := w.doKey("a", func(context.Context) error { log("a1"); return nil })
+		slow := w.doKey("b", func(context.Context) error { close(slowIn); <-slowGo; log("b"); return nil })
+		again := w.doKey("a", func(context.Context) error { log("a2"); return nil })
+		close(release)
+		<-slowIn // "b" is in the store while "a1" is too: one batch
+		synctest.Wait()
+		select {
+		case err := <-fast:
+			t.Fatalf("a1 answered (%v) while b, of its batch, was not durable", err)
+		default:
+		}
+		mu.Lock()
+		if len(order) != 1 || order[0] != "a1" {
+			t.Fatalf("while b is in the store: %v, want [a1] (a2 waits for a1's batch)", order)
+		}
+		mu.Unlock()
+		close(slowGo)
+		for name, ch := range map[string]<-chan error{"a1": fast, "b": slow, "a2": again} {
+			if err := <-ch; err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		if want := []string{"a1", "b", "a2"}; !slices.Equal(order, want) {
+			t.Fatalf("order %v, want %v", order, want)
+		}
+	})
 }

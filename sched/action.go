@@ -115,7 +115,10 @@ type CancelJob struct {
 // reclaimed, node lost); the driver drops its persisted record.
 type AdmissionEnded struct {
 	Admission AdmissionID
-	Reason    string
+	// Ticket is the admission's ticket, which ends with it; 0 for a
+	// restored admission (it has none).
+	Ticket TicketID
+	Reason string
 }
 
 func (Verdict) isAction()        {}

@@ -45,6 +45,7 @@ type Core struct {
 	nextID   uint64
 
 	open              int // unclaimed tickets fleet-wide (API-20)
+	bare              int // live admissions without a ticket (restored claimed ones)
 	probesOut         int
 	probesSinceNormal int
 	normalOwed        bool

@@ -84,6 +84,7 @@ func (c *Core) onJobSubmitted(e JobSubmitted) {
 		a.chp = nil
 		delete(c.adms, a.id)
 		delete(c.liveAdms, a.id)
+		c.bareGone(a)
 		c.forgetAdmission(a)
 		c.admJobs[a.id] = jb.id
 		if a.res != nil && a.res.state == resHeld {

@@ -47,8 +47,10 @@ type Policy struct {
 	// TicketIdle: an unclaimed ticket not polled this long expires (ARB-03).
 	// Default 120 s.
 	TicketIdle time.Duration
-	// RelayTicketLimit and TicketLimit bound unclaimed tickets per relay and
-	// hub-wide (API-20); past them TicketQueued answers unavailable.
+	// RelayTicketLimit and TicketLimit bound unended reservations per relay
+	// and hub-wide (API-20): live tickets, claimed ones included until
+	// their admission ends or becomes a job, plus restored admissions.
+	// Past them TicketQueued answers unavailable.
 	// Defaults 256 and 4096. (A runner's own bound is its
 	// request_concurrency.)
 	RelayTicketLimit int

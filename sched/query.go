@@ -55,6 +55,86 @@ func (c *Core) AdmissionState(id AdmissionID) (state string, outcome OutcomeKind
 	return a.state.String(), a.outcome, true
 }
 
+// AdmissionView is an admission as the driver answers for it: whose it
+// is, what it holds and where, so the driver keeps no copy of its own.
+type AdmissionView struct {
+	State   string // granted, claimed, job or ended
+	Outcome OutcomeKind
+	Runner  RunnerID
+	// Ticket is the ticket it was granted on; 0 for a restored admission
+	// and once it became a job.
+	Ticket TicketID
+	// Reservation and Node are what it holds; Reservation is 0 once the
+	// reservation is gone (a restored one names the persisted
+	// reservation until its node's held adopts or denies it).
+	Reservation ReservationID
+	Node        NodeID
+	Envelope    Resources
+	Job         JobID // the job submitted on it; 0 before
+	// ClaimedAt is when it was claimed (restored: when the core restored
+	// it); zero while granted and once it became a job.
+	ClaimedAt time.Time
+}
+
+// Admission returns the admission's view; ok false when unknown (never
+// granted, or forgotten AdmissionMemory after it ended).
+func (c *Core) Admission(id AdmissionID) (AdmissionView, bool) {
+	a := c.adms[id]
+	if a == nil {
+		jid, ok := c.admJobs[id]
+		jb := c.jobs[jid]
+		if !ok || jb == nil {
+			return AdmissionView{}, false
+		}
+		v := AdmissionView{State: admJob.String(), Outcome: OutcomeJob, Runner: jb.runner.id, Job: jid}
+		if rs := jb.res; rs != nil {
+			v.Reservation, v.Node, v.Envelope = rs.id, rs.node.id, rs.env
+		}
+		return v, true
+	}
+	v := AdmissionView{State: a.state.String(), Outcome: a.outcome, Runner: a.runner.id, ClaimedAt: a.claimedAt}
+	if a.ticket != nil {
+		v.Ticket = a.ticket.id
+	}
+	if a.job != nil {
+		v.Job = a.job.id
+	}
+	if rs := a.res; rs != nil {
+		v.Reservation, v.Node, v.Envelope = rs.id, rs.node.id, rs.env
+	} else if a.state != admEnded {
+		for _, rid := range sortedKeys(c.restored) {
+			if ra := c.restored[rid]; ra.adm == a {
+				v.Reservation, v.Node, v.Envelope = rid, ra.node, ra.env
+				break
+			}
+		}
+	}
+	return v, true
+}
+
+// ReservationAdmission returns the admission holding a reservation
+// (granted, claimed, restored, or the admission of the job on it); ok
+// false when none does.
+func (c *Core) ReservationAdmission(id ReservationID) (AdmissionID, bool) {
+	if rs := c.res[id]; rs != nil {
+		switch {
+		case rs.adm != nil:
+			return rs.adm.id, true
+		case rs.job != nil && rs.job.admID != 0:
+			return rs.job.admID, true
+		}
+		return 0, false
+	}
+	if ra, ok := c.restored[id]; ok && ra.adm.state != admEnded {
+		return ra.adm.id, true
+	}
+	return 0, false
+}
+
+// OpenTickets counts the tickets waiting, offered or granted and not
+// claimed, fleet-wide.
+func (c *Core) OpenTickets() int { return c.open }
+
 // JobView is a job as the Core sees it.
 type JobView struct {
 	State string // queued, starting, running, finished, ended
@@ -304,7 +384,11 @@ func (c *Core) CheckInvariants() []string {
 			probes++
 		}
 	}
+	bare := map[*relay]int{}
 	for _, a := range c.liveAdms {
+		if a.ticket == nil {
+			bare[a.runner.relay]++
+		}
 		if a.charged {
 			a.runner.chk.held++
 			addHold(a.runner, a.chp, 1)
@@ -314,6 +398,16 @@ func (c *Core) CheckInvariants() []string {
 		}
 	}
 	errs = append(errs, c.checkAdms()...)
+	all := 0
+	for _, rl := range c.relays {
+		all += bare[rl]
+		if rl.bare != bare[rl] {
+			bad("relay ", u(rl.id), " admissions without a ticket ", itoa(rl.bare), ", recomputed ", itoa(bare[rl]))
+		}
+	}
+	if all+bare[nil] != c.bare {
+		bad("admissions without a ticket ", itoa(c.bare), ", recomputed ", itoa(all+bare[nil]))
+	}
 	for _, jb := range c.jobs {
 		if jb.charged {
 			jb.runner.chk.held++

@@ -242,6 +242,8 @@ func (c *Core) onRestore(e Restore) {
 		c.adms[a.id] = a
 		c.liveAdms[a.id] = a
 		r.relay.adms[a.id] = a
+		c.bare++
+		r.relay.bare++
 		c.hold(r, a.chp, +1)
 		c.charge(r, +1)
 		c.nextID = max(c.nextID, uint64(ra.Admission), uint64(ra.Reservation))

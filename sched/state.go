@@ -149,6 +149,7 @@ type relay struct {
 	concurrent int
 	held       int
 	open       int       // unclaimed tickets of its runners (API-20)
+	bare       int       // live admissions without a ticket (restored ones)
 	runners    []*runner // sorted by id
 	adms       map[AdmissionID]*admission
 }

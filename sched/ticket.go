@@ -18,13 +18,13 @@ func (c *Core) onTicketQueued(e TicketQueued) {
 		c.verdict(VerdictUnavailable, "relay session not connected or runner not in its inventory")
 		return
 	case r.reqConc > 0 && r.open >= r.reqConc:
-		c.verdict(VerdictUnavailable, "runner has request_concurrency tickets outstanding")
+		c.verdict(VerdictUnavailable, MsgRunnerLimit)
 		return
-	case r.relay.open >= c.pol.RelayTicketLimit:
-		c.verdict(VerdictUnavailable, "relay has too many tickets outstanding")
+	case c.relayUnended(r.relay) >= c.pol.RelayTicketLimit:
+		c.verdict(VerdictUnavailable, MsgRelayLimit)
 		return
-	case c.open >= c.pol.TicketLimit:
-		c.verdict(VerdictUnavailable, "reservation queue full")
+	case len(c.tickets)+c.bare >= c.pol.TicketLimit:
+		c.verdict(VerdictUnavailable, MsgHubLimit)
 		return
 	}
 	c.seq++
@@ -305,6 +305,9 @@ func (c *Core) endAdmission(a *admission, why string) {
 		delete(tk.runner.tickets, tk.id)
 		delete(c.tickets, tk.id)
 		a.ticket = nil
+		c.forgetAdmission(a)
+		c.emit(AdmissionEnded{Admission: a.id, Ticket: tk.id, Reason: why})
+		return
 	}
 	c.forgetAdmission(a)
 	c.emit(AdmissionEnded{Admission: a.id, Reason: why})
@@ -322,6 +325,7 @@ func (c *Core) admissionEnded(a *admission) {
 	}
 	a.state = admEnded
 	delete(c.liveAdms, a.id)
+	c.bareGone(a)
 	c.forgetAdmission(a)
 	c.addTimer(c.now.Add(AdmissionMemory), tmForget, uint64(a.id))
 }
@@ -380,6 +384,35 @@ func (c *Core) onLeaseGone(id ReservationID, why string) {
 			c.admissionEnded(a)
 		}
 		c.endTicket(tk, "reservation gone: "+why)
+	}
+}
+
+// Verdict messages of the limits on unended reservations (API-20).
+const (
+	MsgRunnerLimit = "runner has request_concurrency tickets outstanding"
+	MsgRelayLimit  = "relay holds its limit of unended reservations"
+	MsgHubLimit    = "reservation queue full"
+)
+
+// relayUnended counts a relay's unended reservations: its runners' live
+// tickets (claimed ones too, until their admission ends or becomes a job)
+// and its restored admissions, which have no ticket.
+func (c *Core) relayUnended(rl *relay) int {
+	n := rl.bare
+	for _, r := range rl.runners {
+		n += len(r.tickets)
+	}
+	return n
+}
+
+// bareGone uncounts an admission without a ticket leaving the live set.
+func (c *Core) bareGone(a *admission) {
+	if a.ticket != nil {
+		return
+	}
+	c.bare--
+	if a.runner.relay != nil {
+		a.runner.relay.bare--
 	}
 }
 

@@ -148,10 +148,18 @@ type Backend interface {
 // mux pattern.
 type Observer func(route string, status int, elapsed time.Duration)
 
+// Store is what the API asks of the hub's store: the principal a request
+// is signed by, and the first answers to creates by request_id (API-42).
+type Store interface {
+	GetPrincipal(ctx context.Context, id string) (store.Principal, error)
+	PutAnswer(ctx context.Context, a store.Answer) error
+	GetAnswer(ctx context.Context, principal, requestID string, now store.Time) (store.Answer, error)
+}
+
 // Config configures an [API]. Backend, Store and Output are required.
 type Config struct {
 	Backend Backend
-	Store   store.Store
+	Store   Store
 	Output  output.Store
 	// Clock is the hub's clock (signature skew, answer TTLs); nil is real.
 	Clock clock.Clock

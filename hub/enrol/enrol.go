@@ -19,8 +19,8 @@
 // kind}, decoded strictly (unknown fields, trailing data, bodies over
 // 16 KiB are refused). It mints the principal ID ("relay-" or "node-"
 // and 12 random base32 characters), spends the token for that kind
-// ([store.Store.UseToken]), stores the principal with its key pinned
-// ([store.Store.CreatePrincipal]), appends an audit entry, and answers 201
+// ([store.Principals.UseToken]), stores the principal with its key pinned
+// ([store.Principals.CreatePrincipal]), appends an audit entry, and answers 201
 // [client.JoinResponse] {id, ca_pem}. The request is not signed — the
 // token authenticates it — and runs over the hub's TLS listener, where the
 // joiner either pins the CA file it was given (`--ca FILE`) or trusts on
@@ -92,10 +92,17 @@ var (
 
 var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 
+// Store is what enrolment asks of the hub's store: tokens and
+// principals, and the audit log.
+type Store interface {
+	store.Principals
+	store.Audit
+}
+
 // Config configures an [Enroller]. Store and CAPEM are required.
 type Config struct {
 	// Store keeps tokens, principals and the audit log.
-	Store store.Store
+	Store Store
 	// CAPEM is the hub's CA certificate, PEM, answered to every join.
 	CAPEM []byte
 	// Clock stamps tokens, principals and audit entries; nil means real.
@@ -118,7 +125,7 @@ const DefaultBodyTimeout = 4 * time.Second
 // Enroller mints tokens and serves joins. Create it with [New]. Safe for
 // concurrent use.
 type Enroller struct {
-	st    store.Store
+	st    Store
 	caPEM []byte
 	clk   clock.Clock
 	log   *slog.Logger

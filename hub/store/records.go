@@ -238,7 +238,7 @@ type Token struct {
 // AuditEntry is one line of the hub's audit log. It holds no secrets: the
 // hub writes redacted data only (AUTH-07).
 type AuditEntry struct {
-	// Seq is assigned by [Store.AppendAudit].
+	// Seq is assigned by [Audit.AppendAudit].
 	Seq uint64 `json:"seq"`
 	// Time is when it happened.
 	Time Time `json:"time"`

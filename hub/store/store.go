@@ -1,6 +1,7 @@
-// Package store defines what the hub keeps durably, as one small,
-// consumer-defined interface ([Store], STYLE C8), and how an implementation
-// is chosen ([Open], [Register]).
+// Package store defines what the hub keeps durably, as narrow roles
+// ([Records], [Answers], [Principals], [Approvals], [Audit], [Meta]) that
+// [Store] gathers (STYLE C8), and how an implementation is chosen
+// ([Open], [Register]).
 //
 // Implementations: hub/store/boltstore (the default: one bbolt file in the
 // state directory, fsynced on every commit) and hub/store/memstore (tests
@@ -48,10 +49,30 @@ var (
 	ErrInvalid = errors.New("store: invalid record")
 )
 
-// Store is the hub's durable state. See the package doc for the contract
-// shared by all methods (atomicity, concurrency, copying). Every method
-// returns an error wrapping [ErrClosed] after [Store.Close].
+// Store is the hub's durable state: every role below, and Close. See the
+// package doc for the contract shared by all methods (atomicity,
+// concurrency, copying). Every method returns an error wrapping
+// [ErrClosed] after [Store.Close]. Consumers ask for the roles they use
+// (or fewer methods still, in an interface of their own); a backend
+// implements the roles one by one, each with its conformance suite in
+// hub/store/storetest.
 type Store interface {
+	Records
+	Answers
+	Principals
+	Approvals
+	Audit
+	Meta
+
+	// Close releases the store. Everything written before it returned was
+	// durable already (for implementations that persist).
+	Close() error
+}
+
+// Records are the hub's job records and claimed admissions: what the
+// driver writes as jobs move and reloads after a restart (FAIL-19,
+// DECISIONS 6).
+type Records interface {
 	// CreateJob stores a new job record. ErrConflict if the ID exists;
 	// ErrInvalid without an ID. The record is stored as given (Revision
 	// included).
@@ -80,7 +101,11 @@ type Store interface {
 	// DeleteAdmission removes a claimed admission once it ended. Deleting
 	// one that is absent is not an error (ending is idempotent).
 	DeleteAdmission(ctx context.Context, id string) error
+}
 
+// Answers are the first answers to creates by request_id, which make
+// retried API requests idempotent (API-42, API-43).
+type Answers interface {
 	// PutAnswer records the first answer to a create under its request_id
 	// (API-42). ErrConflict if a live (unexpired, undropped) answer exists
 	// for the same principal and request_id; an expired one is replaced.
@@ -95,7 +120,11 @@ type Store interface {
 	// The hub calls it with now - 2*AnswerTTL, keeping expired answers
 	// visible as expired for a further day.
 	PruneAnswers(ctx context.Context, before Time) (int, error)
+}
 
+// Approvals are the operator's decisions on GitLab projects and servers
+// (OPS-06).
+type Approvals interface {
 	// PutApproval stores or replaces a project's (or with Project 0 a
 	// GitLab server's) approval state.
 	PutApproval(ctx context.Context, a Approval) error
@@ -110,7 +139,11 @@ type Store interface {
 	GetApproval(ctx context.Context, instance string, project int64) (Approval, error)
 	// ListApprovals returns all approvals ordered by instance, project.
 	ListApprovals(ctx context.Context) ([]Approval, error)
+}
 
+// Principals are the enrolled relays and nodes and the one-time tokens
+// they enrol with.
+type Principals interface {
 	// CreatePrincipal enrolls a relay or node. ErrConflict if the ID exists.
 	CreatePrincipal(ctx context.Context, p Principal) error
 	// GetPrincipal returns a principal, removed ones included (check
@@ -133,14 +166,21 @@ type Store interface {
 	UseToken(ctx context.Context, h Hash, kind PrincipalKind, usedBy string, now Time) (Token, error)
 	// ListTokens returns all tokens, ordered by creation time.
 	ListTokens(ctx context.Context) ([]Token, error)
+}
 
+// Audit is the append-only log of who changed what.
+type Audit interface {
 	// AppendAudit appends an entry and returns it with its sequence number
 	// (1, 2, …; strictly increasing, never reused).
 	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
 	// ListAudit returns up to limit entries, newest first; limit <= 0
 	// means all.
 	ListAudit(ctx context.Context, limit int) ([]AuditEntry, error)
+}
 
+// Meta holds small named values: the capacity policy and operator
+// settings the admin socket sets, the scheduler's seed, the ID floor.
+type Meta interface {
 	// GetMeta returns a meta value, or ErrNotFound.
 	GetMeta(ctx context.Context, key string) ([]byte, error)
 	// PutMeta stores or replaces a meta value. ErrInvalid for an empty key.
@@ -149,8 +189,4 @@ type Store interface {
 	// returns what the key holds afterwards (get-or-create, atomically).
 	// ErrInvalid for an empty key.
 	InitMeta(ctx context.Context, key string, value []byte) ([]byte, error)
-
-	// Close releases the store. Everything written before it returned was
-	// durable already (for implementations that persist).
-	Close() error
 }

@@ -165,12 +165,20 @@ type RunnerRow struct {
 	State string
 }
 
+// Store is what the UI asks of the hub's store: a job's record,
+// approvals, and the audit log.
+type Store interface {
+	GetJob(ctx context.Context, id string) (store.Job, error)
+	store.Approvals
+	store.Audit
+}
+
 // Config configures [New]. Backend, Store and Operators are required.
 type Config struct {
 	// Backend is the hub's live state.
 	Backend Backend
 	// Store is the hub's durable store: approvals, jobs, audit.
-	Store store.Store
+	Store Store
 	// BasePath is the path the UI is served under: "" (the root of its
 	// own listener) or e.g. "/ui" (no trailing slash). The UI URL the hub
 	// puts into approval_url (API-56) is the listener's URL + BasePath.

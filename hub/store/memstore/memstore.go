@@ -156,7 +156,7 @@ func sortedValues[K cmp.Ordered, V any](m map[K]V, keep func(V) bool, cp func(V)
 	return out
 }
 
-// CreateJob implements [store.Store.CreateJob].
+// CreateJob implements [store.Records.CreateJob].
 func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 	if j.ID == "" {
 		return fmt.Errorf("memstore: job without ID: %w", store.ErrInvalid)
@@ -164,14 +164,14 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 	return s.lockedDo(ctx, func() error { return insert(s.jobs, j.ID, normJob(j), func() string { return "job " + j.ID }) })
 }
 
-// GetJob implements [store.Store.GetJob].
+// GetJob implements [store.Records.GetJob].
 func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return locked(ctx, s, func() (store.Job, error) {
 		return lookup(s.jobs, id, store.Job.Clone, func() string { return "job " + id })
 	})
 }
 
-// UpdateJob implements [store.Store.UpdateJob].
+// UpdateJob implements [store.Records.UpdateJob].
 func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error) {
 	return locked(ctx, s, func() (store.Job, error) {
 		j, err := lookup(s.jobs, id, store.Job.Clone, func() string { return "job " + id })
@@ -189,7 +189,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 	})
 }
 
-// ListJobs implements [store.Store.ListJobs].
+// ListJobs implements [store.Records.ListJobs].
 func (s *Store) ListJobs(ctx context.Context, unsettledOnly bool) ([]store.Job, error) {
 	return locked(ctx, s, func() ([]store.Job, error) {
 		keep := func(j store.Job) bool { return !unsettledOnly || !j.Settled }
@@ -197,7 +197,7 @@ func (s *Store) ListJobs(ctx context.Context, unsettledOnly bool) ([]store.Job, 
 	})
 }
 
-// DeleteJob implements [store.Store.DeleteJob].
+// DeleteJob implements [store.Records.DeleteJob].
 func (s *Store) DeleteJob(ctx context.Context, id string) error {
 	return s.lockedDo(ctx, func() error {
 		if _, err := lookup(s.jobs, id, nil, func() string { return "job " + id }); err != nil {
@@ -214,7 +214,7 @@ func (s *Store) DeleteJob(ctx context.Context, id string) error {
 	})
 }
 
-// PutAdmission implements [store.Store.PutAdmission].
+// PutAdmission implements [store.Records.PutAdmission].
 func (s *Store) PutAdmission(ctx context.Context, a store.Admission) error {
 	if a.ID == "" {
 		return fmt.Errorf("memstore: admission without ID: %w", store.ErrInvalid)
@@ -226,19 +226,19 @@ func (s *Store) PutAdmission(ctx context.Context, a store.Admission) error {
 	})
 }
 
-// GetAdmission implements [store.Store.GetAdmission].
+// GetAdmission implements [store.Records.GetAdmission].
 func (s *Store) GetAdmission(ctx context.Context, id string) (store.Admission, error) {
 	return locked(ctx, s, func() (store.Admission, error) {
 		return lookup(s.admissions, id, nil, func() string { return "admission " + id })
 	})
 }
 
-// ListAdmissions implements [store.Store.ListAdmissions].
+// ListAdmissions implements [store.Records.ListAdmissions].
 func (s *Store) ListAdmissions(ctx context.Context) ([]store.Admission, error) {
 	return locked(ctx, s, func() ([]store.Admission, error) { return sortedValues(s.admissions, nil, nil), nil })
 }
 
-// DeleteAdmission implements [store.Store.DeleteAdmission].
+// DeleteAdmission implements [store.Records.DeleteAdmission].
 func (s *Store) DeleteAdmission(ctx context.Context, id string) error {
 	return s.lockedDo(ctx, func() error {
 		delete(s.admissions, id)
@@ -246,7 +246,7 @@ func (s *Store) DeleteAdmission(ctx context.Context, id string) error {
 	})
 }
 
-// PutAnswer implements [store.Store.PutAnswer]. Unlike the create methods
+// PutAnswer implements [store.Answers.PutAnswer]. Unlike the create methods
 // it replaces an expired answer, so it does not use insert.
 func (s *Store) PutAnswer(ctx context.Context, a store.Answer) error {
 	if a.Principal == "" || a.RequestID == "" || a.Created.IsZero() {
@@ -264,7 +264,7 @@ func (s *Store) PutAnswer(ctx context.Context, a store.Answer) error {
 	})
 }
 
-// GetAnswer implements [store.Store.GetAnswer].
+// GetAnswer implements [store.Answers.GetAnswer].
 func (s *Store) GetAnswer(ctx context.Context, principal, requestID string, now time.Time) (store.Answer, error) {
 	return locked(ctx, s, func() (store.Answer, error) {
 		a, err := lookup(s.answers, answerKey{principal, requestID}, store.Answer.Clone, func() string { return "answer " + principal + "/" + requestID })
@@ -275,7 +275,7 @@ func (s *Store) GetAnswer(ctx context.Context, principal, requestID string, now 
 	})
 }
 
-// PruneAnswers implements [store.Store.PruneAnswers].
+// PruneAnswers implements [store.Answers.PruneAnswers].
 func (s *Store) PruneAnswers(ctx context.Context, before time.Time) (int, error) {
 	return locked(ctx, s, func() (int, error) {
 		n := 0
@@ -289,7 +289,7 @@ func (s *Store) PruneAnswers(ctx context.Context, before time.Time) (int, error)
 	})
 }
 
-// PutApproval implements [store.Store.PutApproval].
+// PutApproval implements [store.Approvals.PutApproval].
 func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
 	if a.Instance == "" {
 		return fmt.Errorf("memstore: approval without instance: %w", store.ErrInvalid)
@@ -307,7 +307,7 @@ type approvalCreate struct {
 	created bool
 }
 
-// CreateApproval implements [store.Store.CreateApproval]. A taken key is
+// CreateApproval implements [store.Approvals.CreateApproval]. A taken key is
 // not an error here (it answers the approval already there), so it does
 // not use insert.
 func (s *Store) CreateApproval(ctx context.Context, a store.Approval) (store.Approval, bool, error) {
@@ -330,14 +330,14 @@ func (s *Store) CreateApproval(ctx context.Context, a store.Approval) (store.App
 	return r.cur, r.created, err
 }
 
-// GetApproval implements [store.Store.GetApproval].
+// GetApproval implements [store.Approvals.GetApproval].
 func (s *Store) GetApproval(ctx context.Context, instance string, project int64) (store.Approval, error) {
 	return locked(ctx, s, func() (store.Approval, error) {
 		return lookup(s.approvals, approvalKey{instance, project}, nil, func() string { return fmt.Sprintf("approval %s/%d", instance, project) })
 	})
 }
 
-// ListApprovals implements [store.Store.ListApprovals].
+// ListApprovals implements [store.Approvals.ListApprovals].
 func (s *Store) ListApprovals(ctx context.Context) ([]store.Approval, error) {
 	return locked(ctx, s, func() ([]store.Approval, error) {
 		out := slices.Collect(maps.Values(s.approvals))
@@ -348,7 +348,7 @@ func (s *Store) ListApprovals(ctx context.Context) ([]store.Approval, error) {
 	})
 }
 
-// CreatePrincipal implements [store.Store.CreatePrincipal].
+// CreatePrincipal implements [store.Principals.CreatePrincipal].
 func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	if p.ID == "" {
 		return fmt.Errorf("memstore: principal without ID: %w", store.ErrInvalid)
@@ -358,21 +358,21 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	return s.lockedDo(ctx, func() error { return insert(s.principals, p.ID, p, func() string { return "principal " + p.ID }) })
 }
 
-// GetPrincipal implements [store.Store.GetPrincipal].
+// GetPrincipal implements [store.Principals.GetPrincipal].
 func (s *Store) GetPrincipal(ctx context.Context, id string) (store.Principal, error) {
 	return locked(ctx, s, func() (store.Principal, error) {
 		return lookup(s.principals, id, store.Principal.Clone, func() string { return "principal " + id })
 	})
 }
 
-// ListPrincipals implements [store.Store.ListPrincipals].
+// ListPrincipals implements [store.Principals.ListPrincipals].
 func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
 	return locked(ctx, s, func() ([]store.Principal, error) {
 		return sortedValues(s.principals, nil, store.Principal.Clone), nil
 	})
 }
 
-// RemovePrincipal implements [store.Store.RemovePrincipal].
+// RemovePrincipal implements [store.Principals.RemovePrincipal].
 func (s *Store) RemovePrincipal(ctx context.Context, id string, at time.Time) error {
 	return s.lockedDo(ctx, func() error {
 		p, err := lookup(s.principals, id, nil, func() string { return "principal " + id })
@@ -387,7 +387,7 @@ func (s *Store) RemovePrincipal(ctx context.Context, id string, at time.Time) er
 	})
 }
 
-// CreateToken implements [store.Store.CreateToken].
+// CreateToken implements [store.Principals.CreateToken].
 func (s *Store) CreateToken(ctx context.Context, tok store.Token) error {
 	if tok.Hash == (store.Hash{}) {
 		return fmt.Errorf("memstore: token without hash: %w", store.ErrInvalid)
@@ -397,7 +397,7 @@ func (s *Store) CreateToken(ctx context.Context, tok store.Token) error {
 	return s.lockedDo(ctx, func() error { return insert(s.tokens, tok.Hash, tok, func() string { return "token" }) })
 }
 
-// UseToken implements [store.Store.UseToken].
+// UseToken implements [store.Principals.UseToken].
 func (s *Store) UseToken(ctx context.Context, h store.Hash, kind store.PrincipalKind, usedBy string, now time.Time) (store.Token, error) {
 	return locked(ctx, s, func() (store.Token, error) {
 		tok, ok := s.tokens[h]
@@ -415,7 +415,7 @@ func (s *Store) UseToken(ctx context.Context, h store.Hash, kind store.Principal
 	})
 }
 
-// ListTokens implements [store.Store.ListTokens].
+// ListTokens implements [store.Principals.ListTokens].
 func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 	return locked(ctx, s, func() ([]store.Token, error) {
 		out := slices.Collect(maps.Values(s.tokens))
@@ -426,7 +426,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
 	})
 }
 
-// AppendAudit implements [store.Store.AppendAudit].
+// AppendAudit implements [store.Audit.AppendAudit].
 func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error) {
 	e.Time = utc(e.Time)
 	return locked(ctx, s, func() (store.AuditEntry, error) {
@@ -436,7 +436,7 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 	})
 }
 
-// ListAudit implements [store.Store.ListAudit].
+// ListAudit implements [store.Audit.ListAudit].
 func (s *Store) ListAudit(ctx context.Context, limit int) ([]store.AuditEntry, error) {
 	return locked(ctx, s, func() ([]store.AuditEntry, error) {
 		var out []store.AuditEntry
@@ -447,14 +447,14 @@ func (s *Store) ListAudit(ctx context.Context, limit int) ([]store.AuditEntry, e
 	})
 }
 
-// GetMeta implements [store.Store.GetMeta].
+// GetMeta implements [store.Meta.GetMeta].
 func (s *Store) GetMeta(ctx context.Context, key string) ([]byte, error) {
 	return locked(ctx, s, func() ([]byte, error) {
 		return lookup(s.meta, key, slices.Clone, func() string { return fmt.Sprintf("meta %q", key) })
 	})
 }
 
-// PutMeta implements [store.Store.PutMeta].
+// PutMeta implements [store.Meta.PutMeta].
 func (s *Store) PutMeta(ctx context.Context, key string, value []byte) error {
 	if key == "" {
 		return fmt.Errorf("memstore: empty meta key: %w", store.ErrInvalid)
@@ -466,7 +466,7 @@ func (s *Store) PutMeta(ctx context.Context, key string, value []byte) error {
 	})
 }
 
-// InitMeta implements [store.Store.InitMeta].
+// InitMeta implements [store.Meta.InitMeta].
 func (s *Store) InitMeta(ctx context.Context, key string, value []byte) ([]byte, error) {
 	if key == "" {
 		return nil, fmt.Errorf("memstore: empty meta key: %w", store.ErrInvalid)

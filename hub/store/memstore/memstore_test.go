@@ -23,3 +23,20 @@ func TestOpenPrefix(t *testing.T) {
 		t.Fatalf(`store.Open("mem:") = %T, want *memstore.Store`, s)
 	}
 }
+
+// principalsOnly is a store that has the principals role and nothing
+// else, as a new backend might while it implements roles one at a time.
+type principalsOnly struct {
+	store.Principals
+	close func() error
+}
+
+func (p principalsOnly) Close() error { return p.close() }
+
+// A role's suite runs against a store of that role alone.
+func TestRoleAlone(t *testing.T) {
+	storetest.RunPrincipals(t, storetest.RoleHarness[storetest.PrincipalsStore]{New: func(*testing.T) storetest.PrincipalsStore {
+		s := memstore.New()
+		return principalsOnly{Principals: s, close: s.Close}
+	}})
+}

@@ -1,0 +1,300 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vk-ci/vk/hub/enrol"
+	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/internal/logkey"
+)
+
+// The admin socket's route handlers, one per route of [Server]; each
+// answers JSON and audits what it changes.
+
+// createToken serves POST /admin/tokens: mint a one-time enrolment token.
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req TokenRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	kind, err := enrol.ParseKind(req.Kind)
+	if err != nil {
+		return err
+	}
+	if req.TTLSecs < 0 {
+		return fmt.Errorf("%w: ttl_secs %d", ErrInvalid, req.TTLSecs)
+	}
+	tok, err := s.cfg.Enroller.NewToken(r.Context(), kind, time.Duration(req.TTLSecs)*time.Second, actor(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, TokenAnswer{Token: tok.Text, Kind: string(tok.Kind), Expires: tok.Expires, CAFingerprint: s.cfg.CAFingerprint})
+	return nil
+}
+
+// listRelays serves GET /admin/relays: enrolled relays, removed included.
+func (s *Server) listRelays(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	ps, err := s.cfg.Store.ListPrincipals(r.Context())
+	if err != nil {
+		return err
+	}
+	out := []Relay{}
+	for _, p := range ps {
+		if p.Kind == store.KindRelay {
+			out = append(out, Relay{ID: p.ID, Name: p.Name, Created: p.Created, Removed: p.Removed, RemovedAt: p.RemovedAt})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// removeRelay serves DELETE /admin/relays/{id}: mark the relay removed
+// (its key is refused from now on), tell the hub, audit. Idempotent.
+func (s *Server) removeRelay(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	id := r.PathValue("id")
+	ctx := r.Context()
+	p, err := s.cfg.Store.GetPrincipal(ctx, id)
+	if err != nil {
+		return fmt.Errorf("relay %q: %w", id, err)
+	}
+	if p.Kind != store.KindRelay {
+		return fmt.Errorf("%w: %q is a %s, not a relay", ErrNotFound, id, p.Kind)
+	}
+	if !p.Removed {
+		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
+			return err
+		}
+		if err := s.audit(ctx, r, "relay.remove", id, ""); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "relay removed", logkey.RelayID, id, "actor", actor(r))
+	}
+	if err := s.cfg.Backend.RelayRemoved(ctx, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// removeNode serves DELETE /admin/nodes/{id}: mark the node removed (its
+// key is refused from now on), tell the hub, audit. Idempotent.
+func (s *Server) removeNode(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	id := r.PathValue("id")
+	ctx := r.Context()
+	p, err := s.cfg.Store.GetPrincipal(ctx, id)
+	if err != nil {
+		return fmt.Errorf("node %q: %w", id, err)
+	}
+	if p.Kind != store.KindNode {
+		return fmt.Errorf("%w: %q is a %s, not a node", ErrNotFound, id, p.Kind)
+	}
+	if !p.Removed {
+		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
+			return err
+		}
+		if err := s.audit(ctx, r, "node.remove", id, ""); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "node removed", logkey.NodeID, id, "actor", actor(r))
+	}
+	if err := s.cfg.Backend.NodeRemoved(ctx, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// listNodes serves GET /admin/nodes, sorted by ID.
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	ns, err := s.cfg.Backend.Nodes(r.Context())
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
+	if ns == nil {
+		ns = []Node{}
+	}
+	writeJSON(w, http.StatusOK, ns)
+	return nil
+}
+
+// listQueue serves GET /admin/queue: what waits for room, in queue order,
+// with the wait reasons.
+func (s *Server) listQueue(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	q, err := s.cfg.Backend.Queue(r.Context())
+	if err != nil {
+		return err
+	}
+	if q == nil {
+		q = []Waiting{}
+	}
+	writeJSON(w, http.StatusOK, q)
+	return nil
+}
+
+// setPools serves PUT /admin/nodes/{id}/pools (OPS-01).
+func (s *Server) setPools(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req PoolsRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	for _, p := range req.Pools {
+		if p == "" || strings.ContainsAny(p, ", \t\n") {
+			return fmt.Errorf("%w: pool name %q", ErrInvalid, p)
+		}
+	}
+	id := r.PathValue("id")
+	if err := s.cfg.Backend.SetPools(r.Context(), id, req.Pools); err != nil {
+		return err
+	}
+	if err := s.audit(r.Context(), r, "node.pools", id, strings.Join(req.Pools, ",")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// setCeiling serves PUT /admin/nodes/{id}/ceiling (OPS-02).
+func (s *Server) setCeiling(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req CeilingRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	if req.Ceiling < NoCeiling {
+		return fmt.Errorf("%w: ceiling %d", ErrInvalid, req.Ceiling)
+	}
+	id := r.PathValue("id")
+	if err := s.cfg.Backend.SetCeiling(r.Context(), id, req.Ceiling); err != nil {
+		return err
+	}
+	if err := s.audit(r.Context(), r, "node.ceiling", id, ceilingText(req.Ceiling)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// drain serves PUT /admin/nodes/{id}/drain.
+func (s *Server) drain(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req DrainRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if err := s.cfg.Backend.Drain(r.Context(), id, req.Drain); err != nil {
+		return err
+	}
+	action := "node.drain"
+	if !req.Drain {
+		action = "node.undrain"
+	}
+	if err := s.audit(r.Context(), r, action, id, ""); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// getPolicy serves GET /admin/policy as a policy file (TOML).
+func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	p, err := s.cfg.Backend.Policy(r.Context())
+	if err != nil {
+		return err
+	}
+	b, err := EncodePolicy(p)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/toml")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+	return nil
+}
+
+// setPolicy serves PUT /admin/policy: a policy file, decoded strictly and
+// validated, handed to the Backend (OPS-03).
+func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request, body []byte) error {
+	p, err := DecodePolicy("policy", body)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := s.cfg.Backend.SetPolicy(r.Context(), p); err != nil {
+		return err
+	}
+	if err := s.audit(r.Context(), r, "policy.set", "capacity-policy",
+		fmt.Sprintf("%d headroom entries, %d tenants", len(p.Headroom), len(p.Tenants))); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// listProjects serves GET /admin/projects: every approval record.
+func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	as, err := s.cfg.Store.ListApprovals(r.Context())
+	if err != nil {
+		return err
+	}
+	if as == nil {
+		as = []store.Approval{}
+	}
+	writeJSON(w, http.StatusOK, as)
+	return nil
+}
+
+// setApproval serves POST /admin/projects: approve or reject a project or
+// server (OPS-06); a project or server the hub has not seen yet is
+// recorded, so an operator may approve ahead (`vk-hub projects approve`
+// asks for --unseen then, against typos). An instance given as a URL is
+// read as its host[:port]. Idempotent.
+func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req ApprovalRequest
+	if err := decode(body, &req); err != nil {
+		return err
+	}
+	if req.Instance == "" || req.Project < 0 || (req.State != store.ApprovalApproved && req.State != store.ApprovalRejected) {
+		return fmt.Errorf("%w: want instance, project >= 0 and state approved or rejected", ErrInvalid)
+	}
+	inst := store.InstanceKey(req.Instance)
+	if inst == "" {
+		return fmt.Errorf("%w: instance %q: want the host[:port] of a GitLab server, as vk-hub projects list shows it", ErrInvalid, req.Instance)
+	}
+	req.Instance = inst
+	ctx := r.Context()
+	a, err := s.cfg.Store.GetApproval(ctx, req.Instance, req.Project)
+	if errors.Is(err, store.ErrNotFound) {
+		a, err = store.Approval{Instance: req.Instance, Project: req.Project}, nil
+	}
+	if err != nil {
+		return err
+	}
+	a.State, a.By, a.Updated = req.State, actor(r), s.clk.Now().UTC()
+	if err := s.cfg.Store.PutApproval(ctx, a); err != nil {
+		return err
+	}
+	subject := req.Instance + "/" + strconv.FormatInt(req.Project, 10)
+	if req.Project == 0 {
+		subject = req.Instance
+	}
+	if err := s.audit(ctx, r, "approval."+string(req.State), subject, a.Path); err != nil {
+		return err
+	}
+	if err := s.cfg.Backend.ApprovalChanged(ctx, a); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func ceilingText(n int) string {
+	if n == NoCeiling {
+		return "none"
+	}
+	return strconv.Itoa(n)
+}
