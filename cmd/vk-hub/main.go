@@ -58,7 +58,6 @@ func newRoot() *cobra.Command {
 		return err
 	}
 	root.AddCommand(admin.Commands(func() string { return socket })...)
-	root.AddCommand(benchCmd(func() string { return socket }))
 	addDryRun(root, stateDir, cfgPath)
 	return root
 }

@@ -122,7 +122,7 @@ func startsProgram(s, prog string) bool {
 		return true
 	}
 	switch w {
-	case "vk", "vk-hub", "vk-gitlab", "vk-sim", "ssh", "sudo", "go", "install", "systemctl", "curl", "useradd":
+	case "vk", "vk-hub", "vk-gitlab", "vk-sim", "vk-bench", "ssh", "sudo", "go", "install", "systemctl", "curl", "useradd":
 		return true
 	}
 	return false

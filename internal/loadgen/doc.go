@@ -1,4 +1,4 @@
-// Package loadgen is vk's load generator for the hub: `vk-hub bench`
+// Package loadgen is vk's load generator for the hub: `vk-bench`
 // and the go test benchmark beside it drive full job lifecycles through
 // a real hub over the real protocol and report how fast the hub is
 // against what the machine itself allows.
@@ -6,7 +6,7 @@
 // # What one run does
 //
 // Unless it is given a running hub, Run starts one: the hub binary as a
-// child process (`vk-hub serve`) on a loopback port in a temporary state
+// child process (the hub's `serve`) on a loopback port in a temporary state
 // directory, with a configuration tuned for load (no approvals, a probe
 // limit and per-principal limits above what the run needs). It then
 // enrols R relays and N lightweight nodes with one-time tokens from the

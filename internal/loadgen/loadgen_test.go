@@ -5,52 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vk-ci/vk/hub"
 )
 
 // childEnv makes the test binary a hub: the tests start "the hub
 // binary" as a child process by running themselves with it set, so the
-// hub runs in its own process as it does under `vk-hub bench`.
+// hub runs in its own process as it does under `vk-bench`.
 const childEnv = "VK_LOADGEN_TEST_HUB"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
-		os.Exit(serveChild(os.Args[1:]))
+		os.Exit(ServeHub(os.Args[1:], os.Stderr))
 	}
 	os.Exit(m.Run())
-}
-
-// serveChild is `vk-hub serve --config FILE --log-format json` for the
-// child: the same hub.Run behind the same configuration file.
-func serveChild(args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "")
-	fs.String("log-format", "json", "")
-	if len(args) == 0 || args[0] != "serve" || fs.Parse(args[1:]) != nil {
-		fmt.Fprintln(os.Stderr, "loadgen test hub: want serve --config FILE")
-		return 2
-	}
-	cfg, err := hub.LoadConfig(*cfgPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := hub.Run(ctx, cfg, slog.New(slog.NewJSONHandler(os.Stderr, nil))); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
 }
 
 // selfHub is the hub command the tests start: this binary.
@@ -157,7 +127,7 @@ func TestReadProc(t *testing.T) {
 	}
 }
 
-// BenchmarkFleet is the go test wrapper of `vk-hub bench`: 4 relays with
+// BenchmarkFleet is the go test wrapper of `vk-bench`: 4 relays with
 // 8 loops each and 16 nodes against a child hub, for -benchtime (as a
 // duration; default 10 s here). It reports lifecycles/s, each step's
 // p50/p99 and the fraction of the floor.

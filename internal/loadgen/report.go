@@ -80,7 +80,7 @@ func (r *Report) finish() {
 
 // WriteText writes the report as a table for a terminal.
 func (r *Report) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "vk-hub bench: %d relays, %d loops, %d nodes, %d B output per job, %.1f s measured\n\n",
+	fmt.Fprintf(w, "vk-bench: %d relays, %d loops, %d nodes, %d B output per job, %.1f s measured\n\n",
 		r.Relays, r.Loops, r.Nodes, r.OutputBytes, r.WindowSecs)
 	fmt.Fprintf(w, "lifecycles     %d (%.1f/s, %.1f requests each)\n", r.Lifecycles, r.PerSec, r.RequestsEach)
 	if r.HubCPUPerLifeMs > 0 {

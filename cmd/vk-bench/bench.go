@@ -10,23 +10,23 @@ import (
 	"github.com/vk-ci/vk/internal/loadgen"
 )
 
-// benchCmd is `vk-hub bench`: the load generator (internal/loadgen)
-// against a hub it starts as a child process of this binary, or against
-// a running hub given by --hub, --ca and the admin socket.
+// benchCmd is vk-bench: the load generator (internal/loadgen) against a
+// hub it starts as a child process of this binary, or against a running
+// hub given by --hub, --ca and --state-dir (its admin socket).
 func benchCmd(socket func() string) *cobra.Command {
 	var o loadgen.Options
 	var hubURL, caFile, keep string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "vk-bench",
 		Short: "drive full job lifecycles through a hub and report lifecycles/s, latencies and the machine's floor",
 		Long: `bench enrols relays and lightweight nodes over the real protocol and runs
 job lifecycles (reserve, ticket, claim, outcome, submit, follow, output,
 settle) from concurrent request loops. Without --hub it starts this binary
-as "vk-hub serve" in a temporary state directory and reads the hub's CPU
+as the hub ("vk-hub serve" in its own process) in a temporary state directory and reads the hub's CPU
 and memory from /proc; with --hub it drives that hub, enrolling through
-the admin socket found as for every other operator command (the enrolled
-principals stay; use a hub you can throw away).`,
+its admin socket in --state-dir (the enrolled principals stay; use a hub
+you can throw away).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if hubURL != "" {
@@ -43,7 +43,7 @@ principals stay; use a hub you can throw away).`,
 				if err != nil {
 					return err
 				}
-				o.HubCommand = []string{exe}
+				o.HubCommand = []string{exe, hubChild}
 				dir := keep
 				if dir == "" {
 					if dir, err = os.MkdirTemp("", "vk-hub-bench-"); err != nil {
