@@ -193,6 +193,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 	if err != nil {
 		return nil, err
 	}
+	var moreURLs []string // further hub instances (docs/ha.md)
+	for _, h := range cfg.Node.Hubs {
+		u, err := sessionURL(h)
+		if err != nil {
+			return nil, err
+		}
+		if u != wsURL {
+			moreURLs = append(moreURLs, u)
+		}
+	}
 	tlsCfg := opts.TLSConfig
 	if tlsCfg == nil {
 		if tlsCfg, err = clientTLS(a.ident.CAPEM); err != nil {
@@ -262,7 +272,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Ag
 		return fail(err)
 	}
 	a.sess, err = session.New(session.Config{
-		URL: wsURL, NodeID: a.ident.NodeID, Key: a.ident.Key, TLSConfig: tlsCfg,
+		URL: wsURL, URLs: moreURLs, NodeID: a.ident.NodeID, Key: a.ident.Key, TLSConfig: tlsCfg,
 		Release: version.Version, Clock: opts.SessionClock, Logger: base,
 	}, handler{a})
 	if err != nil {
