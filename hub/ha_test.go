@@ -312,3 +312,61 @@ func TestLeaseTakeover(t *testing.T) {
 		t.Fatalf("deposed hub's write once another holds the lease: %v, want ErrFenced", err)
 	}
 }
+
+// A leader that dies in the middle of a fenced write leaves its
+// transaction holding the lease row FOR SHARE; the hub's sessions set
+// idle_in_transaction_session_timeout to a third of the TTL, so the
+// database ends that transaction and a standby's takeover is not held
+// back until TCP keepalives notice the dead peer (hours by default).
+//
+// spec: BS-12
+func TestTakeoverPastDeadTransaction(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewSchema(t)
+	_, schema, _ := strings.Cut(dsn, "search_path=")
+	const ttl = 1500 * time.Millisecond
+	proxy := pgtest.NewProxy(t, srv.Addr())
+	dead, err := pgstore.Open(t.Context(), idleTxTimeout(pgtest.DSNAt(proxy.Addr(), "postgres")+" search_path="+schema, ttl/3), pgstore.Options{Fenced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	la := pgstore.NewLease(dead.Pool(), pgstore.LeaseConfig{Holder: "dead", TTL: ttl})
+	if _, _, ok, err := la.TryAcquire(t.Context()); !ok || err != nil {
+		t.Fatalf("first acquire: %v %v", ok, err)
+	}
+	tx, err := dead.Pool().Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), "SELECT epoch FROM vk_lease WHERE name = 'leader' FOR SHARE"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole(true) // the holder's machine is gone mid-transaction
+	defer proxy.Blackhole(false)
+	cutAt := time.Now()
+
+	live, err := pgstore.Open(t.Context(), dsn, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	lb := pgstore.NewLease(live.Pool(), pgstore.LeaseConfig{Holder: "live", TTL: ttl})
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), ttl/3)
+		_, _, ok, _ := lb.TryAcquire(ctx)
+		cancel()
+		if ok {
+			break
+		}
+		if time.Since(cutAt) > 10*ttl {
+			t.Fatalf("no takeover %v after the holder died mid-transaction", time.Since(cutAt))
+		}
+	}
+	took := time.Since(cutAt)
+	t.Logf("takeover %v after the holder died mid-transaction (ttl %v)", took.Round(time.Millisecond), ttl)
+	if limit := ttl + ttl/3 + 3*time.Second; took > limit {
+		t.Errorf("takeover took %v, want at most %v", took, limit)
+	}
+}

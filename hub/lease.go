@@ -92,7 +92,7 @@ func pgOf(st store.Store) *pgstore.Store {
 // openLeased opens the fenced store at dsn and its lease, not yet
 // contending ([Server.contend] starts it).
 func openLeased(ctx context.Context, dsn string, cfg StoreConfig, log *slog.Logger) (store.Store, *leaseRunner, error) {
-	pg, err := pgstore.Open(ctx, dsn, pgstore.Options{Fenced: true})
+	pg, err := pgstore.Open(ctx, idleTxTimeout(dsn, cfg.leaseTTL()/3), pgstore.Options{Fenced: true})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -104,6 +104,25 @@ func openLeased(ctx context.Context, dsn string, cfg StoreConfig, log *slog.Logg
 		l: pgstore.NewLease(pg.Pool(), pgstore.LeaseConfig{Holder: holder, TTL: cfg.leaseTTL(), Log: log})}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	return leasedStore{pg, r}, r, nil
+}
+
+// idleTxTimeout sets the sessions' idle_in_transaction_session_timeout
+// on dsn (a key=value string or a URL). A fenced write holds the lease
+// row FOR SHARE until it commits, and a new holder's UPDATE waits for it:
+// without the timeout, a leader that died mid-transaction (its machine
+// gone, no FIN) would hold the takeover back until the database's TCP
+// keepalive noticed, hours by default. With it the database ends such a
+// transaction a third of a TTL after its last statement (docs/ha.md).
+func idleTxTimeout(dsn string, d time.Duration) string {
+	ms := strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		return dsn + sep + "idle_in_transaction_session_timeout=" + ms
+	}
+	return dsn + " idle_in_transaction_session_timeout=" + ms
 }
 
 // contend leads at once without a lease; with one it starts contending
