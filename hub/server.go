@@ -68,6 +68,10 @@ type Options struct {
 	// inject a concurrent write at a chosen call). The wrapper's Close
 	// must close the store it wraps.
 	WrapStore func(store.Store) store.Store
+	// WrapOutput, when set, wraps the output store the hub opened (tests:
+	// to keep what a settle drops). Its Close must close the store it
+	// wraps.
+	WrapOutput func(output.Store) output.Store
 }
 
 // Server is a running hub. Create it with [Start].
@@ -262,6 +266,9 @@ func (s *Server) openOutput(context.Context) error {
 			return fmt.Errorf("hub: output: %w", err)
 		}
 		out = d
+	}
+	if s.opt.WrapOutput != nil {
+		out = s.opt.WrapOutput(out)
 	}
 	s.out = out
 	s.onStop(func(context.Context) error { return out.Close() })
@@ -520,6 +527,9 @@ func (s *Server) Driver() *Driver {
 	defer s.leadMu.Unlock()
 	return s.drv
 }
+
+// OutputStore returns the server's job output store.
+func (s *Server) OutputStore() output.Store { return s.out }
 
 // Store returns the server's store (tests enrol principals there).
 func (s *Server) Store() store.Store { return s.st }
