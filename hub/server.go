@@ -41,9 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/api"
-	"github.com/vk-ci/vk/hub/enrol"
 	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/pki"
 	"github.com/vk-ci/vk/hub/session"
@@ -55,7 +53,7 @@ import (
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/connlimit"
 	"github.com/vk-ci/vk/internal/logkey"
-	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
 )
 
 // Options are what [Start] takes besides the config; the zero value is
@@ -70,31 +68,62 @@ type Options struct {
 	// inject a concurrent write at a chosen call). The wrapper's Close
 	// must close the store it wraps.
 	WrapStore func(store.Store) store.Store
+	// WrapOutput, when set, wraps the output store the hub opened (tests:
+	// to keep what a settle drops). Its Close must close the store it
+	// wraps.
+	WrapOutput func(output.Store) output.Store
 }
 
 // Server is a running hub. Create it with [Start].
+//
+// Its life is a list of setup steps (see [Start]), each a method that
+// registers its own cleanup; [Server.Shutdown] runs the cleanups in
+// reverse. A hub with store.lease starts as a standby and leads (the
+// [Server.lead] step: driver, client API, relay sessions, admin socket,
+// UI) once it holds the lease; a hub without one leads from the start.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	ln     net.Listener
-	http   *http.Server
-	st     store.Store
-	out    output.Store
-	drv    *Driver
-	met    *metrics
-	caPEM  []byte
-	cancel context.CancelFunc
-	nodes  *session.NodeServer
-	relays *session.RelayServer
-	uiLn   net.Listener // nil without [ui] addr
-	uiHTTP *http.Server // nil without [ui] addr
-	// apiLimit and uiLimit enforce the connection caps (limits.max_conns,
-	// max_unauth_per_peer; ui.max_conns, max_conns_per_peer).
-	apiLimit *connlimit.Listener
-	uiLimit  *connlimit.Listener // nil without [ui] addr
-	budget   *connlimit.Budget   // limits.unauth_body_budget_bytes
+	cfg   Config
+	opt   Options
+	log   *slog.Logger
+	clk   clock.Clock
+	pol   *PolicyConfig
+	cert  tls.Certificate
+	tcfg  *tls.Config
+	caPEM []byte
+	met   *metrics
 
-	wg       sync.WaitGroup
+	st    store.Store
+	pg    *pgstore.Store // nil unless store.kind = "postgres"
+	lease *leaseRunner   // nil without store.lease
+	out   output.Store
+
+	runCtx context.Context // ends at shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	ln       net.Listener
+	apiLimit *connlimit.Listener // limits.max_conns, max_unauth_per_peer
+	budget   *connlimit.Budget   // limits.unauth_body_budget_bytes
+	http     *http.Server
+	nodes    *session.NodeServer
+	router   *nodeRouter
+	scfg     session.Config
+
+	// Set by lead, under leadMu; read after leading is closed.
+	leadMu    sync.Mutex
+	drv       *Driver
+	relays    *session.RelayServer
+	leaderMux atomic.Pointer[http.ServeMux] // the client API, relay sessions, enrolment
+	uiLn      net.Listener                  // nil without [ui] addr
+	uiHTTP    *http.Server                  // nil without [ui] addr
+	uiLimit   *connlimit.Listener           // ui.max_conns, max_conns_per_peer
+	leading   chan struct{}                 // closed once this instance leads
+	epoch     atomic.Uint64                 // the lease epoch it leads at (0 without a lease)
+	metMu     sync.RWMutex                  // held for writing while the driver is built (it sets met.collect)
+	cleanups  []func(context.Context) error // guarded by leadMu
+	stopping  bool                          // guarded by leadMu
+	leaderURL leaderCache                   // what a standby names as the leader
+
 	stopOnce sync.Once
 	stopErr  error
 	done     chan struct{} // closed (once, by fail) when the hub must stop
@@ -128,206 +157,249 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return nil
 }
 
-// Start validates cfg, opens the store and output in state_dir, restores
-// state, binds the listener and serves in the background. It returns once
-// the listener is bound.
+// Start validates cfg, opens the store and output, binds the listener,
+// starts leading (or, with store.lease, contending for the lease as a
+// standby) and serves in the background. It returns once the listener is
+// bound and, without a lease, state is restored.
 func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With(logkey.Component, "hub")
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	s := &Server{cfg: cfg, opt: opt, log: log.With(logkey.Component, "hub"), clk: clock.Or(opt.Clock),
+		met: haMetrics(newMetrics()), done: make(chan struct{}), leading: make(chan struct{})}
+	steps := []func(context.Context) error{
+		s.prepare, s.openStore, s.openOutput, s.startRun, s.listen, s.sessions, s.contend, s.serve,
 	}
-	pol := cfg.CapacityPolicy
-	if cfg.CapacityPolicyFile != "" {
-		p, err := LoadPolicyFile(cfg.CapacityPolicyFile)
-		if err != nil {
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			s.undo(context.Background())
 			return nil, err
 		}
-		pol = &p
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("hub: state dir: %w", err)
+	s.log.Info("hub listening", "addr", s.ln.Addr().String(), "state_dir", cfg.StateDir, "leading", s.isLeading())
+	return s, nil
+}
+
+// onStop registers a cleanup, run in reverse order of registration by
+// [Server.Shutdown] (or when a later setup step fails).
+func (s *Server) onStop(f func(context.Context) error) {
+	s.leadMu.Lock()
+	s.cleanups = append(s.cleanups, f)
+	s.leadMu.Unlock()
+}
+
+// undo runs every registered cleanup, newest first, and returns their
+// errors joined; no setup step starts after it.
+func (s *Server) undo(ctx context.Context) error {
+	s.leadMu.Lock()
+	s.stopping = true
+	fs := s.cleanups
+	s.cleanups = nil
+	s.leadMu.Unlock()
+	var errs []error
+	for i := len(fs) - 1; i >= 0; i-- {
+		errs = append(errs, fs[i](ctx))
 	}
-	clk := clock.Or(opt.Clock)
-	cert, caPEM, err := serverCert(cfg, clk.Now(), log)
+	return errors.Join(errs...)
+}
+
+// prepare validates the config and loads what it names: the capacity
+// policy file, the state dir, the TLS certificate. Nothing to clean up.
+func (s *Server) prepare(context.Context) error {
+	if err := s.cfg.Validate(); err != nil {
+		return err
+	}
+	s.pol = s.cfg.CapacityPolicy
+	if s.cfg.CapacityPolicyFile != "" {
+		p, err := LoadPolicyFile(s.cfg.CapacityPolicyFile)
+		if err != nil {
+			return err
+		}
+		s.pol = &p
+	}
+	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("hub: state dir: %w", err)
+	}
+	cert, caPEM, err := serverCert(s.cfg, s.clk.Now(), s.log)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	loc, err := cfg.openLocation()
+	s.cert, s.caPEM, s.tcfg = cert, caPEM, pki.ServerConfig(cert)
+	return nil
+}
+
+// openStore opens the store (fenced, with its lease ready to contend,
+// under store.lease); closing it releases a held lease.
+func (s *Server) openStore(ctx context.Context) error {
+	loc, err := s.cfg.openLocation()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var (
-		st       store.Store
-		pg       *pgstore.Store
-		leaseEnd <-chan struct{} // closed when a held lease is lost
-	)
-	if cfg.Store.Kind == StorePostgres && cfg.Store.Lease {
-		st, pg, leaseEnd, err = openLeased(ctx, strings.TrimPrefix(loc, "postgres:"), cfg.Store, log)
+	var st store.Store
+	if s.cfg.Store.Kind == StorePostgres && s.cfg.Store.Lease {
+		st, s.lease, err = openLeased(ctx, strings.TrimPrefix(loc, "postgres:"), s.cfg.Store, s.log)
 	} else {
 		st, err = store.Open(ctx, loc)
-		pg, _ = st.(*pgstore.Store)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("hub: store: %w", err)
+		return fmt.Errorf("hub: store: %w", err)
 	}
-	out := opt.Output
-	if pg != nil && out == nil {
-		out = pg.Output() // job output in the same database (docs/ha.md)
+	s.pg = pgOf(st)
+	if s.opt.WrapStore != nil {
+		st = s.opt.WrapStore(st)
 	}
-	if opt.WrapStore != nil {
-		st = opt.WrapStore(st)
+	s.st = st
+	s.onStop(func(context.Context) error { return st.Close() })
+	return nil
+}
+
+// openOutput opens the job output store: the database's with kind
+// postgres (docs/ha.md), else <state_dir>/output.
+func (s *Server) openOutput(context.Context) error {
+	out := s.opt.Output
+	if out == nil && s.pg != nil {
+		out = s.pg.Output()
 	}
 	if out == nil {
-		d, err := output.Open(filepath.Join(cfg.StateDir, "output"), log)
+		d, err := output.Open(filepath.Join(s.cfg.StateDir, "output"), s.log)
 		if err != nil {
-			st.Close()
-			return nil, fmt.Errorf("hub: output: %w", err)
+			return fmt.Errorf("hub: output: %w", err)
 		}
 		out = d
 	}
-	met := newMetrics()
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	drv, err := newDriver(runCtx, cfg, pol, st, out, clk, log, met)
-	if err != nil {
-		cancel()
-		out.Close()
-		st.Close()
-		return nil, err
+	if s.opt.WrapOutput != nil {
+		out = s.opt.WrapOutput(out)
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	s.out = out
+	s.onStop(func(context.Context) error { return out.Close() })
+	return nil
+}
+
+// startRun makes the context the hub's goroutines run under; its cleanup
+// cancels it and waits for them (the driver's last record writes
+// included).
+func (s *Server) startRun(ctx context.Context) error {
+	s.runCtx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.onStop(func(context.Context) error {
+		s.cancel()
+		s.wg.Wait()
+		return nil
+	})
+	return nil
+}
+
+// listen binds the API listener with its connection caps.
+func (s *Server) listen(context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
-		cancel()
-		drv.w.close()
-		out.Close()
-		st.Close()
-		return nil, fmt.Errorf("hub: listen: %w", err)
+		return fmt.Errorf("hub: listen: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, st: st, out: out, drv: drv, met: met, caPEM: caPEM, cancel: cancel, done: make(chan struct{})}
-	// abort undoes what is built from here on and returns err: each
-	// failure below has all of it to undo (the admin listener once
-	// bound). The earlier failures have less, so they undo by hand.
-	var admLn net.Listener
-	abort := func(err error) (*Server, error) {
-		cancel()
-		drv.w.close()
-		ln.Close()
-		if admLn != nil {
-			admLn.Close()
+	s.ln = ln
+	s.apiLimit = connlimit.NewListener(ln, s.cfg.Limits.connLimits())
+	s.budget = connlimit.NewBudget(s.cfg.Limits.budget())
+	s.onStop(func(context.Context) error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
 		}
-		out.Close()
-		st.Close()
-		return nil, err
-	}
+		return nil
+	})
+	return nil
+}
 
-	scfg := session.Config{Lookup: principalLookup{st}, Logger: log, Clock: clk, Skew: cfg.skew(),
-		HeartbeatSecs: cfg.Sessions.NodeHeartbeatSecs, MissedHeartbeats: cfg.Sessions.UnreachableAfterMissed,
-		MaxPendingHellos: cfg.Limits.MaxPendingHellos}
-	h := sessionHandler{d: drv, ctx: runCtx}
-	s.nodes = session.NewNodeServer(scfg, h)
-	s.relays = session.NewRelayServer(scfg, h)
+// sessions makes the node session server: every instance serves node
+// sessions (BS-13), through the router that keeps the fleet picture and
+// hands events to the driver once this instance leads.
+func (s *Server) sessions(context.Context) error {
+	s.scfg = session.Config{Lookup: principalLookup{s.st}, Logger: s.log, Clock: s.clk, Skew: s.cfg.skew(),
+		HeartbeatSecs: s.cfg.Sessions.NodeHeartbeatSecs, MissedHeartbeats: s.cfg.Sessions.UnreachableAfterMissed,
+		MaxPendingHellos: s.cfg.Limits.MaxPendingHellos}
+	s.router = newNodeRouter(s.runCtx, s.log, s.met)
+	s.nodes = session.NewNodeServer(s.scfg, s.router)
+	return nil
+}
 
-	mux := http.NewServeMux()
-	budget := connlimit.NewBudget(cfg.Limits.budget())
-	s.budget = budget
-	api.New(api.Config{Backend: drv, Store: st, Output: out, Clock: clk, Log: log, Skew: cfg.skew(),
-		MaxBody: cfg.Limits.MaxBodyBytes, BodyPerMiB: cfg.Limits.bodyPerMiB(), Budget: budget, Observe: met.observe}).Register(mux)
-	mux.Handle("GET /v1/node/session", s.nodes)
-	mux.Handle(client.RouteRelaySession, s.relays)
-	enr, err := enrol.New(enrol.Config{Store: st, CAPEM: caPEM, Clock: clk, Log: log, BodyTimeout: cfg.Limits.bodyPerMiB(), Budget: budget})
-	if err != nil {
-		return abort(fmt.Errorf("hub: enrolment: %w", err))
-	}
-	enr.Register(mux) // the join route (AUTH-08)
-	adm, err := admin.NewServer(admin.Config{Store: st, Backend: drv, Enroller: enr, CAFingerprint: pki.Fingerprint(caDER(caPEM)), Clock: clk, Log: log})
-	if err != nil {
-		return abort(fmt.Errorf("hub: admin socket: %w", err))
-	}
-	admLn, err = adm.Listen(admin.SocketPath(cfg.StateDir))
-	if err != nil {
-		return abort(err) // admLn is nil: nothing of it to close
-	}
-	tcfg := pki.ServerConfig(cert)
-	uiLn, uiSrv, err := startUI(ctx, cfg, st, drv, clk, log, tcfg)
-	if err != nil {
-		return abort(err)
-	}
-	if uiLn != nil && cfg.UIURL == "" {
-		// approval_url links (API-56) point at the UI just bound.
-		drv.cfg.UIURL = "https://" + uiLn.Addr().String()
-	}
-	s.uiLn, s.uiHTTP = uiLn, uiSrv
-	s.apiLimit = connlimit.NewListener(ln, cfg.Limits.connLimits())
-	if uiLn != nil {
-		s.uiLimit = connlimit.NewListener(uiLn, cfg.UI.connLimits())
-	}
-	mux.Handle("GET /metrics", met)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-
+// serve starts the API listener's HTTP server: /healthz, /metrics and
+// node sessions on every instance; the rest (client API, relay sessions,
+// enrolment) from the leader, a standby answering it 503 unavailable
+// with the leader's URL. Its cleanup ends the sessions, then waits for
+// in-flight requests until the shutdown's context ends.
+func (s *Server) serve(context.Context) error {
+	base := http.NewServeMux()
+	s.everyInstance(base)
+	base.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if mux := s.leaderMux.Load(); mux != nil {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		s.serveStandby(w, r)
+	})
 	s.http = &http.Server{
-		Handler:           api.JSONErrors(mux),
-		TLSConfig:         tcfg,
-		ReadHeaderTimeout: cfg.Limits.headerTimeout(),
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return runCtx },
+		Handler:           api.JSONErrors(base),
+		TLSConfig:         s.tcfg,
+		ReadHeaderTimeout: s.cfg.Limits.headerTimeout(),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return s.runCtx },
 		ConnContext:       connlimit.ConnContext,
 	}
 	// One request per TLS connection: signatures bind to the connection's
 	// exporter (AUTH-14).
 	s.http.SetKeepAlivesEnabled(false)
-
-	if s.uiHTTP != nil {
-		s.uiHTTP.BaseContext = func(net.Listener) context.Context { return runCtx }
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			err := s.uiHTTP.Serve(tls.NewListener(s.uiLimit, tcfg))
-			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("web UI stopped", logkey.Err, err)
-			}
-		}()
-		log.Info("web UI listening", "addr", uiLn.Addr().String(), "url", drv.cfg.UIURL, "basic_auth", cfg.UI.Token != "")
-	}
-	s.wg.Add(4)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := adm.ServeOn(runCtx, admLn); err != nil {
-			log.Error("admin socket stopped", logkey.Err, err)
-		}
-	}()
-	go func() {
-		defer s.wg.Done()
-		drv.Run(runCtx)
-	}()
-	go func() {
-		defer s.wg.Done()
-		s.pruneAnswers(runCtx, clk)
-	}()
-	go func() {
-		defer s.wg.Done()
-		err := s.http.Serve(tls.NewListener(s.apiLimit, tcfg))
+		err := s.http.Serve(tls.NewListener(s.apiLimit, s.tcfg))
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("serving stopped", logkey.Err, err)
+			s.log.Error("serving stopped", logkey.Err, err)
 			s.fail()
 		}
 	}()
-	if leaseEnd != nil {
-		go s.watchLease(runCtx, leaseEnd)
-	}
-	s.ln = ln
-	log.Info("hub listening", "addr", ln.Addr().String(), "state_dir", cfg.StateDir)
-	return s, nil
+	s.onStop(func(ctx context.Context) error {
+		s.nodes.Close()
+		if r := s.relayServer(); r != nil {
+			r.Close()
+		}
+		err := s.http.Shutdown(ctx)
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			err = s.http.Close()
+		}
+		return err
+	})
+	return nil
+}
+
+// everyInstance registers what a standby serves as well as the leader:
+// /healthz, /metrics and node sessions. The leader's mux has them too, so
+// that a wrong method there is a 405.
+func (s *Server) everyInstance(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", s.serveHealth)
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		s.metMu.RLock()
+		defer s.metMu.RUnlock()
+		s.met.ServeHTTP(w, r)
+	})
+	mux.Handle(dispatch.RouteNodeSession, s.nodes)
+}
+
+func (s *Server) relayServer() *session.RelayServer {
+	s.leadMu.Lock()
+	defer s.leadMu.Unlock()
+	return s.relays
 }
 
 // UIURL returns the web UI's base URL as approval_url uses it: ui_url,
 // or the UI listener's https URL; "" when neither is set.
-func (s *Server) UIURL() string { return s.drv.cfg.UIURL }
+func (s *Server) UIURL() string {
+	if d := s.Driver(); d != nil {
+		return d.cfg.UIURL
+	}
+	return s.cfg.UIURL
+}
 
 // UIAddr returns the web UI listener's address (host:port); "" when the
 // UI is off.
 func (s *Server) UIAddr() string {
+	s.leadMu.Lock()
+	defer s.leadMu.Unlock()
 	if s.uiLn == nil {
 		return ""
 	}
@@ -449,31 +521,23 @@ func (s *Server) URL() string { return "https://" + s.Addr() }
 func (s *Server) CAPEM() []byte { return s.caPEM }
 
 // Driver returns the server's driver (its node and relay methods are the
-// seam tests use to play sessions).
-func (s *Server) Driver() *Driver { return s.drv }
+// seam tests use to play sessions); nil while a standby.
+func (s *Server) Driver() *Driver {
+	s.leadMu.Lock()
+	defer s.leadMu.Unlock()
+	return s.drv
+}
+
+// OutputStore returns the server's job output store.
+func (s *Server) OutputStore() output.Store { return s.out }
 
 // Store returns the server's store (tests enrol principals there).
 func (s *Server) Store() store.Store { return s.st }
 
 // Shutdown stops accepting, ends sessions, waits for in-flight requests
-// until ctx ends, stops the driver and closes the stores. Safe to call
-// more than once.
+// until ctx ends, stops the driver and closes the stores (releasing a
+// held lease). Safe to call more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.stopOnce.Do(func() {
-		s.nodes.Close()
-		s.relays.Close()
-		err := s.http.Shutdown(ctx)
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			err = s.http.Close()
-		}
-		if s.uiHTTP != nil {
-			if uerr := s.uiHTTP.Shutdown(ctx); uerr != nil {
-				s.uiHTTP.Close()
-			}
-		}
-		s.cancel()
-		s.wg.Wait()
-		s.stopErr = errors.Join(err, s.out.Close(), s.st.Close())
-	})
+	s.stopOnce.Do(func() { s.stopErr = s.undo(ctx) })
 	return s.stopErr
 }

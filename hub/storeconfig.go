@@ -2,6 +2,7 @@ package hub
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,17 +33,22 @@ type StoreConfig struct {
 	// password stays out of hub.toml; it must not be readable by group or
 	// others (mode 0600 or stricter).
 	DSNFile string `toml:"dsn_file"`
-	// Lease (kind postgres) makes the hub take the leader lease before it
-	// serves, and fence every write with the lease's epoch: a second hub
-	// started on the same database waits until the first stops or loses
-	// the lease (a cold standby, docs/ha.md). A hub that loses the lease
-	// stops. Default off.
+	// Lease (kind postgres) makes the hub contend for the leader lease and
+	// fence every write with the lease's epoch. Until it holds the lease
+	// it is a hot standby (docs/ha.md): it serves node sessions and
+	// builds the fleet picture from their reports, but sends no command
+	// and answers the client API 503 unavailable naming the leader. A
+	// hub that loses the lease stops. Default off.
 	Lease bool `toml:"lease"`
 	// LeaseTTLMillis is the lease's lifetime on the database's clock,
 	// renewed every third of it. Default 5000.
 	LeaseTTLMillis int `toml:"lease_ttl_ms"`
 	// Instance names this hub in the lease row; empty means the host name.
 	Instance string `toml:"instance"`
+	// AdvertiseURL (with lease) is this instance's client API URL as
+	// relays must reach it, https://host:port: while it leads, standbys
+	// name it in their 503 answers. Empty means https://<addr>.
+	AdvertiseURL string `toml:"advertise_url"`
 }
 
 // UnmarshalText reads the one-line form `store = "<location>"`.
@@ -53,8 +59,13 @@ func (s *StoreConfig) UnmarshalText(b []byte) error {
 
 // validate lists the [store] table's problems; bad is Validate's.
 func (s *StoreConfig) validate(bad func(string, ...any)) {
-	if (s.Lease || s.LeaseTTLMillis != 0 || s.Instance != "") && s.Kind != StorePostgres {
-		bad("store.lease, lease_ttl_ms and instance need store.kind = %q", StorePostgres)
+	if (s.Lease || s.LeaseTTLMillis != 0 || s.Instance != "" || s.AdvertiseURL != "") && s.Kind != StorePostgres {
+		bad("store.lease, lease_ttl_ms, instance and advertise_url need store.kind = %q", StorePostgres)
+	}
+	if s.AdvertiseURL != "" {
+		if u, err := url.Parse(s.AdvertiseURL); err != nil || u.Scheme != "https" || u.Host == "" {
+			bad("store.advertise_url %q: want https://host:port", s.AdvertiseURL)
+		}
 	}
 	if s.LeaseTTLMillis < 0 || s.LeaseTTLMillis > 0 && s.LeaseTTLMillis < 300 {
 		bad("store.lease_ttl_ms must be at least 300")

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
@@ -81,7 +82,8 @@ type Config struct {
 // Client talks to one hub as one principal. Create it with [New]. Safe for
 // concurrent use.
 type Client struct {
-	base    *url.URL
+	base    *url.URL                // the configured hub URL
+	leader  atomic.Pointer[url.URL] // the leader a standby named; nil: base
 	http    *http.Client
 	clk     clock.Clock
 	log     *slog.Logger
@@ -176,9 +178,53 @@ type answer struct {
 // do sends one request: path is under the base URL (already escaped),
 // query may be nil, in is JSON-encoded when not nil. wait extends the
 // request's deadline for long polls.
+//
+// A hub instance that is a standby answers 503 unavailable naming the
+// leader (docs/ha.md): the request is sent there at once (the standby
+// did nothing with it), and later requests go there until it cannot be
+// reached, when they go back to the configured URL (whose name may
+// resolve to every instance).
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, in any, wait time.Duration) (*answer, error) {
-	u := *c.base
-	u.RawPath = c.base.EscapedPath() + path // path's segments are escaped already
+	base := c.base
+	if l := c.leader.Load(); l != nil {
+		base = l
+	}
+	a, err := c.doAt(ctx, base, method, path, query, in, wait)
+	if err != nil {
+		if base != c.base && ctx.Err() == nil {
+			c.leader.CompareAndSwap(base, nil)
+		}
+		return nil, err
+	}
+	if l := a.standbyLeader(); l != nil && l.Host != base.Host {
+		c.log.InfoContext(ctx, "hub instance is a standby; following the leader", "leader", l.String())
+		c.leader.Store(l)
+		return c.doAt(ctx, l, method, path, query, in, wait)
+	}
+	return a, nil
+}
+
+// standbyLeader is the leader a standby's 503 names, with the configured
+// URL's path prefix; nil for any other answer.
+func (a *answer) standbyLeader() *url.URL {
+	if a.status != http.StatusServiceUnavailable {
+		return nil
+	}
+	var e client.Error
+	if json.Unmarshal(a.body, &e) != nil || e.Code != client.CodeUnavailable || e.Leader == "" {
+		return nil
+	}
+	u, err := parseHubURL(e.Leader)
+	if err != nil {
+		return nil
+	}
+	return u
+}
+
+// doAt is do against one hub base URL.
+func (c *Client) doAt(ctx context.Context, baseURL *url.URL, method, path string, query url.Values, in any, wait time.Duration) (*answer, error) {
+	u := *baseURL
+	u.RawPath = baseURL.EscapedPath() + path // path's segments are escaped already
 	if p, err := url.PathUnescape(u.RawPath); err == nil {
 		u.Path = p
 	}

@@ -122,6 +122,10 @@ type NodeSection struct {
 	// Hub is the hub's base URL (https://host:port); "" means the URL
 	// stored in the state dir by `vk node join`.
 	Hub string `toml:"hub"`
+	// Hubs are further hub instances' base URLs (https://host:port) on
+	// the same database: the node holds a session to hub and to each of
+	// these and follows the leader (docs/ha.md).
+	Hubs []string `toml:"hubs"`
 	// StateDir holds key, CA, ID, journal and spools; "" means
 	// DefaultStateDir.
 	StateDir string `toml:"state_dir"`
@@ -336,6 +340,11 @@ func (c Config) Validate() error {
 	}
 	if c.Version != ConfigVersion {
 		bad("version is %d, want %d", c.Version, ConfigVersion)
+	}
+	for _, h := range c.Node.Hubs {
+		if u, err := url.Parse(h); err != nil || u.Scheme != "https" || u.Host == "" {
+			bad("[node] hubs: %q: want https://host:port", h)
+		}
 	}
 	if c.Node.Hub != "" {
 		if u, err := url.Parse(c.Node.Hub); err != nil || u.Scheme != "https" || u.Host == "" {

@@ -156,12 +156,23 @@ func (a *Agent) newRunner() error {
 	return err
 }
 
-// newSession builds the hub session: its URL from the hub's, TLS pinned
+// newSession builds the hub session: its URL from the hub's, one more
+// for every further hub instance in [node] hubs (docs/ha.md), TLS pinned
 // to the identity's CA unless the options give a config.
 func (a *Agent) newSession() error {
 	wsURL, err := sessionURL(a.ident.HubURL)
 	if err != nil {
 		return err
+	}
+	var moreURLs []string
+	for _, h := range a.cfg.Node.Hubs {
+		u, err := sessionURL(h)
+		if err != nil {
+			return err
+		}
+		if u != wsURL {
+			moreURLs = append(moreURLs, u)
+		}
 	}
 	tlsCfg := a.opts.TLSConfig
 	if tlsCfg == nil {
@@ -170,7 +181,7 @@ func (a *Agent) newSession() error {
 		}
 	}
 	a.sess, err = session.New(session.Config{
-		URL: wsURL, NodeID: a.ident.NodeID, Key: a.ident.Key, TLSConfig: tlsCfg,
+		URL: wsURL, URLs: moreURLs, NodeID: a.ident.NodeID, Key: a.ident.Key, TLSConfig: tlsCfg,
 		Release: version.Version, Clock: a.opts.SessionClock, Logger: a.baseLog,
 	}, handler{a})
 	return err

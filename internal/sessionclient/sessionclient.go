@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"time"
 
@@ -200,6 +201,7 @@ type Client[M, W any] struct {
 	lastIn  uint64         // last hub seq processed; guarded by mu
 	broken  bool           // resumable: the Outbox lost frames, so the next hello asks for a new session; guarded by mu
 	stopped bool           // guarded by mu
+	target  string         // the URL dialled: cfg.URL, or the leader a standby named; guarded by mu
 }
 
 // New returns a Client for cfg and k; it does not dial until Run.
@@ -285,10 +287,55 @@ func (c *Client[M, W]) Run(ctx context.Context) error {
 	}.Run(ctx)
 }
 
+// dial opens a connection to the URL followed: cfg.URL, or the leader a
+// standby hub instance named in its refusal (followed at once, one hop).
+// When the leader followed cannot be reached, the next dial goes back to
+// cfg.URL (docs/ha.md).
+func (c *Client[M, W]) dial(ctx context.Context) (*wsconn.Conn, error) {
+	c.mu.Lock()
+	u := c.target
+	if u == "" {
+		u = c.cfg.URL
+	}
+	c.mu.Unlock()
+	conn, err := wsconn.Dial(ctx, u, c.cfg.Key, c.cfg.Principal, c.cfg.TLSConfig, &c.cfg.Conn)
+	var de *wsconn.DialError
+	switch {
+	case err == nil:
+		return conn, nil
+	case errors.As(err, &de) && de.Leader != "":
+		lu, ok := leaderURL(c.cfg.URL, de.Leader)
+		if !ok || lu == u {
+			return nil, err
+		}
+		c.cfg.Log.Info("hub instance is a standby; following the leader", "leader", de.Leader)
+		c.mu.Lock()
+		c.target = lu
+		c.mu.Unlock()
+		return wsconn.Dial(ctx, lu, c.cfg.Key, c.cfg.Principal, c.cfg.TLSConfig, &c.cfg.Conn)
+	case u != c.cfg.URL && !errors.As(err, &de):
+		c.mu.Lock()
+		c.target = "" // the leader followed is gone: back to the configured URL
+		c.mu.Unlock()
+	}
+	return nil, err
+}
+
+// leaderURL is the session URL on leader (a hub base URL, https://host:port)
+// with cfgURL's path.
+func leaderURL(cfgURL, leader string) (string, bool) {
+	cu, err1 := url.Parse(cfgURL)
+	lu, err2 := url.Parse(leader)
+	if err1 != nil || err2 != nil || lu.Scheme != "https" || lu.Host == "" {
+		return "", false
+	}
+	return cu.Scheme + "://" + lu.Host + cu.Path, true
+}
+
 // once dials, says hello, and runs one connection. welcomed reports
 // whether the hub welcomed us.
 func (c *Client[M, W]) once(ctx context.Context) (welcomed bool, err error) {
-	conn, err := wsconn.Dial(ctx, c.cfg.URL, c.cfg.Key, c.cfg.Principal, c.cfg.TLSConfig, &c.cfg.Conn)
+	conn, err := c.dial(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -67,6 +67,13 @@ type Options struct {
 	// the operator approve each tenant's GitLab server, not its projects
 	// (`vk-hub projects approve <instance> server`).
 	Approvals bool
+	// Standby, when set, starts a second hub instance (docs/ha.md) after
+	// the first, from the first's configuration adjusted by it (the first
+	// must run under store.lease on PostgreSQL; Standby names the
+	// instance). Both present one CA and certificate (the first's pki is
+	// copied), and every node also holds a session to it ([node] hubs)
+	// through its own link.
+	Standby func(*hub.Config)
 	// Hub and Node adjust the generated configurations last.
 	Hub  func(*hub.Config)
 	Node func(i int, c *node.Config)
@@ -139,8 +146,9 @@ type Fleet struct {
 	ctx  context.Context
 	stop context.CancelFunc
 
-	reg *registry
-	hub *Hub
+	reg     *registry
+	hub     *Hub
+	standby *Hub // nil without Options.Standby
 
 	mu      sync.Mutex
 	nodes   []*Node
@@ -225,6 +233,11 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if f.hub, err = f.startHub(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Standby != nil {
+		if f.standby, err = f.startStandby(ctx); err != nil {
+			return nil, err
+		}
+	}
 	nspecs := opts.Nodes
 	if len(nspecs) == 0 {
 		nspecs = []NodeSpec{{}}
@@ -286,8 +299,20 @@ func (ts TenantSpec) withDefaults() TenantSpec {
 // Dir returns the fleet's state directory.
 func (f *Fleet) Dir() string { return f.dir }
 
-// Hub returns the hub.
+// Hub returns the hub (the first instance).
 func (f *Fleet) Hub() *Hub { return f.hub }
+
+// Standby returns the second hub instance, nil without Options.Standby.
+func (f *Fleet) Standby() *Hub { return f.standby }
+
+// liveHub is the first instance, or the standby while the first is
+// killed: the one whose store and output the harness reads.
+func (f *Fleet) liveHub() *Hub {
+	if f.standby != nil && f.hub.Server() == nil {
+		return f.standby
+	}
+	return f.hub
+}
 
 // Nodes returns the nodes in the order of Options.Nodes.
 func (f *Fleet) Nodes() []*Node {
@@ -360,6 +385,9 @@ func (f *Fleet) Close() error {
 		errs = append(errs, n.stopGraceful(nctx))
 	}
 	f.log.Debug("fleet close: nodes stopped", "after", time.Since(began))
+	if f.standby != nil {
+		errs = append(errs, f.standby.stopGraceful(sctx))
+	}
 	if f.hub != nil {
 		errs = append(errs, f.hub.stopGraceful(sctx))
 	}
@@ -442,7 +470,7 @@ func (t *Tenant) WaitFinished(ctx context.Context, pl gitlabfake.Pipeline) (map[
 // HubJob returns the hub's record of the tenant's GitLab job id (the
 // newest, should GitLab's retry make more), reading the hub's store.
 func (t *Tenant) HubJob(ctx context.Context, gitlabID int64) (store.Job, error) {
-	jobs, err := t.f.hub.Jobs(ctx)
+	jobs, err := t.f.liveHub().Jobs(ctx)
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -475,7 +503,7 @@ func (t *Tenant) HubOutput(ctx context.Context, gitlabID int64) (out []byte, ok 
 	if b, ok := t.f.hub.arch.get(j.ID); ok {
 		return b, true, nil
 	}
-	st := t.f.hub.outputStore()
+	st := t.f.liveHub().outputStore()
 	if st == nil {
 		return nil, false, fmt.Errorf("testfleet: hub is down")
 	}

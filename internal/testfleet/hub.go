@@ -31,6 +31,8 @@ type Hub struct {
 	out   output.Store // the server's output store; guarded by mu
 	links []*Link      // every client's link to the hub; guarded by mu
 	up    bool         // guarded by mu
+	// standby: a second instance (Options.Standby), not leading at start.
+	standby bool
 }
 
 func (f *Fleet) startHub(ctx context.Context) (*Hub, error) {
@@ -63,17 +65,61 @@ func (f *Fleet) startHub(ctx context.Context) (*Hub, error) {
 	return h, nil
 }
 
+// startStandby starts the second instance (Options.Standby) on a copy of
+// the first's pki.
+func (f *Fleet) startStandby(ctx context.Context) (*Hub, error) {
+	cfg := f.hub.cfg
+	cfg.Addr = "127.0.0.1:0"
+	cfg.StateDir = filepath.Join(f.dir, "hub-standby")
+	f.opts.Standby(&cfg)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.CopyFS(filepath.Join(cfg.StateDir, "pki"), os.DirFS(filepath.Join(f.hub.cfg.StateDir, "pki"))); err != nil {
+		return nil, fmt.Errorf("testfleet: standby pki: %w", err)
+	}
+	h := &Hub{f: f, cfg: cfg, arch: f.hub.arch, standby: true}
+	if err := h.start(ctx); err != nil {
+		return nil, err
+	}
+	h.cfg.Addr = h.srv.Addr()
+	return h, nil
+}
+
+// NewLink makes a link to this hub instance for a client the test runs
+// itself; the hub's kills apply to it.
+func (h *Hub) NewLink() (*Link, error) { return h.newLink() }
+
 func (h *Hub) start(ctx context.Context) error {
 	log := h.f.log.With("component", "hub")
-	out, err := outputOver(h.cfg.StateDir, h.arch, log)
-	if err != nil {
-		return fmt.Errorf("testfleet: hub output: %w", err)
+	var opt hub.Options
+	if h.cfg.Store.Kind == hub.StorePostgres {
+		// Output in the database, shared by every instance (docs/ha.md).
+		opt.WrapOutput = func(o output.Store) output.Store { return keepingStore{Store: o, a: h.arch} }
+	} else {
+		out, err := outputOver(h.cfg.StateDir, h.arch, log)
+		if err != nil {
+			return fmt.Errorf("testfleet: hub output: %w", err)
+		}
+		opt.Output = out
 	}
-	srv, err := hub.Start(ctx, h.cfg, log, hub.Options{Output: out})
+	srv, err := hub.Start(ctx, h.cfg, log, opt)
 	if err != nil {
-		out.Close()
+		if opt.Output != nil {
+			opt.Output.Close()
+		}
 		return fmt.Errorf("testfleet: hub: %w", err)
 	}
+	if h.cfg.Store.Lease && !h.standby {
+		// The fleet's first hub leads before anyone enrols.
+		select {
+		case <-srv.Leading():
+		case <-ctx.Done():
+			srv.Shutdown(context.Background())
+			return fmt.Errorf("testfleet: hub never took the leader lease: %w", ctx.Err())
+		}
+	}
+	out := srv.OutputStore()
 	h.mu.Lock()
 	h.srv, h.out, h.up = srv, out, true
 	for _, l := range h.links {

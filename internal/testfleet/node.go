@@ -98,6 +98,13 @@ func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) 
 		cfg.Registry.PlainHTTP = true
 		cfg.Registry.RepositoryPrefix = "vk-cache"
 	}
+	if f.standby != nil {
+		sl, err := f.standby.newLink()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Node.Hubs = append(cfg.Node.Hubs, "https://"+sl.Addr())
+	}
 	if f.opts.Node != nil {
 		f.opts.Node(i, &cfg)
 	}

@@ -211,5 +211,8 @@ func (r *Relay) stopGraceful(context.Context) error {
 // URL.
 func (r *Relay) Instance() string { return hostPort(r.cfg.GitLab.URL) }
 
+// HubLink is the relay's link to the hub: what its hub URL reaches.
+func (r *Relay) HubLink() *Link { return r.hubLink }
+
 // HubURL is the hub URL the relay enrolled with (through its link).
 func (r *Relay) HubURL() string { return "https://" + r.hubLink.Addr() }

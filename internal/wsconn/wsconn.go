@@ -122,6 +122,9 @@ type DialError struct {
 	Code string
 	// Message is the body's "error", or the raw body's first bytes.
 	Message string
+	// Leader is the body's "leader": a standby hub instance's answer
+	// names the leader's base URL there (docs/ha.md); empty otherwise.
+	Leader string
 }
 
 // Error formats the status, code and message.
@@ -212,11 +215,12 @@ func dialError(resp *http.Response) error {
 		resp.Body.Close()
 	}
 	var body struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
+		Error  string `json:"error"`
+		Code   string `json:"code"`
+		Leader string `json:"leader"`
 	}
 	if json.Unmarshal(b, &body) == nil && body.Code != "" {
-		de.Code, de.Message = body.Code, body.Error
+		de.Code, de.Message, de.Leader = body.Code, body.Error, body.Leader
 	} else {
 		de.Message = strings.TrimSpace(string(b))
 	}

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -90,6 +91,9 @@ type Handler interface {
 type Config struct {
 	// URL is the hub's session URL, wss://host:port/v1/node/session.
 	URL string
+	// URLs are further hub instances' session URLs: the client holds one
+	// session to URL and one to each of these (BS-13, docs/ha.md).
+	URLs []string
 	// NodeID is the node's enrolled ID.
 	NodeID string
 	// Key is the node key (AUTH-06).
@@ -114,9 +118,10 @@ type Config struct {
 	Conn wsconn.Options
 }
 
-// Client holds the node's session. Create it with New; Run it once.
+// Client holds the node's sessions: one to each hub instance it is
+// given (see [Fleet]). Create it with New; Run it once.
 type Client struct {
-	core *sessionclient.Client[dispatch.Message, dispatch.Welcome]
+	f *fleet
 }
 
 // New returns a Client; it does not dial until Run.
@@ -133,52 +138,79 @@ func New(cfg Config, h Handler) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Client{}
-	c.core = sessionclient.New(sessionclient.Config{
-		URL:         cfg.URL,
-		Principal:   cfg.NodeID,
-		Key:         cfg.Key,
-		TLSConfig:   cfg.TLSConfig,
-		Conn:        cfg.Conn,
-		Versions:    cfg.Versions,
-		Resumable:   true,
-		QueueFrames: cfg.QueueFrames,
-		Errors:      sessionclient.Errors{Version: ErrVersion, Protocol: ErrProtocol, Stopped: ErrStopped},
-		VersionMsg:  "hub refused our session version; upgrade the hub or this node",
-		OverflowMsg: "session queue full: frames dropped; the next connection starts a new session",
-		Clock:       cfg.Clock,
-		Rand:        cfg.Rand,
-		Log:         cfg.Logger.With(logkey.Component, "node-session", logkey.NodeID, cfg.NodeID),
-	}, kind{cfg: cfg, h: h})
-	return c, nil
+	log := cfg.Logger.With(logkey.Component, "node-session", logkey.NodeID, cfg.NodeID)
+	f := &fleet{h: h, log: log, leader: -1}
+	for i, u := range append([]string{cfg.URL}, cfg.URLs...) {
+		l := log
+		if len(cfg.URLs) > 0 {
+			l = log.With("hub_url", u)
+		}
+		m := &member{f: f, i: i}
+		m.core = sessionclient.New(sessionclient.Config{
+			URL:         u,
+			Principal:   cfg.NodeID,
+			Key:         cfg.Key,
+			TLSConfig:   cfg.TLSConfig,
+			Conn:        cfg.Conn,
+			Versions:    cfg.Versions,
+			Resumable:   true,
+			QueueFrames: cfg.QueueFrames,
+			Errors:      sessionclient.Errors{Version: ErrVersion, Protocol: ErrProtocol, Stopped: ErrStopped},
+			VersionMsg:  "hub refused our session version; upgrade the hub or this node",
+			OverflowMsg: "session queue full: frames dropped; the next connection starts a new session",
+			Clock:       cfg.Clock,
+			Rand:        cfg.Rand,
+			Log:         l,
+		}, kind{cfg: cfg, h: m})
+		f.members = append(f.members, m)
+	}
+	return &Client{f: f}, nil
 }
 
-// Handle returns the current (or last) session handle, "" before the
-// first welcome.
-func (c *Client) Handle() string { return c.core.Handle() }
+// Handle returns the current (or last) handle of the session the agent
+// follows, "" before the first welcome.
+func (c *Client) Handle() string { return c.f.follow().core.Handle() }
 
-// Version returns the negotiated version, 0 before the first welcome.
-func (c *Client) Version() int { return c.core.Version() }
+// Version returns that session's negotiated version, 0 before the first
+// welcome.
+func (c *Client) Version() int { return c.f.follow().core.Version() }
+
+// Refused counts the hub commands refused for an epoch older than the
+// newest heard (a deposed leader's).
+func (c *Client) Refused() uint64 { return c.f.refused.Load() }
 
 // Send queues m for the hub and returns at once, assigning its seq. It
 // fails with ErrProtocol for a stateless message or one the negotiated
 // version lacks (egress below 6), and ErrStopped after Run returned. When
 // the queue overflows the frame is dropped and the next connection starts
-// a new session (the agent then resends its state from Connected).
+// a new session (the agent then resends its state from Connected). With
+// several hub instances, reports and held go to every one, everything
+// else to the one the agent follows.
 func (c *Client) Send(m dispatch.Message) error {
 	if m == nil || dispatch.Stateless(m) {
 		return fmt.Errorf("%w: Send takes state-changing messages only", ErrProtocol)
 	}
-	err := c.core.Send(m)
+	err := c.f.send(m)
 	if errors.Is(err, wsconn.ErrOverflow) {
 		return fmt.Errorf("session: send: %w", err)
 	}
 	return err
 }
 
-// Run holds the session until ctx ends, redialing whenever it is lost.
-// It returns ctx's error.
-func (c *Client) Run(ctx context.Context) error { return c.core.Run(ctx) }
+// Run holds every session until ctx ends, redialing whenever one is
+// lost. It returns ctx's error.
+func (c *Client) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, m := range c.f.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.core.Run(ctx)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
 
 // kind is the node's part of the shared session client: dispatch frames,
 // the resume hello, what a version allows (NSESS-02, checked before the
@@ -191,7 +223,7 @@ func (c *Client) Run(ctx context.Context) error { return c.core.Run(ctx) }
 // rule applies to every job and egress message in both directions.
 type kind struct {
 	cfg Config
-	h   Handler
+	h   Handler // the fleet's member for this session
 }
 
 func (k kind) Hello(r *sessionclient.Resume) ([]byte, error) {

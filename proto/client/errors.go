@@ -22,6 +22,11 @@ type Error struct {
 	// or server, on approval_pending and project_rejected when the hub
 	// serves a UI (API-56); empty otherwise.
 	ApprovalURL string `json:"approval_url,omitempty"`
+	// Leader is the advertised URL of the hub instance that holds the
+	// leader lease, on the unavailable a standby answers (docs/ha.md):
+	// the client sends its request there instead. Empty when the standby
+	// knows no live leader. Optional and additive.
+	Leader string `json:"leader,omitempty"`
 }
 
 // Code is an error code of the client API (the spec's error table).

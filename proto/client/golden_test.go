@@ -92,6 +92,7 @@ func TestGoldenBodies(t *testing.T) {
 	check(t, "cancel_request", CancelRequest{Mode: CancelImmediate})
 	check(t, "client_hello", ClientHello{Name: "ci-dashboard", Version: "2.1.0"})
 	check(t, "error", Error{Error: "no node accepted in time", Code: CodeNoCapacity, RetryAfterSecs: 5})
+	check(t, "error_standby", Error{Error: "this hub instance is a standby", Code: CodeUnavailable, RetryAfterSecs: 1, Leader: "https://hub-b.example.com:8443"})
 	check(t, "error_approval_pending", Error{Error: "project acme/web (ID 12) is waiting for approval", Code: CodeApprovalPending, ApprovalURL: "https://hub.example.com:8444/gitlab/main/projects/12"})
 	check(t, "version_range", VersionRange{Min: 2, Max: 3})
 }

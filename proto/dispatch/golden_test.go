@@ -100,3 +100,17 @@ func TestGoldenJobMessages(t *testing.T) {
 	check(t, "result_success", Frame{Seq: 27, Msg: &Result{Job: "job-1", Result: client.JobResult{OutputLen: 80, Usage: &client.Usage{WallMS: 1200}}}})
 	check(t, "recorded", Frame{Seq: 28, Msg: &Recorded{Job: "job-1"}})
 }
+
+// TestGoldenEpochs pins the leader epoch the hub's commands carry with a
+// lease (docs/ha.md); without one the field is absent, as above.
+//
+// spec: BS-11, BS-15
+func TestGoldenEpochs(t *testing.T) {
+	check(t, "offer_epoch", Frame{Seq: 10, Msg: &Offer{Reservation: "res-9", Envelope: envelope, LeaseSecs: 90, Epoch: 3}})
+	check(t, "renew_epoch", Frame{Seq: 13, Msg: &Renew{Reservation: "res-9", LeaseSecs: 90, Epoch: 3}})
+	check(t, "release_epoch", Frame{Seq: 16, Msg: &Release{Reservation: "res-9", Epoch: 3}})
+	check(t, "start_epoch", Frame{Seq: 17, Msg: &Start{Job: "job-1", Envelope: envelope, Spec: sampleSpec(), Epoch: 3}})
+	check(t, "cancel_epoch", Frame{Seq: 24, Msg: &Cancel{Job: "job-1", Mode: client.CancelImmediate, Epoch: 3}})
+	check(t, "output_ack_epoch", Frame{Seq: 23, Msg: &OutputAck{Job: "job-1", Offset: 4160, Epoch: 3}})
+	check(t, "settings_epoch", Frame{Seq: 1, Msg: &Settings{Epoch: 3}})
+}

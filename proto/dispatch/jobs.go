@@ -23,6 +23,10 @@ type Start struct {
 	// for it (XFER-13); nil means the node's own registry credential and
 	// caches (XFER-15). The hub mints none yet (DECISIONS 4).
 	Cache *CacheRegistry `json:"cache,omitempty"`
+	// Epoch is the leader lease epoch of the hub that sent it (docs/ha.md):
+	// a node refuses a command older than the newest epoch it has heard.
+	// 0 (absent) from a hub without a lease. Optional and additive.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // CacheRegistry is a job's own cache repository and registry token
@@ -113,6 +117,10 @@ type Cancel struct {
 	Job string `json:"job"`
 	// Mode is graceful or immediate. Required.
 	Mode client.CancelMode `json:"mode"`
+	// Epoch is the leader lease epoch of the hub that sent it (docs/ha.md):
+	// a node refuses a command older than the newest epoch it has heard.
+	// 0 (absent) from a hub without a lease. Optional and additive.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Recorded says the hub stored a job's result (hub → node, kind

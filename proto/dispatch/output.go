@@ -27,6 +27,10 @@ type OutputAck struct {
 	Job string `json:"job"`
 	// Offset is the end of what is stored: every byte before it is synced.
 	Offset int64 `json:"offset"`
+	// Epoch is the leader lease epoch of the hub that sent it (docs/ha.md):
+	// a node refuses a command older than the newest epoch it has heard.
+	// 0 (absent) from a hub without a lease. Optional and additive.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Result is how a job ended (node → hub, kind "result", NSESS-16), sent

@@ -18,6 +18,10 @@ type Offer struct {
 	// LeaseSecs is the lease asked for, in seconds, from the node's
 	// acceptance on its monotonic clock (ARB-30); at most MaxLeaseSecs.
 	LeaseSecs int `json:"lease_secs"`
+	// Epoch is the leader lease epoch of the hub that sent it (docs/ha.md):
+	// a node refuses a command older than the newest epoch it has heard.
+	// 0 (absent) from a hub without a lease. Optional and additive.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // ReplyKind tags an OfferReply. Unknown values decode to ReplyOther.
@@ -90,6 +94,10 @@ type Renew struct {
 	// LeaseSecs is the lease asked for, in seconds from now; at most
 	// MaxLeaseSecs.
 	LeaseSecs int `json:"lease_secs"`
+	// Epoch is the leader lease epoch of the hub that sent it (docs/ha.md):
+	// a node refuses a command older than the newest epoch it has heard.
+	// 0 (absent) from a hub without a lease. Optional and additive.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Release gives a reservation back (hub → node, kind "release", NSESS-06);
@@ -97,6 +105,10 @@ type Renew struct {
 type Release struct {
 	// Reservation to release. Required.
 	Reservation string `json:"reservation"`
+	// Epoch is the leader lease epoch of the hub that sent it (docs/ha.md):
+	// a node refuses a command older than the newest epoch it has heard.
+	// 0 (absent) from a hub without a lease. Optional and additive.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // LeaseState tags a Lease. Unknown values decode to LeaseOther.

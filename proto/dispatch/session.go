@@ -108,6 +108,10 @@ type Settings struct {
 	// drain`); the node refuses new offers and starts, as for a local
 	// drain, until a later settings frame clears it. Optional and additive.
 	Drain bool `json:"drain,omitempty"`
+	// Epoch is the leader lease epoch of the hub that sent it (docs/ha.md):
+	// a node refuses a command older than the newest epoch it has heard.
+	// 0 (absent) from a hub without a lease. Optional and additive.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // FrameType returns TypeHello.

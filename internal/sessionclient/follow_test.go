@@ -1,0 +1,56 @@
+package sessionclient_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/sessionclient"
+	"github.com/vk-ci/vk/internal/sessionclient/sessiontest"
+	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/internal/wsconn"
+)
+
+// A hub instance that refuses the upgrade as a standby, naming the
+// leader, is left for the leader at once, without a backoff, and the
+// redials after a lost session go to the leader followed.
+//
+// spec: BS-12, RSESS-01
+func TestFollowsLeaderOnUpgrade(t *testing.T) {
+	leader := startHub(t)
+	standby := sessiontest.Start(t, "/v1/test/session", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(map[string]any{"error": "standby", "code": "unavailable", "leader": leader.Origin})
+	}))
+	tcfg, err := pki.ClientConfig(append(append([]byte{}, standby.Bundle.CACertPEM...), leader.Bundle.CACertPEM...), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKind()
+	fc := clock.NewFake(t0)
+	c := sessionclient.New(sessionclient.Config{
+		URL: standby.URL, Principal: "p1", Key: testKey(), TLSConfig: tcfg, Conn: wsconn.Options{PingInterval: -1},
+		Versions: versions{1, 2}, QueueFrames: 10,
+		Errors:     sessionclient.Errors{Version: errVersion, Protocol: errProtocol, Stopped: errStopped, NotConnected: errNotUp},
+		VersionMsg: "version refused", OverflowMsg: "queue full",
+		Clock: fc, Rand: func() float64 { return 0.5 }, Log: testlog.New(t),
+	}, k)
+	sessiontest.Run(t, c.Run)
+	conn, _ := leader.welcome(t, msg{Version: 1, Handle: "h1"})
+	sessiontest.Recv(t, k.connected, "connected to the leader")
+	if standby.Dials() != 1 || leader.Dials() != 1 {
+		t.Fatalf("dials: standby %d, leader %d; want 1 and 1", standby.Dials(), leader.Dials())
+	}
+	// The session is lost: the redial goes to the leader followed.
+	conn.CloseNow()
+	sessiontest.Recv(t, k.downs, "disconnected")
+	redial(t, fc)
+	leader.welcome(t, msg{Version: 1, Handle: "h2"})
+	sessiontest.Recv(t, k.connected, "reconnected to the leader")
+	if standby.Dials() != 1 || leader.Dials() != 2 {
+		t.Fatalf("dials: standby %d, leader %d; want 1 and 2", standby.Dials(), leader.Dials())
+	}
+}
