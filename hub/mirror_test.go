@@ -34,6 +34,7 @@ var keptMaps = map[string]string{
 	"metrics.gauges":    "metric families",
 	"metrics.hists":     "metric families",
 	"recWriter.pending": "record writes queued, by key",
+	"nodeRouter.nodes":  "node sessions as a standby holds them, with their last report and heartbeat, before any driver exists",
 }
 
 // keptFields are the fields of the records the driver keeps per ticket
