@@ -209,61 +209,39 @@ func (e *epochSender) Send(m dispatch.Message) error {
 }
 
 // withEpoch returns m carrying epoch when it is a command (0 leaves m as
-// it is).
+// it is). The command is copied, never changed in place: the driver may
+// hold it.
 func withEpoch(m dispatch.Message, epoch uint64) dispatch.Message {
 	if epoch == 0 {
 		return m
 	}
-	switch v := m.(type) {
-	case dispatch.Offer:
-		v.Epoch = epoch
-		return v
-	case *dispatch.Offer:
-		c := *v
-		c.Epoch = epoch
-		return &c
-	case dispatch.Renew:
-		v.Epoch = epoch
-		return v
-	case *dispatch.Renew:
-		c := *v
-		c.Epoch = epoch
-		return &c
-	case dispatch.Release:
-		v.Epoch = epoch
-		return v
-	case *dispatch.Release:
-		c := *v
-		c.Epoch = epoch
-		return &c
-	case dispatch.Start:
-		v.Epoch = epoch
-		return v
-	case *dispatch.Start:
-		c := *v
-		c.Epoch = epoch
-		return &c
-	case dispatch.Cancel:
-		v.Epoch = epoch
-		return v
-	case *dispatch.Cancel:
-		c := *v
-		c.Epoch = epoch
-		return &c
-	case dispatch.OutputAck:
-		v.Epoch = epoch
-		return v
-	case *dispatch.OutputAck:
-		c := *v
-		c.Epoch = epoch
-		return &c
-	case dispatch.Settings:
-		v.Epoch = epoch
-		return v
-	case *dispatch.Settings:
-		c := *v
-		c.Epoch = epoch
-		return &c
+	for _, stamp := range []func() (dispatch.Message, bool){
+		func() (dispatch.Message, bool) { return stamped(m, func(v *dispatch.Offer) { v.Epoch = epoch }) },
+		func() (dispatch.Message, bool) { return stamped(m, func(v *dispatch.Renew) { v.Epoch = epoch }) },
+		func() (dispatch.Message, bool) { return stamped(m, func(v *dispatch.Release) { v.Epoch = epoch }) },
+		func() (dispatch.Message, bool) { return stamped(m, func(v *dispatch.Start) { v.Epoch = epoch }) },
+		func() (dispatch.Message, bool) { return stamped(m, func(v *dispatch.Cancel) { v.Epoch = epoch }) },
+		func() (dispatch.Message, bool) { return stamped(m, func(v *dispatch.OutputAck) { v.Epoch = epoch }) },
+		func() (dispatch.Message, bool) { return stamped(m, func(v *dispatch.Settings) { v.Epoch = epoch }) },
+	} {
+		if s, ok := stamp(); ok {
+			return s
+		}
 	}
 	return m
+}
+
+// stamped applies set to a copy of m when m is a T or a *T, and returns
+// the copy in the same form.
+func stamped[T any](m dispatch.Message, set func(*T)) (dispatch.Message, bool) {
+	switch v := any(m).(type) {
+	case T:
+		set(&v)
+		return any(v).(dispatch.Message), true
+	case *T:
+		c := *v
+		set(&c)
+		return any(&c).(dispatch.Message), true
+	}
+	return m, false
 }
