@@ -36,6 +36,7 @@ package wtrace
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -158,7 +159,7 @@ func PolicyOf(p sched.Policy, name func(sched.TenantID) string) *Policy {
 		}
 		out.Tenants = append(out.Tenants, tn)
 	}
-	slices.SortFunc(out.Tenants, func(a, b Tenant) int { return cmpU(a.ID, b.ID) })
+	slices.SortFunc(out.Tenants, func(a, b Tenant) int { return cmp.Compare(a.ID, b.ID) })
 	for id, on := range p.ProductionRunners {
 		if on {
 			out.Production = append(out.Production, uint64(id))
@@ -201,16 +202,6 @@ func (p *Policy) TenantByName(name string) (Tenant, bool) {
 		}
 	}
 	return Tenant{}, false
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // ErrTrace is wrapped by every error a [Reader] returns for malformed input.

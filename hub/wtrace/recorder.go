@@ -1,6 +1,7 @@
 package wtrace
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -438,16 +439,6 @@ func List(dir string) ([]TraceFile, error) {
 		}
 		out = append(out, TraceFile{Path: filepath.Join(dir, name), Start: t, Size: info.Size()})
 	}
-	slices.SortFunc(out, func(a, b TraceFile) int { return cmpI(a.Start, b.Start) })
+	slices.SortFunc(out, func(a, b TraceFile) int { return cmp.Compare(a.Start, b.Start) })
 	return out, nil
-}
-
-func cmpI(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -271,20 +272,10 @@ func (m *Manager) Heartbeat() client.RelayHeartbeat {
 		r.mu.Unlock()
 		slices.Sort(rh.Tickets)
 		slices.Sort(rh.RequestAdmissions)
-		slices.SortFunc(rh.JobAdmissions, func(a, b client.JobAdmission) int { return cmpInt64(a.GitLabJob, b.GitLabJob) })
+		slices.SortFunc(rh.JobAdmissions, func(a, b client.JobAdmission) int { return cmp.Compare(a.GitLabJob, b.GitLabJob) })
 		hb.Runners = append(hb.Runners, rh)
 	}
 	return hb
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // stateLocked is the state the runner reports to the hub: polling,

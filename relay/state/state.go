@@ -18,6 +18,7 @@
 package state
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -276,7 +277,7 @@ func (s *Store) Put(j Job) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	jobs := slices.Clone(s.jobs)
-	i, found := slices.BinarySearchFunc(jobs, j.GitLabID, func(e Job, id int64) int { return cmpInt(e.GitLabID, id) })
+	i, found := slices.BinarySearchFunc(jobs, j.GitLabID, func(e Job, id int64) int { return cmp.Compare(e.GitLabID, id) })
 	if found {
 		jobs[i] = j
 	} else {
@@ -304,16 +305,6 @@ func (s *Store) Delete(id int64) error {
 	}
 	s.jobs = jobs
 	return nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // writeLocked writes jobs atomically (temp file, fsync, rename, fsync dir).

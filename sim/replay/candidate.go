@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -53,20 +54,10 @@ func Candidate(cur *wtrace.Policy, p admin.Policy) (*wtrace.Policy, []string) {
 			out.Tenants = append(out.Tenants, wtrace.Tenant{ID: t.ID, Name: t.Name})
 		}
 	}
-	slices.SortFunc(out.Tenants, func(a, b wtrace.Tenant) int { return cmpU(a.ID, b.ID) })
+	slices.SortFunc(out.Tenants, func(a, b wtrace.Tenant) int { return cmp.Compare(a.ID, b.ID) })
 	for _, h := range p.Headroom {
 		out.Headroom = append(out.Headroom, wtrace.Headroom{Slots: h.Slots, Pool: h.Pool, Labels: h.Labels,
 			CPUs: int64(h.CPUs), Mem: h.Mem.Bytes(), Disk: h.Disk.Bytes()})
 	}
 	return out, warn
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
