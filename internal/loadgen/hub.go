@@ -10,13 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/internal/procstat"
 )
 
 // Target is the hub a run drives: its URL, the CA to pin, its admin
@@ -148,48 +147,12 @@ func scanHubLog(r io.Reader, w io.Writer, addr chan<- string) {
 	io.Copy(w, r)
 }
 
-// procUsage is a process's CPU time and memory, read from /proc.
-type procUsage struct {
-	CPU    time.Duration // user + system
-	RSS    int64         // resident set now, bytes
-	MaxRSS int64         // peak resident set, bytes
-}
-
-// readProc reads pid's usage; the zero value when pid is 0 or /proc
-// cannot be read.
-func readProc(pid int) procUsage {
+// readProc reads pid's usage; the zero value when pid is 0 (a hub this
+// run did not start) or /proc cannot be read.
+func readProc(pid int) procstat.Usage {
 	if pid == 0 {
-		return procUsage{}
+		return procstat.Usage{}
 	}
-	var u procUsage
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// The command name in field 2 may hold spaces: fields are counted
-		// after its closing parenthesis. utime and stime are fields 14
-		// and 15, in clock ticks of 1/100 s on Linux.
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 {
-			f := strings.Fields(s[i+1:])
-			if len(f) > 13 {
-				ut, _ := strconv.ParseInt(f[11], 10, 64)
-				st, _ := strconv.ParseInt(f[12], 10, 64)
-				u.CPU = time.Duration(ut+st) * 10 * time.Millisecond
-			}
-		}
-	}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			switch k {
-			case "VmRSS":
-				u.RSS = kb << 10
-			case "VmHWM":
-				u.MaxRSS = kb << 10
-			}
-		}
-	}
+	u, _ := procstat.Read(pid)
 	return u
 }

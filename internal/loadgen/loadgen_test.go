@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vk-ci/vk/internal/procstat"
 )
 
 // childEnv makes the test binary a hub: the tests start "the hub
@@ -122,7 +124,7 @@ func TestReadProc(t *testing.T) {
 	if u.RSS <= 0 || u.MaxRSS < u.RSS {
 		t.Errorf("rss %d, peak %d", u.RSS, u.MaxRSS)
 	}
-	if (readProc(0) != procUsage{}) {
+	if (readProc(0) != procstat.Usage{}) {
 		t.Errorf("pid 0 should read nothing")
 	}
 }

@@ -1,7 +1,6 @@
 package microvm
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vk-ci/vk/internal/procstat"
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/exec/vmproto"
@@ -526,36 +526,11 @@ func (j *Job) Usage() exec.Usage {
 	}
 	u.Wall = time.Since(j.start)
 	if j.cmd != nil {
-		u.CPU, u.PeakMemBytes = procUsage(j.cmd.Process.Pid)
+		if pu, err := procstat.Read(j.cmd.Process.Pid); err == nil {
+			u.CPU, u.PeakMemBytes = pu.CPU, pu.MaxRSS
+		}
 	}
 	return u
-}
-
-// procUsage reads a process's utime+stime and VmHWM.
-func procUsage(pid int) (time.Duration, int64) {
-	var cpu time.Duration
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
-			f := strings.Fields(string(b)[i+1:])
-			if len(f) > 12 {
-				ut, _ := strconv.ParseInt(f[11], 10, 64)
-				st, _ := strconv.ParseInt(f[12], 10, 64)
-				cpu = time.Duration(ut+st) * (time.Second / 100) // USER_HZ
-			}
-		}
-	}
-	var peak int64
-	if f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				peak = kb << 10
-			}
-		}
-		f.Close()
-	}
-	return cpu, peak
 }
 
 // Cleanup closes the agent's connection (the guest powers off), waits
@@ -569,7 +544,9 @@ func (j *Job) Cleanup(ctx context.Context) error {
 	}
 	j.cleaned = true
 	if j.cmd != nil {
-		j.cpu, j.peak = procUsage(j.cmd.Process.Pid)
+		if u, err := procstat.Read(j.cmd.Process.Pid); err == nil {
+			j.cpu, j.peak = u.CPU, u.MaxRSS
+		}
 	}
 	j.mu.Unlock()
 	if j.client != nil {
