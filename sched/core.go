@@ -78,6 +78,8 @@ type Core struct {
 	nameIdx map[string]uint32
 
 	pstat map[string]*poolStat // per pool: utilization sums, drains held
+	// fitScratch is timeToFit's buffer (fairdrain.go)
+	fitScratch []allocLeft
 
 	// justQueued is the ticket the current Step queued (API-17)
 	justQueued *ticket
@@ -324,7 +326,8 @@ func (c *Core) leavePass(i int) {
 	c.pass[i], c.pass[last] = c.pass[last], nil
 	c.pass = c.pass[:last]
 	p.inPass = false
-	if !p.starved && !p.hdBlock && len(p.drains) > 0 {
+	// (fairness drains stay: they end when taken or after their time)
+	if p.fairHeld == 0 && !p.starved && !p.hdBlock && len(p.drains) > 0 {
 		// nobody of the placement may go and waits for room any more
 		c.liftAutoDrains(p)
 	}
@@ -388,6 +391,9 @@ func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
 		}
 		return false
 	}
+	if c.maybeFairDrain(p, w, cls) {
+		return false // a node was held for a starved placement: decide again
+	}
 	n, why := c.pickNode(p, w, cls)
 	if n == nil {
 		switch why {
@@ -411,6 +417,7 @@ func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
 		}
 		p.starved = true
 		c.maybeDrain(p, w)
+		c.noteStarved(p, w)
 		return true
 	}
 	c.place(p, w, cls, n)

@@ -397,7 +397,11 @@ func (c *Core) checkWide() []string {
 				ps = &poolStat{}
 				want[p.pl.Pool] = ps
 			}
-			ps.drains++
+			if n.fairDrain {
+				ps.fairDrains++
+			} else {
+				ps.drains++
+			}
 		}
 	}
 	for pool, ps := range c.pstat {
@@ -409,11 +413,14 @@ func (c *Core) checkWide() []string {
 			errs = append(errs, "pool "+pool+" node shapes stale")
 		}
 		if got.capCPUs != w.capCPUs || got.usedCPUs != w.usedCPUs || got.capMem != w.capMem ||
-			got.usedMem != w.usedMem || got.drains != w.drains {
+			got.usedMem != w.usedMem || got.drains != w.drains || got.fairDrains != w.fairDrains {
 			errs = append(errs, "pool "+pool+" utilization or drain count stale")
 		}
 		if c.pol.DrainsPerPool > 0 && got.drains > c.pol.DrainsPerPool {
 			errs = append(errs, "pool "+pool+" holds more drains than drains_per_pool")
+		}
+		if got.fairDrains > fairDrainCap(&got) {
+			errs = append(errs, "pool "+pool+" holds more fairness drains than its cap")
 		}
 	}
 	for k, p := range c.pqs {
@@ -422,7 +429,16 @@ func (c *Core) checkWide() []string {
 				errs = append(errs, "placement "+k+" names a drain its node does not hold")
 			}
 		}
-		if len(p.drains) > p.nwait {
+		fair := 0
+		for _, n := range p.drains {
+			if n.fairDrain {
+				fair++
+			}
+		}
+		if fair != p.fairHeld {
+			errs = append(errs, "placement "+k+" counts "+strconv.Itoa(p.fairHeld)+" fairness drains, recomputed "+strconv.Itoa(fair))
+		}
+		if fair == 0 && len(p.drains) > p.nwait {
 			errs = append(errs, "placement "+k+" holds more drains than waiters")
 		}
 		n := 0

@@ -33,6 +33,9 @@ func TestScriptFairShareAcrossEnvelopes(t *testing.T) { runScript(t, "arb_09_drf
 // spec: ARB-09, BS-28
 func TestScriptFairShareByMemory(t *testing.T) { runScript(t, "arb_09_drf_memory.txt") }
 
+// spec: ARB-09, ARB-10, BS-22, BS-25
+func TestScriptFairDrain(t *testing.T) { runScript(t, "arb_09_fair_drain.txt") }
+
 // spec: ARB-11, ARB-13
 func TestScriptCaps(t *testing.T) { runScript(t, "arb_11_caps.txt") }
 

@@ -118,9 +118,12 @@ type node struct {
 	hent  []int
 	hroom []int
 
-	drainFor  JobID         // drain reservation: only this job may start here
-	autoDrain *pq           // automatic drain: held for this placement's first waiter (BS-22)
-	drainAt   int64         // Unix ns the automatic drain was placed
+	drainFor  JobID // drain reservation: only this job may start here
+	autoDrain *pq   // automatic drain: held for this placement's first waiter (BS-22)
+	// drainEnd is when the automatic drain is lifted (Unix ns); fairDrain
+	// says it is a fairness drain (fairdrain.go), not one for wide work
+	drainEnd  int64
+	fairDrain bool
 	uIn       bool          // counted in its pools' utilization (poolStat)
 	shapeIn   bool          // counted in its pools' shapes (poolStat)
 	imageIdle time.Duration // image_cache_idle_secs; 0 means the default
