@@ -73,7 +73,7 @@ func (c *Core) maybeFairDrain(p *pq, w *waiter, cls int) bool {
 	if qw == nil || c.rank(qcls) > c.rank(cls) || qw.tq.kShare >= w.tq.kShare {
 		return false
 	}
-	n := c.fairTarget(q, qw)
+	n, wait := c.fairTarget(q, qw)
 	if n == nil {
 		// no node fits soon enough: look again a second later, not on
 		// every decision (each look scans the pool)
@@ -83,7 +83,9 @@ func (c *Core) maybeFairDrain(p *pq, w *waiter, cls int) bool {
 	c.nodeChanging(n)
 	n.autoDrain, n.fairDrain = q, true
 	n.drainEnd = c.now.Add(c.pol.FairDrainMaxWait).UnixNano()
+	n.drainReady = c.now.Add(wait).UnixNano()
 	c.nodeChanged(n)
+	ps.drainedAdd(n)
 	q.drains = append(q.drains, n)
 	q.fairHeld++
 	ps.fairDrains++
@@ -94,9 +96,10 @@ func (c *Core) maybeFairDrain(p *pq, w *waiter, cls int) bool {
 // fairTarget picks the node to hold for q, whose first waiter is w: among
 // the pool's serving, undrained nodes carrying q's labels that could hold
 // q's envelope empty (and that w's rules and refusals allow), the one
-// predicted to fit it soonest, within FairDrainMaxWait; nil when none.
+// predicted to fit it soonest, within FairDrainMaxWait, and the predicted
+// wait; nil when none.
 // It scans the pool: O(pool) once per fairness drain placed.
-func (c *Core) fairTarget(q *pq, w *waiter) *node {
+func (c *Core) fairTarget(q *pq, w *waiter) (*node, time.Duration) {
 	env := q.pl.Envelope
 	var rules []PlacementRule
 	if jb := w.jb; jb != nil {
@@ -123,7 +126,7 @@ func (c *Core) fairTarget(q *pq, w *waiter) *node {
 			best, bestWait, bestEnds = n, wait, ends
 		}
 	}
-	return best
+	return best, bestWait
 }
 
 // allocLeft is one allocation on a node: what it frees and when it is
@@ -171,16 +174,12 @@ func (c *Core) timeToFit(n *node, env Resources) (wait time.Duration, ends int, 
 
 // jobLeft is a job's expected remaining time from the wall times of its
 // name, else of every name (BS-23).
-func (c *Core) jobLeft(jb *job) time.Duration {
-	st := &c.allStats
-	if jb.name != 0 {
-		if s, ok := c.stats[c.names[jb.name]]; ok && s.Count > 0 {
-			st = &s
-		}
-	}
-	var ran time.Duration
+func (c *Core) jobLeft(jb *job) time.Duration { return expectedLeft(c.statOf(jb), c.jobRan(jb)) }
+
+// jobRan is how long a running job has run, 0 for one not yet running.
+func (c *Core) jobRan(jb *job) time.Duration {
 	if now := c.now.UnixNano(); jb.state == jobRunning && jb.deadline > 0 && jb.deadline <= now {
-		ran = time.Duration(now - jb.deadline)
+		return time.Duration(now - jb.deadline)
 	}
-	return expectedLeft(st, ran)
+	return 0
 }

@@ -217,13 +217,22 @@ type NodeView struct {
 	// DrainFor is the key ([Placement.Key]) of the placement an automatic
 	// drain reservation keeps the node for (BS-22); "" none.
 	DrainFor string
+	// DrainFair says the automatic drain is a fairness drain (held for a
+	// starved placement of a tenant below another's share), not one for
+	// wide work.
+	DrainFair bool
+	// DrainReady is when the automatic drain is predicted to complete;
+	// work predicted to end before it may backfill the node's free room
+	// meanwhile. Zero without an automatic drain.
+	DrainReady time.Time
 }
 
 func (c *Core) nodeView(n *node) NodeView {
 	v := NodeView{ID: n.id, Capacity: n.capacity, Used: n.used, Placed: n.placed,
 		Cap: n.nodeCap(), Placeable: n.placeable(), DrainJob: n.drainFor}
 	if n.autoDrain != nil {
-		v.DrainFor = n.autoDrain.key
+		v.DrainFor, v.DrainFair = n.autoDrain.key, n.fairDrain
+		v.DrainReady = time.Unix(0, n.drainReady).UTC()
 	}
 	return v
 }

@@ -36,6 +36,9 @@ func TestScriptFairShareByMemory(t *testing.T) { runScript(t, "arb_09_drf_memory
 // spec: ARB-09, ARB-10, BS-22, BS-25
 func TestScriptFairDrain(t *testing.T) { runScript(t, "arb_09_fair_drain.txt") }
 
+// spec: BS-22, BS-23, BS-25
+func TestScriptBackfill(t *testing.T) { runScript(t, "bs_22_backfill.txt") }
+
 // spec: ARB-11, ARB-13
 func TestScriptCaps(t *testing.T) { runScript(t, "arb_11_caps.txt") }
 

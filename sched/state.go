@@ -124,10 +124,13 @@ type node struct {
 	// says it is a fairness drain (fairdrain.go), not one for wide work
 	drainEnd  int64
 	fairDrain bool
-	uIn       bool          // counted in its pools' utilization (poolStat)
-	shapeIn   bool          // counted in its pools' shapes (poolStat)
-	imageIdle time.Duration // image_cache_idle_secs; 0 means the default
-	sent      sentWindow    // vCPUs of starts in the last minute (PLACE-16)
+	// drainReady is when the drain is predicted to complete (Unix ns):
+	// work predicted to end before it may backfill the node (backfill.go)
+	drainReady int64
+	uIn        bool          // counted in its pools' utilization (poolStat)
+	shapeIn    bool          // counted in its pools' shapes (poolStat)
+	imageIdle  time.Duration // image_cache_idle_secs; 0 means the default
+	sent       sentWindow    // vCPUs of starts in the last minute (PLACE-16)
 }
 
 type tenant struct {
@@ -185,6 +188,9 @@ type runner struct {
 	indexed      bool
 	indexedCls   int
 	probeTimerAt time.Time
+	// stats: wall times of its finished jobs, predicting a request's job
+	// before GitLab names it (backfill.go)
+	stats RuntimeStat
 }
 
 type waiter struct {

@@ -59,6 +59,9 @@ type poolStat struct {
 	fairDrains int
 	fairWant   *pq
 	fairRetry  int64
+	// drained lists its nodes under an automatic drain, wide or fairness,
+	// in the order drained (backfill.go)
+	drained []*node
 
 	name string
 	// refCPU and refMem are the reference capacity fair shares are
@@ -278,7 +281,9 @@ func (c *Core) maybeDrain(p *pq, w *waiter) {
 	}
 	c.nodeChanging(n)
 	n.autoDrain, n.drainEnd = p, c.now.Add(c.pol.DrainMaxHold).UnixNano()
+	n.drainReady = c.now.Add(c.expectedEmpty(n)).UnixNano()
 	c.nodeChanged(n)
+	ps.drainedAdd(n)
 	p.drains = append(p.drains, n)
 	ps.drains++
 	c.addTimer(c.now.Add(c.pol.DrainMaxHold), tmDrain, uint64(n.id))
@@ -299,8 +304,9 @@ func (c *Core) liftDrain(n *node) {
 	} else {
 		p.ps.drains--
 	}
+	p.ps.drainedDrop(n)
 	c.nodeChanging(n)
-	n.autoDrain, n.drainEnd, n.fairDrain = nil, 0, false
+	n.autoDrain, n.drainEnd, n.fairDrain, n.drainReady = nil, 0, false, 0
 	c.nodeChanged(n)
 	// the pool may drain for another starved placement now
 	for _, q := range c.poolPQs[p.pl.Pool] {
