@@ -25,7 +25,9 @@ import (
 // waiter takes it. The hold is bounded: a node is chosen only when its
 // fit is predicted within Policy.FairDrainMaxWait, it is lifted after
 // that long, a placement holds at most one drain per waiting request, and
-// a pool at most fairDrainCap fairness drains. Nothing running is touched
+// a pool at most fairDrainCap fairness drains, and none while its wide work
+// waits for a drain it could still get (wide drains first: a node held
+// for fairness is one wide work cannot drain). Nothing running is touched
 // (BS-25).
 
 // fairDrainCap is how many fairness drains pool ps may hold at once: a
@@ -66,7 +68,7 @@ func (c *Core) maybeFairDrain(p *pq, w *waiter, cls int) bool {
 	if c.allStats.Count == 0 {
 		return false // no finished job yet: no prediction to hold a node on
 	}
-	if ps.fairDrains >= fairDrainCap(ps) || c.now.UnixNano() < ps.fairRetry {
+	if ps.fairDrains >= fairDrainCap(ps) || ps.wideWaits > 0 && ps.drains < c.drainCap(ps) || c.now.UnixNano() < ps.fairRetry {
 		return false
 	}
 	qw, qcls := c.pick(q, q.skipNormal)
