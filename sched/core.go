@@ -69,8 +69,8 @@ type Core struct {
 	jobAff map[JobID]string
 	warm   map[string][]warmEntry
 
-	drains map[JobID]*node        // drain reservations (BS-22)
-	stats  map[string]RuntimeStat // per job name (BS-23)
+	drains map[JobID]*node         // drain reservations (BS-22)
+	stats  map[string]*RuntimeStat // per job name (BS-23)
 	// allStats aggregates every name's runs: the prior of a job whose
 	// name has none yet (BS-23)
 	allStats RuntimeStat
@@ -79,6 +79,11 @@ type Core struct {
 	nameIdx map[string]uint32
 
 	pstat map[string]*poolStat // per pool: utilization sums, drains held
+	// fitScratch and remScratch are timeToFit's and expectedEmpty's
+	// buffers; backfilling: place is backfilling a drained node
+	fitScratch  []allocLeft
+	remScratch  []remaining
+	backfilling bool
 
 	// justQueued is the ticket the current Step queued (API-17)
 	justQueued *ticket
@@ -113,7 +118,7 @@ func New(policy Policy, seed uint64) *Core {
 		jobAff:     map[JobID]string{},
 		warm:       map[string][]warmEntry{},
 		drains:     map[JobID]*node{},
-		stats:      map[string]RuntimeStat{},
+		stats:      map[string]*RuntimeStat{},
 		names:      []string{""},
 		nameIdx:    map[string]uint32{},
 		pstat:      map[string]*poolStat{},
@@ -325,7 +330,8 @@ func (c *Core) leavePass(i int) {
 	c.pass[i], c.pass[last] = c.pass[last], nil
 	c.pass = c.pass[:last]
 	p.inPass = false
-	if !p.starved && !p.hdBlock && len(p.drains) > 0 {
+	// (fairness drains stay: they end when taken or after their time)
+	if p.fairHeld == 0 && !p.starved && !p.hdBlock && len(p.drains) > 0 {
 		// nobody of the placement may go and waits for room any more
 		c.liftAutoDrains(p)
 	}
@@ -389,7 +395,20 @@ func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
 		}
 		return false
 	}
+	if c.maybeFairDrain(p, w, cls) {
+		return false // a node was held for a starved placement: decide again
+	}
 	n, why := c.pickNode(p, w, cls)
+	if n == nil && why == nnRoom {
+		if bn := c.backfillNode(p, w, cls); bn != nil {
+			// no node has room: a drained node's idle room, for work
+			// predicted to end before the drain completes (backfill.go)
+			c.backfilling = true
+			c.place(p, w, cls, bn)
+			c.backfilling = false
+			return false
+		}
+	}
 	if n == nil {
 		switch why {
 		case nnAllTried:
@@ -412,6 +431,7 @@ func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
 		}
 		p.starved = true
 		c.maybeDrain(p, w)
+		c.noteStarved(p, w)
 		return true
 	}
 	c.place(p, w, cls, n)
@@ -459,10 +479,10 @@ func (c *Core) place(p *pq, w *waiter, cls int, n *node) {
 	if isNormalClass(cls) && c.headroomBlocks(n, env) {
 		c.violate("normal work placed into headroom")
 	}
-	if room := roomFor(n, env, n.used, n.placed); room < 1 {
+	if room := roomUndrained(n, env); room < 1 || !c.backfilling && !n.placeable() {
 		c.violate("placed on a node without room")
 	}
-	if n.drainFor != 0 || n.autoDrain != nil {
+	if n.drainFor != 0 || n.autoDrain != nil && (!c.backfilling || c.now.UnixNano() > n.drainReady) {
 		c.violate("placed on a drained node")
 	}
 	if tk := w.tk; tk != nil {

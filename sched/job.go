@@ -237,13 +237,17 @@ func (c *Core) onJobFinished(e JobFinished) {
 	jb := c.jobs[e.Job]
 	switch {
 	case e.Name != "":
-		c.noteRuntime(e.Name, e.Wall)
+		var r *runner
+		if jb != nil {
+			r = jb.runner
+		}
+		c.noteRuntime(e.Name, e.Wall, r)
 	case jb != nil && jb.name != 0 && (jb.state == jobStarting || jb.state == jobRunning):
 		wall := e.Wall
 		if wall == 0 && jb.state == jobRunning && jb.deadline > 0 {
 			wall = c.now.Sub(time.Unix(0, jb.deadline))
 		}
-		c.noteRuntime(c.names[jb.name], wall)
+		c.noteRuntime(c.names[jb.name], wall, jb.runner)
 	}
 	if jb == nil || (jb.state != jobStarting && jb.state != jobRunning) {
 		return

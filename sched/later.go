@@ -31,16 +31,35 @@ type RuntimeStat struct {
 
 // RuntimeStats returns the statistics of jobs named name (the driver's
 // job name, e.g. GitLab project path + job name), zero when none finished.
-func (c *Core) RuntimeStats(name string) RuntimeStat { return c.stats[name] }
+func (c *Core) RuntimeStats(name string) RuntimeStat {
+	if s := c.stats[name]; s != nil {
+		return *s
+	}
+	return RuntimeStat{}
+}
 
 // RuntimeStatNames returns the job names with statistics, sorted.
 func (c *Core) RuntimeStatNames() []string { return sortedKeys(c.stats) }
 
-func (c *Core) noteRuntime(name string, wall time.Duration) {
+// noteRuntime adds a finished run of wall time to the statistics of its
+// name, of every name and, when r is non-nil, of its runner.
+func (c *Core) noteRuntime(name string, wall time.Duration, r *runner) {
 	if name == "" || wall < 0 {
 		return
 	}
 	s := c.stats[name]
+	if s == nil {
+		s = &RuntimeStat{}
+		c.stats[name] = s
+	}
+	s.add(wall)
+	c.allStats.add(wall)
+	if r != nil {
+		r.stats.add(wall)
+	}
+}
+
+func (s *RuntimeStat) add(wall time.Duration) {
 	s.Count++
 	s.Total += wall
 	s.Longest = max(s.Longest, wall)
@@ -49,12 +68,17 @@ func (c *Core) noteRuntime(name string, wall time.Duration) {
 		i++
 	}
 	s.Buckets[i]++
-	c.stats[name] = s
-	a := &c.allStats
-	a.Count++
-	a.Total += wall
-	a.Longest = max(a.Longest, wall)
-	a.Buckets[i]++
+}
+
+// statOf returns the statistics a job's remaining time is predicted from:
+// its name's, else every name's (BS-23).
+func (c *Core) statOf(jb *job) *RuntimeStat {
+	if jb.name != 0 {
+		if s := c.stats[c.names[jb.name]]; s != nil && s.Count > 0 {
+			return s
+		}
+	}
+	return &c.allStats
 }
 
 func (c *Core) onDrainReserve(e DrainReserve) {

@@ -100,6 +100,13 @@ type Policy struct {
 	// again from fresh predictions (it may land on the same node). Default
 	// 15 minutes.
 	DrainMaxHold time.Duration
+	// FairDrainMaxWait bounds fairness drains (DECISIONS 13): when a
+	// tenant over the share of another is about to take room while that
+	// other tenant's work, not wide, finds no node with room, the node
+	// predicted to fit it soonest is held for it, but only when the fit
+	// is predicted within this long, and never longer. Default 5 minutes;
+	// a negative value places no fairness drains.
+	FairDrainMaxWait time.Duration
 }
 
 // TenantPolicy is one tenant's share of the fleet.
@@ -231,6 +238,7 @@ func (p Policy) withDefaults() Policy {
 		p.WideFraction = 0.5
 	}
 	defd(&p.DrainMaxHold, 15*time.Minute)
+	defd(&p.FairDrainMaxWait, 5*time.Minute)
 	p.ClaimRenewals = max(p.ClaimRenewals, 0)
 	if p.PackAboveUtilization == 0 {
 		p.PackAboveUtilization = 0.7

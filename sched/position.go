@@ -271,7 +271,7 @@ func (c *Core) nodeSlots(n *node, env Resources, need int, mean time.Duration, k
 		st := &c.allStats
 		if jb.name != 0 {
 			if s, ok := c.stats[c.names[jb.name]]; ok && s.Count > 0 {
-				st = &s
+				st = s
 			}
 		}
 		if st.Count == 0 {

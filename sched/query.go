@@ -297,13 +297,22 @@ type NodeView struct {
 	// DrainFor is the key ([Placement.Key]) of the placement an automatic
 	// drain reservation keeps the node for (BS-22); "" none.
 	DrainFor string
+	// DrainFair says the automatic drain is a fairness drain (held for a
+	// starved placement of a tenant below another's share), not one for
+	// wide work.
+	DrainFair bool
+	// DrainReady is when the automatic drain is predicted to complete;
+	// work predicted to end before it may backfill the node's free room
+	// meanwhile. Zero without an automatic drain.
+	DrainReady time.Time
 }
 
 func (c *Core) nodeView(n *node) NodeView {
 	v := NodeView{ID: n.id, Capacity: n.capacity, Used: n.used, Placed: n.placed,
 		Cap: n.nodeCap(), Placeable: n.placeable(), DrainJob: n.drainFor}
 	if n.autoDrain != nil {
-		v.DrainFor = n.autoDrain.key
+		v.DrainFor, v.DrainFair = n.autoDrain.key, n.fairDrain
+		v.DrainReady = time.Unix(0, n.drainReady).UTC()
 	}
 	return v
 }
@@ -491,7 +500,11 @@ func (c *Core) checkWide() []string {
 				ps = &poolStat{}
 				want[p.pl.Pool] = ps
 			}
-			ps.drains++
+			if n.fairDrain {
+				ps.fairDrains++
+			} else {
+				ps.drains++
+			}
 		}
 	}
 	for pool, ps := range c.pstat {
@@ -503,11 +516,14 @@ func (c *Core) checkWide() []string {
 			errs = append(errs, "pool "+pool+" node shapes stale")
 		}
 		if got.capCPUs != w.capCPUs || got.usedCPUs != w.usedCPUs || got.capMem != w.capMem ||
-			got.usedMem != w.usedMem || got.drains != w.drains {
+			got.usedMem != w.usedMem || got.drains != w.drains || got.fairDrains != w.fairDrains {
 			errs = append(errs, "pool "+pool+" utilization or drain count stale")
 		}
 		if c.pol.DrainsPerPool > 0 && got.drains > c.pol.DrainsPerPool {
 			errs = append(errs, "pool "+pool+" holds more drains than drains_per_pool")
+		}
+		if got.fairDrains > fairDrainCap(&got) {
+			errs = append(errs, "pool "+pool+" holds more fairness drains than its cap")
 		}
 	}
 	for k, p := range c.pqs {
@@ -516,7 +532,16 @@ func (c *Core) checkWide() []string {
 				errs = append(errs, "placement "+k+" names a drain its node does not hold")
 			}
 		}
-		if len(p.drains) > p.nwait {
+		fair := 0
+		for _, n := range p.drains {
+			if n.fairDrain {
+				fair++
+			}
+		}
+		if fair != p.fairHeld {
+			errs = append(errs, "placement "+k+" counts "+strconv.Itoa(p.fairHeld)+" fairness drains, recomputed "+strconv.Itoa(fair))
+		}
+		if fair == 0 && len(p.drains) > p.nwait {
 			errs = append(errs, "placement "+k+" holds more drains than waiters")
 		}
 		n := 0

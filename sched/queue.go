@@ -23,6 +23,8 @@ type pq struct {
 	// in the order placed, at most one per waiter indexed (BS-22)
 	drains []*node
 	nwait  int // waiters indexed, every class
+	// fairHeld counts the fairness drains among drains (fairdrain.go)
+	fairHeld int
 	// wideWait: its last pass found its wide work waiting for a node
 	wideWait bool
 

@@ -118,13 +118,19 @@ type node struct {
 	hent  []int
 	hroom []int
 
-	drainFor  JobID         // drain reservation: only this job may start here
-	autoDrain *pq           // automatic drain: held for this placement's first waiter (BS-22)
-	drainAt   int64         // Unix ns the automatic drain was placed
-	uIn       bool          // counted in its pools' utilization (poolStat)
-	shapeIn   bool          // counted in its pools' shapes (poolStat)
-	imageIdle time.Duration // image_cache_idle_secs; 0 means the default
-	sent      sentWindow    // vCPUs of starts in the last minute (PLACE-16)
+	drainFor  JobID // drain reservation: only this job may start here
+	autoDrain *pq   // automatic drain: held for this placement's first waiter (BS-22)
+	// drainEnd is when the automatic drain is lifted (Unix ns); fairDrain
+	// says it is a fairness drain (fairdrain.go), not one for wide work
+	drainEnd  int64
+	fairDrain bool
+	// drainReady is when the drain is predicted to complete (Unix ns):
+	// work predicted to end before it may backfill the node (backfill.go)
+	drainReady int64
+	uIn        bool          // counted in its pools' utilization (poolStat)
+	shapeIn    bool          // counted in its pools' shapes (poolStat)
+	imageIdle  time.Duration // image_cache_idle_secs; 0 means the default
+	sent       sentWindow    // vCPUs of starts in the last minute (PLACE-16)
 }
 
 type tenant struct {
@@ -183,6 +189,9 @@ type runner struct {
 	indexed      bool
 	indexedCls   int
 	probeTimerAt time.Time
+	// stats: wall times of its finished jobs, predicting a request's job
+	// before GitLab names it (backfill.go)
+	stats RuntimeStat
 }
 
 type waiter struct {

@@ -53,6 +53,16 @@ type poolStat struct {
 	// whose wide work waits for a node (noteWideWait)
 	serving, wideWaits int
 
+	// fairDrains counts its fairness drains (fairdrain.go); fairWant is
+	// its starved placement of the lowest share, the candidate for one;
+	// fairRetry: no fairness drain is looked for before then (Unix ns)
+	fairDrains int
+	fairWant   *pq
+	fairRetry  int64
+	// drained lists its nodes under an automatic drain, wide or fairness,
+	// in the order drained (backfill.go)
+	drained []*node
+
 	name string
 	// refCPU and refMem are the reference capacity fair shares are
 	// fractions of (share.go); seenCPU and seenMem the capacity last
@@ -270,8 +280,10 @@ func (c *Core) maybeDrain(p *pq, w *waiter) {
 		return
 	}
 	c.nodeChanging(n)
-	n.autoDrain, n.drainAt = p, c.now.UnixNano()
+	n.autoDrain, n.drainEnd = p, c.now.Add(c.pol.DrainMaxHold).UnixNano()
+	n.drainReady = c.now.Add(c.expectedEmpty(n)).UnixNano()
 	c.nodeChanged(n)
+	ps.drainedAdd(n)
 	p.drains = append(p.drains, n)
 	ps.drains++
 	c.addTimer(c.now.Add(c.pol.DrainMaxHold), tmDrain, uint64(n.id))
@@ -286,9 +298,15 @@ func (c *Core) liftDrain(n *node) {
 	if i := slices.Index(p.drains, n); i >= 0 {
 		p.drains = slices.Delete(p.drains, i, i+1)
 	}
-	p.ps.drains--
+	if n.fairDrain {
+		p.ps.fairDrains--
+		p.fairHeld--
+	} else {
+		p.ps.drains--
+	}
+	p.ps.drainedDrop(n)
 	c.nodeChanging(n)
-	n.autoDrain, n.drainAt = nil, 0
+	n.autoDrain, n.drainEnd, n.fairDrain, n.drainReady = nil, 0, false, 0
 	c.nodeChanged(n)
 	// the pool may drain for another starved placement now
 	for _, q := range c.poolPQs[p.pl.Pool] {
@@ -308,7 +326,7 @@ func (c *Core) liftAutoDrains(p *pq) {
 // trimDrains lifts the drains of p beyond its waiting demand, the latest
 // first: wide demand bounds the drains.
 func (c *Core) trimDrains(p *pq) {
-	for len(p.drains) > p.nwait {
+	for p.fairHeld == 0 && len(p.drains) > p.nwait {
 		c.liftDrain(p.drains[len(p.drains)-1])
 	}
 }
@@ -341,10 +359,11 @@ func (c *Core) checkDrains(ev Event) {
 	}
 }
 
-// fireDrain ends an automatic drain held DrainMaxHold.
+// fireDrain ends an automatic drain held its time (DrainMaxHold, or
+// FairDrainMaxWait for a fairness drain).
 func (c *Core) fireDrain(id NodeID) {
 	n := c.nodes[id]
-	if n == nil || n.autoDrain == nil || c.now.UnixNano() < n.drainAt+int64(c.pol.DrainMaxHold) {
+	if n == nil || n.autoDrain == nil || c.now.UnixNano() < n.drainEnd {
 		return
 	}
 	c.redrainNode(n)
@@ -421,7 +440,6 @@ func (c *Core) drainBefore(a *node, aLeft time.Duration, b *node, bLeft time.Dur
 // as soon as the prediction exceeds bound (or reaches it, unless ties).
 func (c *Core) timeToEmpty(n *node, bound time.Duration, ties bool) (left time.Duration, over bool) {
 	beyond := func() bool { return bound >= 0 && (left > bound || !ties && left == bound) }
-	now := c.now.UnixNano()
 	if len(n.res) > 0 {
 		left = expectedLeft(&c.allStats, 0)
 	}
@@ -429,17 +447,7 @@ func (c *Core) timeToEmpty(n *node, bound time.Duration, ties bool) (left time.D
 		if beyond() {
 			return left, true
 		}
-		st := &c.allStats
-		if jb.name != 0 {
-			if s, ok := c.stats[c.names[jb.name]]; ok && s.Count > 0 {
-				st = &s
-			}
-		}
-		var ran time.Duration
-		if jb.state == jobRunning && jb.deadline > 0 && jb.deadline <= now {
-			ran = time.Duration(now - jb.deadline)
-		}
-		left = max(left, expectedLeft(st, ran))
+		left = max(left, c.jobLeft(jb))
 	}
 	return left, beyond()
 }

@@ -14,7 +14,7 @@ import (
 func TestExpectedLeft(t *testing.T) {
 	c := New(Policy{}, 1)
 	for _, w := range []time.Duration{5 * time.Minute, 6 * time.Minute, 90 * time.Second, 30 * time.Hour} {
-		c.noteRuntime("x", w)
+		c.noteRuntime("x", w, nil)
 	}
 	s := c.RuntimeStats("x")
 	tests := []struct {

@@ -171,3 +171,18 @@ func TestGoalIdleReservations(t *testing.T) {
 		}
 	}
 }
+
+// With tenant a (weight 1) sending only 2-vCPU jobs and tenant b (weight
+// 3) only 8-vCPU jobs, both backlogged, each gets its weight's share of
+// the busy vCPU·s within 5 % (a 25 % ± 1.25 points), Jain's index ≥ 0.99:
+// fairness drains keep the freed 2-vCPU pieces from all going to a.
+//
+// spec: ARB-09, ARB-10, BS-28
+func TestGoalWeightedShareSizes(t *testing.T) {
+	rep := goalReport(t, "sizes-backlogged")
+	vk := result(t, rep, "vk")
+	sh, _ := rep.TenantShares(vk)
+	if !withinShare(0.25)(sh[0], nil) || !withinShare(0.75)(sh[1], nil) || vk.Jain < 0.99 {
+		t.Errorf("shares %.1f%% / %.1f%%, Jain %.3f; want 25/75 within 5%% and Jain ≥ 0.99", 100*sh[0], 100*sh[1], vk.Jain)
+	}
+}
