@@ -108,9 +108,16 @@ func (l *loop) lifecycle(ctx context.Context) (map[string][]time.Duration, error
 	}
 	place := client.Placement{Pool: Pool, Envelope: jobEnvelope}
 	var r hubclient.Reserved
-	err := timed("reserve", func() (err error) {
-		r, err = l.c.Reserve(ctx, client.ReservationRequest{Runner: l.runner, Queue: true, RequestID: client.NewRequestID(), Placement: place})
-		return err
+	// As vk-gitlab does, a retryable refusal is retried with the
+	// client's back-off: right after the relay's session came up the hub
+	// may not have read its report yet (503 unavailable, runner not in the
+	// relay's session report).
+	req := client.ReservationRequest{Runner: l.runner, Queue: true, RequestID: client.NewRequestID(), Placement: place}
+	err := timed("reserve", func() error {
+		return l.c.Retrier().Do(ctx, "reserve", func(ctx context.Context) (err error) {
+			r, err = l.c.Reserve(ctx, req)
+			return err
+		})
 	})
 	for err == nil && r.Grant == nil {
 		if r.Gone {
