@@ -509,6 +509,11 @@ func (t *Tenant) HubOutput(ctx context.Context, gitlabID int64) (out []byte, ok 
 	}
 	b, err := readAll(ctx, st, j.ID)
 	if err != nil {
+		// The job may have settled while it was read: its output was
+		// archived, then dropped, under the read.
+		if b, ok := t.f.hub.arch.get(j.ID); ok {
+			return b, true, nil
+		}
 		return nil, false, err
 	}
 	return b, true, nil

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vk-ci/vk/hub"
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/realhub"
 	"github.com/vk-ci/vk/proto/client"
 )
 
@@ -19,7 +21,10 @@ import (
 //
 // spec: TRACE-07, ARB-37
 func TestWaitingJobTraceLine(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	// The hub runs on real time and the relay on a fast clock: the hub
+	// must not declare the job lost (realhub's job_lost_after is 5 s)
+	// while a loaded machine takes its time to bring the node back.
+	e := newEnv(t, envOptions{hub: realhub.Options{Hub: func(c *hub.Config) { c.Sessions.JobLostAfterSecs = 600 }}})
 	e.hub.OnSubmit = func(client.JobSubmission) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
