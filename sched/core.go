@@ -560,21 +560,6 @@ func (c *Core) startJob(jb *job, n *node, rs *reservation) {
 	c.emit(Start{Job: jb.id, Node: n.id, Reservation: rid, Envelope: jb.env()})
 }
 
-// maxViolations bounds the violations a Core keeps: the first ones say
-// what went wrong, and a Core in a long-running hub must not grow without
-// bound if a bug makes it violate on every step. The rest are counted.
-const maxViolations = 64
-
-// violate records a rule the Core broke while deciding, for
-// CheckInvariants to report.
-func (c *Core) violate(s string) {
-	if len(c.violations) >= maxViolations {
-		c.violationsDropped++
-		return
-	}
-	c.violations = append(c.violations, s)
-}
-
 // charge adds d to what the runner, its relay and its tenant hold (ARB-11)
 // and refreshes everything that depends on it.
 func (c *Core) charge(r *runner, d int) {
@@ -590,40 +575,6 @@ func (c *Core) charge(r *runner, d int) {
 		}
 	}
 	c.refreshRunner(r)
-}
-
-func (c *Core) nodeAddRes(n *node, r *reservation) {
-	r.nodeIdx = len(n.res)
-	n.res = append(n.res, r)
-}
-
-func (c *Core) nodeDropRes(n *node, r *reservation) {
-	i := r.nodeIdx
-	if i < 0 || i >= len(n.res) || n.res[i] != r {
-		return
-	}
-	last := n.res[len(n.res)-1]
-	n.res[i], last.nodeIdx = last, i
-	n.res[len(n.res)-1] = nil // no stale pointer in the backing array
-	n.res = n.res[:len(n.res)-1]
-	r.nodeIdx = -1
-}
-
-func (c *Core) nodeAddJob(n *node, j *job) {
-	j.nodeIdx = int32(len(n.jobs))
-	n.jobs = append(n.jobs, j)
-}
-
-func (c *Core) nodeDropJob(n *node, j *job) {
-	i := int(j.nodeIdx)
-	if i < 0 || i >= len(n.jobs) || n.jobs[i] != j {
-		return
-	}
-	last := n.jobs[len(n.jobs)-1]
-	n.jobs[i], last.nodeIdx = last, int32(i)
-	n.jobs[len(n.jobs)-1] = nil
-	n.jobs = n.jobs[:len(n.jobs)-1]
-	j.nodeIdx = -1
 }
 
 func (j *job) runnerTenant() TenantID {

@@ -319,3 +319,18 @@ func (c *Core) checkAdms() []string {
 	slices.Sort(errs)
 	return errs
 }
+
+// maxViolations bounds the violations a Core keeps: the first ones say
+// what went wrong, and a Core in a long-running hub must not grow without
+// bound if a bug makes it violate on every step. The rest are counted.
+const maxViolations = 64
+
+// violate records a rule the Core broke while deciding, for
+// CheckInvariants to report.
+func (c *Core) violate(s string) {
+	if len(c.violations) >= maxViolations {
+		c.violationsDropped++
+		return
+	}
+	c.violations = append(c.violations, s)
+}

@@ -162,3 +162,40 @@ func (c *Core) onNodeLost(id NodeID) {
 	n.known, n.reachable = false, false
 	c.nodeChanged(n)
 }
+
+// nodeAddRes, nodeDropRes, nodeAddJob and nodeDropJob keep a node's
+// reservation and job lists, each entry knowing its index so that it
+// leaves in O(1).
+func (c *Core) nodeAddRes(n *node, r *reservation) {
+	r.nodeIdx = len(n.res)
+	n.res = append(n.res, r)
+}
+
+func (c *Core) nodeDropRes(n *node, r *reservation) {
+	i := r.nodeIdx
+	if i < 0 || i >= len(n.res) || n.res[i] != r {
+		return
+	}
+	last := n.res[len(n.res)-1]
+	n.res[i], last.nodeIdx = last, i
+	n.res[len(n.res)-1] = nil // no stale pointer in the backing array
+	n.res = n.res[:len(n.res)-1]
+	r.nodeIdx = -1
+}
+
+func (c *Core) nodeAddJob(n *node, j *job) {
+	j.nodeIdx = int32(len(n.jobs))
+	n.jobs = append(n.jobs, j)
+}
+
+func (c *Core) nodeDropJob(n *node, j *job) {
+	i := int(j.nodeIdx)
+	if i < 0 || i >= len(n.jobs) || n.jobs[i] != j {
+		return
+	}
+	last := n.jobs[len(n.jobs)-1]
+	n.jobs[i], last.nodeIdx = last, int32(i)
+	n.jobs[len(n.jobs)-1] = nil
+	n.jobs = n.jobs[:len(n.jobs)-1]
+	j.nodeIdx = -1
+}
