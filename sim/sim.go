@@ -197,72 +197,88 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		if !slices.Contains(pols, p) {
 			continue
 		}
-		// quota-margin runs once per margin, vk once plus once per variant
-		type variant struct {
-			margin int
-			vk     VKVariant
-		}
-		runs := []variant{{}}
-		switch p {
-		case "quota-margin":
-			runs = nil
-			for _, m := range s.Baseline.Margins {
-				runs = append(runs, variant{margin: m})
-			}
-		case "vk":
-			for _, x := range s.VK.Variants {
-				runs = append(runs, variant{vk: x})
-			}
-		}
-		for _, vr := range runs {
-			m := vr.margin
-			label := p
-			switch p {
-			case "quota-margin":
-				label = p + "/m=" + strconv.Itoa(m)
-			case "vk":
-				label = p + variantLabel(vr.vk.Name)
-			}
-			w := newWorld(s, jobs, seed, label)
-			r := &Result{Label: label, Policy: p, Margin: m}
-			var err error
+		for _, vr := range variantsOf(p, s) {
 			tp := time.Now()
-			switch p {
-			case "vk":
-				var v *vkRun
-				v, err = runVK(ctx, w, vr.vk.apply(s.VK), opt.CheckInvariants)
-				if v != nil {
-					r.CoreSteps, r.CoreWall, r.Invariants = v.steps, v.wall, v.invErrs
-				}
-			case "pull-fifo":
-				err = runPull(ctx, w, false)
-			case "greedy-backfill":
-				err = runPull(ctx, w, true)
-			case "accept-then-wait":
-				_, err = runK8s(ctx, w, k8sAcceptWait, 0)
-			case "quota-margin", "k8s-lease":
-				mode := k8sQuota
-				if p == "k8s-lease" {
-					mode = k8sLease
-				}
-				var k *k8sRun
-				k, err = runK8s(ctx, w, mode, m)
-				if k != nil {
-					r.KubeAPICalls, r.LeasesSwept = k.apiCalls, k.swept
-				}
-			}
+			r, w, err := runOne(ctx, s, jobs, seed, p, vr, opt.CheckInvariants)
 			if err != nil {
-				return nil, fmt.Errorf("sim: %s: %w", label, err)
+				return nil, err
 			}
-			r.fill(s, w)
 			rep.Results = append(rep.Results, r)
-			log.Debug("policy done", "policy", label, "events", w.eng.n, "wall", time.Since(tp))
+			log.Debug("policy done", "policy", r.Label, "events", w.eng.n, "wall", time.Since(tp))
 			if opt.Progress != nil && time.Since(t0) > 2*time.Second {
-				fmt.Fprintf(opt.Progress, "vk-sim: %s done (%d events, %.1fs)\n", label, w.eng.n, time.Since(tp).Seconds())
+				fmt.Fprintf(opt.Progress, "vk-sim: %s done (%d events, %.1fs)\n", r.Label, w.eng.n, time.Since(tp).Seconds())
 			}
 		}
 	}
 	return rep, nil
+}
+
+// variant is one run of a policy: quota-margin runs once per margin, vk
+// once plus once per variant, the others once.
+type variant struct {
+	margin int
+	vk     VKVariant
+}
+
+func variantsOf(p string, s *Scenario) []variant {
+	runs := []variant{{}}
+	switch p {
+	case "quota-margin":
+		runs = nil
+		for _, m := range s.Baseline.Margins {
+			runs = append(runs, variant{margin: m})
+		}
+	case "vk":
+		for _, x := range s.VK.Variants {
+			runs = append(runs, variant{vk: x})
+		}
+	}
+	return runs
+}
+
+// runOne runs policy p's variant vr on the sampled jobs in a world of its
+// own and returns its result and the world it ran in.
+func runOne(ctx context.Context, s *Scenario, jobs []Job, seed uint64, p string, vr variant, checkInv bool) (*Result, *world, error) {
+	m := vr.margin
+	label := p
+	switch p {
+	case "quota-margin":
+		label = p + "/m=" + strconv.Itoa(m)
+	case "vk":
+		label = p + variantLabel(vr.vk.Name)
+	}
+	w := newWorld(s, jobs, seed, label)
+	r := &Result{Label: label, Policy: p, Margin: m}
+	var err error
+	switch p {
+	case "vk":
+		var v *vkRun
+		v, err = runVK(ctx, w, vr.vk.apply(s.VK), checkInv)
+		if v != nil {
+			r.CoreSteps, r.CoreWall, r.Invariants = v.steps, v.wall, v.invErrs
+		}
+	case "pull-fifo":
+		err = runPull(ctx, w, false)
+	case "greedy-backfill":
+		err = runPull(ctx, w, true)
+	case "accept-then-wait":
+		_, err = runK8s(ctx, w, k8sAcceptWait, 0)
+	case "quota-margin", "k8s-lease":
+		mode := k8sQuota
+		if p == "k8s-lease" {
+			mode = k8sLease
+		}
+		var k *k8sRun
+		k, err = runK8s(ctx, w, mode, m)
+		if k != nil {
+			r.KubeAPICalls, r.LeasesSwept = k.apiCalls, k.swept
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: %s: %w", label, err)
+	}
+	r.fill(s, w)
+	return r, w, nil
 }
 
 func (r *Result) fill(s *Scenario, w *world) {
