@@ -15,44 +15,8 @@ func (c *Core) onJobSubmitted(e JobSubmitted) {
 		c.verdict(VerdictUnavailable, "runner not in its relay's inventory")
 		return
 	}
-	var a *admission
-	if e.Admission != 0 {
-		a = c.adms[e.Admission]
-		_, jobbed := c.admJobs[e.Admission]
-		switch {
-		case a == nil && jobbed:
-			c.verdict(VerdictConflict, "admission already used")
-			return
-		case a == nil:
-			c.verdict(VerdictNotFound, "no such admission")
-			return
-		case a.runner != r || e.Reservation != 0 && a.res != nil && a.res.id != e.Reservation:
-			// API-31, API-34: a mismatching job ends its admission as empty.
-			if a.state == admClaimed && a.outcome == OutcomeNone {
-				a.outcome = OutcomeEmpty
-				c.endAdmission(a, "job did not match its admission")
-			}
-			c.verdict(VerdictForbidden, "job does not match its admission")
-			return
-		case a.job != nil:
-			c.verdict(VerdictConflict, "admission already used")
-			return
-		case a.state == admGranted:
-			c.verdict(VerdictConflict, "grant not claimed")
-			return
-		case a.state == admEnded || a.outcome != OutcomeNone && a.outcome != OutcomeJob:
-			c.verdict(VerdictConflict, "admission ended")
-			return
-		}
-		if a.outcome == OutcomeNone {
-			a.outcome, a.state = OutcomeJob, admJob
-			c.tookJob(r)
-			if a.ticket != nil {
-				c.probeDone(a.ticket)
-			}
-		}
-	} else if e.Reservation != 0 {
-		c.verdict(VerdictForbidden, "a job on a queued reservation must name its admission")
+	a, ok := c.admissionForJob(e, r)
+	if !ok {
 		return
 	}
 	c.seq++
@@ -105,6 +69,53 @@ func (c *Core) onJobSubmitted(e JobSubmitted) {
 	}
 	c.verdict(VerdictOK, "")
 	c.placeJob(jb)
+}
+
+// admissionForJob checks a submission against the admission it names
+// (API-31, API-34) and, the first time, turns the admission into a job
+// outcome. It answers the verdict itself when the submission is refused
+// (ok false); a submission without an admission returns a nil admission.
+func (c *Core) admissionForJob(e JobSubmitted, r *runner) (a *admission, ok bool) {
+	if e.Admission != 0 {
+		a = c.adms[e.Admission]
+		_, jobbed := c.admJobs[e.Admission]
+		switch {
+		case a == nil && jobbed:
+			c.verdict(VerdictConflict, "admission already used")
+			return nil, false
+		case a == nil:
+			c.verdict(VerdictNotFound, "no such admission")
+			return nil, false
+		case a.runner != r || e.Reservation != 0 && a.res != nil && a.res.id != e.Reservation:
+			// API-31, API-34: a mismatching job ends its admission as empty.
+			if a.state == admClaimed && a.outcome == OutcomeNone {
+				a.outcome = OutcomeEmpty
+				c.endAdmission(a, "job did not match its admission")
+			}
+			c.verdict(VerdictForbidden, "job does not match its admission")
+			return nil, false
+		case a.job != nil:
+			c.verdict(VerdictConflict, "admission already used")
+			return nil, false
+		case a.state == admGranted:
+			c.verdict(VerdictConflict, "grant not claimed")
+			return nil, false
+		case a.state == admEnded || a.outcome != OutcomeNone && a.outcome != OutcomeJob:
+			c.verdict(VerdictConflict, "admission ended")
+			return nil, false
+		}
+		if a.outcome == OutcomeNone {
+			a.outcome, a.state = OutcomeJob, admJob
+			c.tookJob(r)
+			if a.ticket != nil {
+				c.probeDone(a.ticket)
+			}
+		}
+	} else if e.Reservation != 0 {
+		c.verdict(VerdictForbidden, "a job on a queued reservation must name its admission")
+		return nil, false
+	}
+	return a, true
 }
 
 // placeJob starts a submitted job on its reservation, or queues it
