@@ -2,9 +2,9 @@ package sched
 
 import "time"
 
-// Two seams for wide jobs (DESIGN "Later", BS-20..24): a per-node drain
-// reservation the driver places for a job, and per-job-name runtime
-// statistics. The Core's own wide-job policy (packing, automatic drains on
+// Drain reservations and runtime statistics, the two seams for wide jobs
+// (BS-20..24): a per-node drain reservation the driver places for a job,
+// and per-job-name runtime statistics. The Core's own wide-job policy (packing, automatic drains on
 // the node predicted from these statistics to empty first) is in wide.go.
 
 // DrainReserve marks Node as reserved for Job (a queued job too wide for any
