@@ -29,6 +29,20 @@ func TestWaitingJobTraceLine(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		e.real.Agent.Shutdown(ctx)
+		// The submission must reach a hub that has seen the node go:
+		// otherwise it starts the job on the node and nothing waits.
+		e.real.WaitFor("the hub to see the node gone", func() bool {
+			ns, err := e.real.Admin().Nodes(ctx)
+			if err != nil {
+				return false
+			}
+			for _, n := range ns {
+				if n.ID == e.real.NodeID && n.State == "ready" {
+					return false
+				}
+			}
+			return true
+		})
 	}
 	glID := e.pipeline([]string{"echo ran-after-waiting"})
 	m := e.manager(0, 10)
