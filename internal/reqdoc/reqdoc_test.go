@@ -118,28 +118,12 @@ func TestLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]string{}
-	for id, ts := range tr.Cites {
-		var s []string
-		for _, x := range ts {
-			s = append(s, x.String())
-		}
-		got[id] = strings.Join(s, ", ")
-	}
-	want := map[string]string{
+	checkCites(t, tr, map[string]string{
 		"AA-01": "a.TestOne",
 		"AA-02": "a.TestLater (skipped), a.TestOne",
 		"AA-03": "a.TestOne",
 		"AA-04": "a.TestLater (skipped)",
-	}
-	for id, w := range want {
-		if got[id] != w {
-			t.Errorf("cites of %s = %q, want %q", id, got[id], w)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("cites = %v, want only %v", got, want)
-	}
+	})
 	for _, id := range []string{"AA-01", "AA-05", "AA-06"} {
 		if len(tr.Mentions[id]) == 0 {
 			t.Errorf("mention of %s not found", id)
@@ -323,6 +307,22 @@ func TestScripts(t *testing.T) { schedtest.Walk(t, "testdata", false) }
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkCites(t, tr, map[string]string{
+		"AA-01": "s.TestScripts/deep/two, s.TestScripts/one",
+		"AA-02": "s.TestScripts",
+		"AA-04": "s.TestScripts/deep/two",
+	})
+
+	write("s/s_test.go", "package s\n")
+	if _, err := Scan(dir, []string{"AA"}); err == nil || !strings.Contains(err.Error(), "schedtest.Walk") {
+		t.Errorf("scenarios without a walking test: err = %v, want one naming schedtest.Walk", err)
+	}
+}
+
+// checkCites compares the tests that cite each ID with want (test names
+// joined by ", "), and that no other ID is cited.
+func checkCites(t *testing.T, tr *Tree, want map[string]string) {
+	t.Helper()
 	got := map[string]string{}
 	for id, ts := range tr.Cites {
 		var s []string
@@ -331,11 +331,6 @@ func TestScripts(t *testing.T) { schedtest.Walk(t, "testdata", false) }
 		}
 		got[id] = strings.Join(s, ", ")
 	}
-	want := map[string]string{
-		"AA-01": "s.TestScripts/deep/two, s.TestScripts/one",
-		"AA-02": "s.TestScripts",
-		"AA-04": "s.TestScripts/deep/two",
-	}
 	for id, w := range want {
 		if got[id] != w {
 			t.Errorf("cites of %s = %q, want %q", id, got[id], w)
@@ -343,10 +338,5 @@ func TestScripts(t *testing.T) { schedtest.Walk(t, "testdata", false) }
 	}
 	if len(got) != len(want) {
 		t.Errorf("cites = %v, want only %v", got, want)
-	}
-
-	write("s/s_test.go", "package s\n")
-	if _, err := Scan(dir, []string{"AA"}); err == nil || !strings.Contains(err.Error(), "schedtest.Walk") {
-		t.Errorf("scenarios without a walking test: err = %v, want one naming schedtest.Walk", err)
 	}
 }
