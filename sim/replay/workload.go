@@ -349,7 +349,9 @@ func (sc *scan) job(id uint64, f *jobFacts) (Job, bool) {
 		j.Start = sc.off(f.start.T)
 		switch {
 		case f.end != nil && f.end.Wall > 0:
-			j.Runtime = time.Duration(f.end.Wall) * time.Millisecond
+			// the node's wall time, or the hub's start-to-end when longer:
+			// the job held its room that long (checkout, the result's way)
+			j.Runtime = time.Duration(max(f.end.Wall, f.end.T-f.start.T)) * time.Millisecond
 		case f.end != nil:
 			j.Runtime = time.Duration(f.end.T-f.start.T) * time.Millisecond
 		default:
