@@ -216,3 +216,26 @@ func TestCandidateWeightMovesShares(t *testing.T) {
 		t.Errorf("candidate at 3:1: shares %.3f/%.3f, want 75/25 within 5%%", c.Shares[0], c.Shares[1])
 	}
 }
+
+// A scenario with vk variants records one run, not the variants' runs
+// laid over each other: the trace's GitLab requests are the run's.
+// spec: BS-18
+func TestSimTraceOneRunOfVariants(t *testing.T) {
+	s, err := sim.ParseScenario([]byte(backlogged + `
+[[vk.variants]]
+name = "pack"
+pack_above_utilization = 0.01
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	rep, err := WriteSimTrace(context.Background(), &buf, s, 0, traceStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := load(t, buf.Bytes())
+	if got, want := w.Asks, rep.Results[0].GitLabRequests; got != want || len(rep.Results) != 1 {
+		t.Fatalf("the trace has %d GitLab requests, the run made %d (%d results)", got, want, len(rep.Results))
+	}
+}

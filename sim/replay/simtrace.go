@@ -21,7 +21,8 @@ func (r *recordSink) Put(rec wtrace.Record) { r.recs = append(r.recs, rec) }
 // if it had started at start and writes, in the hub's trace format, what a
 // hub would have recorded: every step of the core goes through the same
 // translation as the hub's recorder ([wtrace.Translate]), after a policy
-// record built from the scenario's tenants and knobs. It is how a long
+// record built from the scenario's tenants and knobs; the scenario's vk
+// variants are left out (each is a run of its own). It is how a long
 // synthetic run becomes a trace to calibrate the replay against
 // (docs/sim.md). Every submission is followed by the queue record a
 // relay would have passed on from GitLab's job response: the job's time
@@ -30,6 +31,7 @@ func (r *recordSink) Put(rec wtrace.Record) { r.recs = append(r.recs, rec) }
 // simulator's report of the run.
 func WriteSimTrace(ctx context.Context, w io.Writer, s *sim.Scenario, seed uint64, start time.Time) (*sim.Report, error) {
 	sc := *s
+	sc.VK.Variants = nil // one run: a variant's steps would land in the same trace
 	names := func(id sched.TenantID) string {
 		if i := int(id) - 1; i >= 0 && i < len(sc.Tenants) {
 			return sc.Tenants[i].Name
