@@ -146,6 +146,7 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 		return client.JobView{}, &api.Error{Code: client.CodeInternal, Msg: "storing the job failed", Err: err}
 	}
 	d.addJob(j)
+	d.traceQueue(ev.Job, rr.id, sub.Queue)
 	if adm.id != 0 {
 		d.dropTicket(adm.Ticket) // the admission's ticket is a job now
 		if v, ok := d.core.Admission(adm.id); ok && v.Reservation != 0 {

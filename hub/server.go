@@ -429,7 +429,11 @@ func startUI(ctx context.Context, cfg Config, st store.Store, drv *Driver, clk c
 	if cfg.UI.Token != "" {
 		auth = ui.BasicAuth{User: cfg.UI.User, Token: cfg.UI.Token}
 	}
-	h, err := ui.New(ui.Config{Backend: drv, Store: st, Log: log, Clock: clk, CSRFKey: key, Operators: auth})
+	ucfg := ui.Config{Backend: drv, Store: st, Log: log, Clock: clk, CSRFKey: key, Operators: auth}
+	if !cfg.Trace.Disabled {
+		ucfg.TraceDir = cfg.Trace.WithDefaults(cfg.StateDir).Dir // the policy page's dry run replays it
+	}
+	h, err := ui.New(ucfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hub: ui: %w", err)
 	}

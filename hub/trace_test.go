@@ -15,14 +15,18 @@ import (
 
 // A job through the real hub leaves its facts in the workload trace —
 // demand, grant, GitLab's answer, submission, start, end, the node and
-// the runner — and nothing of its spec: no token, variable or credential.
+// the runner, what GitLab said about its queue — and nothing of its spec: no token, variable or credential.
 // spec: BS-18
 func TestTraceRecordsJobWithoutSecrets(t *testing.T) {
 	h := newHarness(t)
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
 	g := h.claimed()
-	v := h.submitOn(g, 1001)
+	h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/outcome", client.OutcomeRequest{Admission: g.Admission, Outcome: client.OutcomeJob})
+	var v client.JobView
+	h.want(http.StatusCreated, &v, "POST", "/v1/jobs", client.JobSubmission{Runner: "r1", Admission: g.Admission, Reservation: g.Reservation,
+		RequestID: client.NewRequestID(), Placement: testPlacement, PlaceWithinSecs: 300, Spec: testSpec(1001),
+		Queue: &client.GitLabQueue{TimeInQueueSecs: 12.5, Size: 40, Depth: 3}})
 	expectFrame[dispatch.Start](h)
 	h.nodeSay(&dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
 	h.nodeSay(&dispatch.JobUpdate{Job: v.ID, State: dispatch.JobFinished})
@@ -55,6 +59,9 @@ func TestTraceRecordsJobWithoutSecrets(t *testing.T) {
 			if r.K == wtrace.KindEnd && (r.Wall != 1234 || r.Reason != "finished") {
 				t.Errorf("end record %+v, want wall 1234 finished", r)
 			}
+			if r.K == wtrace.KindQueue && (r.Queued != 12500 || r.Pending != 40 || r.Job == 0 || r.Runner == 0) {
+				t.Errorf("queue record %+v, want 12.5 s in queue, 40 pending, the job and its runner", r)
+			}
 			if r.K == wtrace.KindAnswer && !r.OK {
 				t.Errorf("answer %+v, want a job", r)
 			}
@@ -62,7 +69,7 @@ func TestTraceRecordsJobWithoutSecrets(t *testing.T) {
 	}
 	var missing []string
 	for _, k := range []wtrace.Kind{wtrace.KindPolicy, wtrace.KindRunner, wtrace.KindNode, wtrace.KindDemand, wtrace.KindGrant,
-		wtrace.KindAsk, wtrace.KindAnswer, wtrace.KindSubmit, wtrace.KindStart, wtrace.KindEnd} {
+		wtrace.KindAsk, wtrace.KindAnswer, wtrace.KindSubmit, wtrace.KindQueue, wtrace.KindStart, wtrace.KindEnd} {
 		if seen[k] == 0 {
 			missing = append(missing, string(k))
 		}

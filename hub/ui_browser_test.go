@@ -102,11 +102,13 @@ func overflow(t *testing.T, ctx context.Context) int {
 // fits 1280 px without a horizontal scroll bar; an operator approves the
 // pending GitLab server and then the pending project by clicking Approve,
 // drains and undrains a node, and changes its ceiling, and each click
-// lands in the hub's store and driver as the admin commands would.
+// lands in the hub's store and driver as the admin commands would; a dry
+// run of a pasted candidate policy shows the replay's report and changes
+// nothing.
 // VK_UI_SCREENSHOT_DIR=dir keeps a PNG of every page there as ui-<page>.png
 // (docs/img holds them for docs/ui.md).
 //
-// spec: OPS-01, OPS-02, OPS-06, API-56
+// spec: OPS-01, OPS-02, OPS-06, API-56, BS-18
 func TestBrowserOperatorFlow(t *testing.T) {
 	ctx := newChromium(t)
 	h := newHarness(t)
@@ -239,6 +241,38 @@ func TestBrowserOperatorFlow(t *testing.T) {
 		}
 	}
 
+	// A dry run from the policy page: paste a candidate, see the replay's
+	// report; the policy in force is untouched.
+	before, err := d.Policy(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	browse(t, ctx, "dry run a candidate policy",
+		chromedp.Navigate(base+"/policy"),
+		chromedp.Click(chromedp.CSS(`a[href="/policy/dry-run"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`textarea#policy`)),
+		chromedp.SetValue(chromedp.CSS(`textarea#policy`), "version = 1\nprobe_limit = 1\nbackoff_max_secs = 30\n"),
+		chromedp.Click(chromedp.CSS(`form.dryrun button`)),
+		chromedp.WaitVisible(chromedp.CSS(`pre.report`)))
+	report := read(t, ctx, "read the dry run", chromedp.Text(chromedp.CSS("main")))
+	for _, want := range []string{"Dry run: nothing changed.", "in force", "candidate against the policy in force"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the dry run page lacks %q:\n%s", want, report)
+		}
+	}
+	if after, err := d.Policy(t.Context()); err != nil || after.ProbeLimit != before.ProbeLimit || after.BackoffMaxSecs != before.BackoffMaxSecs {
+		t.Errorf("the policy after a dry run = %+v, %v; before %+v", after, err, before)
+	}
+	if o := overflow(t, ctx); o > 0 {
+		t.Errorf("the dry run report: %d px wider than a %d px window", o, browserWidth)
+	}
+	if dir := os.Getenv("VK_UI_SCREENSHOT_DIR"); dir != "" {
+		png := read(t, ctx, "shoot the dry run", chromedp.FullScreenshot(100))
+		if err := os.WriteFile(filepath.Join(dir, "ui-dryrun.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Every page loads, has its title and fits the window.
 	jobID := v62ID(t, h)
 	dir := os.Getenv("VK_UI_SCREENSHOT_DIR")
@@ -252,6 +286,7 @@ func TestBrowserOperatorFlow(t *testing.T) {
 		{"project", "/gitlab/gitlab.example.com/projects/42", "gitlab.example.com"},
 		{"relays", "/relays", h.relay},
 		{"policy", "/policy", "Capacity policy"},
+		{"dryrun-form", "/policy/dry-run", "Candidate policy"},
 		{"audit", "/audit", "node.ceiling"},
 	} {
 		browse(t, ctx, "load "+p.path, chromedp.Navigate(base+p.path))

@@ -25,7 +25,7 @@ type pageTemplate = template.Template
 
 // pageNames are the templates/<name>.html pages, each rendered inside
 // templates/layout.html.
-var pageNames = []string{"fleet", "node", "queue", "jobs", "job", "servers", "project", "relays", "policy", "audit", "error"}
+var pageNames = []string{"fleet", "node", "queue", "jobs", "job", "servers", "project", "relays", "policy", "dryrun", "audit", "error"}
 
 // parseTemplates parses every page with the layout and the helpers.
 func parseTemplates(s *server) (map[string]*pageTemplate, error) {

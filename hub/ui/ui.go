@@ -195,6 +195,11 @@ type Config struct {
 	// OutputTail is how many bytes of output a job page shows; 0 means
 	// [DefaultOutputTail].
 	OutputTail int
+	// TraceDir is the hub's workload trace directory, which the policy
+	// page's dry run replays; "" when the hub records no trace.
+	TraceDir string
+	// DryRunTimeout bounds one dry run; 0 means [DefaultDryRunTimeout].
+	DryRunTimeout time.Duration
 }
 
 // server is the UI's state; read-only after New.
@@ -206,6 +211,8 @@ type server struct {
 	key   []byte
 	pages map[string]*pageTemplate
 	css   []byte
+	// dryRuns holds a token while a dry run replays: one at a time.
+	dryRuns chan struct{}
 }
 
 //go:embed templates/*.html static/ui.css
@@ -249,6 +256,10 @@ func New(cfg Config) (http.Handler, error) {
 	if s.cfg.OutputTail == 0 {
 		s.cfg.OutputTail = DefaultOutputTail
 	}
+	if s.cfg.DryRunTimeout <= 0 {
+		s.cfg.DryRunTimeout = DefaultDryRunTimeout
+	}
+	s.dryRuns = make(chan struct{}, 1)
 	var err error
 	if s.pages, err = parseTemplates(s); err != nil {
 		return nil, err
@@ -279,6 +290,8 @@ func (s *server) routes() http.Handler {
 	get("/gitlab/{instance}/projects/{project}", s.project)
 	get("/relays", s.relays)
 	get("/policy", s.policy)
+	get("/policy/dry-run", s.dryRunForm)
+	mux.Handle("POST "+b+"/policy/dry-run", s.wrap("/policy/dry-run", s.dryRun)) // its own body limit: a policy file
 	get("/audit", s.audit)
 	mux.HandleFunc("GET "+b+"/static/ui.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")

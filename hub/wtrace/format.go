@@ -30,8 +30,23 @@
 //   - start: Job, Node: the node started the job.
 //   - end: Job, Wall (ms), Reason (finished, or the failure: lost,
 //     no_capacity, cancelled).
+//   - queue: Job, Runner, Queued (ms), Pending: what GitLab's job response
+//     said about its queue when it handed the job out, as the relay
+//     submitted it — how long the job had been pending
+//     (time_in_queue_seconds) and how many pending jobs the runner could
+//     take then, this one included (queue_size). It follows the job's
+//     submit record; a job without one (an older relay or hub, an API
+//     client's job) has no queue record. GitLab's empty answer (204)
+//     carries no queue figures, so nothing like it is recorded for those.
 //   - drop: N records the recorder dropped since the last drop record
 //     because its buffer was full.
+//
+// # Versions
+//
+// Version 1 gained the queue kind after its first release: a reader that
+// predates it skips the kind and replays with estimated arrivals, as it
+// did. A record whose meaning changes bumps [Version], and a reader
+// refuses a version it does not know with an error naming both.
 package wtrace
 
 import (
@@ -67,6 +82,7 @@ const (
 	KindStart    Kind = "start"
 	KindEnd      Kind = "end"
 	KindDrop     Kind = "drop"
+	KindQueue    Kind = "queue"
 )
 
 // Header is a trace's first line.
@@ -101,7 +117,11 @@ type Record struct {
 	Conc   int      `json:"conc,omitempty"`
 	State  string   `json:"state,omitempty"`
 	N      int64    `json:"n,omitempty"`
-	Policy *Policy  `json:"policy,omitempty"`
+	// Queued and Pending are a queue record's time in GitLab's queue (ms)
+	// and queue size.
+	Queued  int64   `json:"queued,omitempty"`
+	Pending int64   `json:"pending,omitempty"`
+	Policy  *Policy `json:"policy,omitempty"`
 }
 
 // Time is the record's time.
@@ -276,11 +296,11 @@ func (r *Record) check() error {
 	if r.T < 0 || r.T > 1<<53 {
 		return fmt.Errorf("time %d out of range", r.T)
 	}
-	if r.CPUs < 0 || r.Mem < 0 || r.Disk < 0 || r.Wall < 0 || r.Conc < 0 || r.N < 0 {
+	if r.CPUs < 0 || r.Mem < 0 || r.Disk < 0 || r.Wall < 0 || r.Conc < 0 || r.N < 0 || r.Queued < 0 || r.Pending < 0 {
 		return errors.New("negative amount")
 	}
-	if r.Wall > int64(1000*time.Hour/time.Millisecond) {
-		return errors.New("wall time over 1000h")
+	if r.Wall > int64(1000*time.Hour/time.Millisecond) || r.Queued > int64(1000*time.Hour/time.Millisecond) {
+		return errors.New("wall or queue time over 1000h")
 	}
 	if p := r.Policy; p != nil {
 		if len(p.Tenants) > MaxTenants || len(p.Headroom) > MaxTenants || len(p.Production) > MaxTenants*64 {

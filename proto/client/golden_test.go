@@ -74,6 +74,8 @@ func TestGoldenBodies(t *testing.T) {
 		check(t, "outcome_request_"+string(o), OutcomeRequest{Admission: "adm-7", Outcome: o})
 	}
 	check(t, "job_submission", JobSubmission{Runner: "ci", Admission: "adm-7", RequestID: requestID, Placement: placement, Reservation: "res-9", PlaceWithinSecs: 300, Spec: sampleSpec()})
+	check(t, "job_submission_gitlab_queue", JobSubmission{Runner: "ci", Admission: "adm-7", RequestID: requestID, Placement: placement,
+		Reservation: "res-9", PlaceWithinSecs: 300, Spec: sampleSpec(), Queue: &GitLabQueue{TimeInQueueSecs: 12.5, Size: 40, Depth: 3}})
 	check(t, "job_submission_no_reservation", JobSubmission{Runner: "ci", RequestID: requestID, Placement: placement, PlaceWithinSecs: 300, Spec: sampleSpec()})
 	check(t, "job_view_queued", JobView{ID: "job-1", Revision: 1, State: JobQueued})
 	est := int64(340)

@@ -30,6 +30,25 @@ type JobSubmission struct {
 	PlaceWithinSecs int `json:"place_within_secs,omitempty"`
 	// Spec is the job. At most job.MaxSpecBytes serialized (API-35).
 	Spec job.JobSpec `json:"spec"`
+	// Queue is what GitLab said about its queue when it handed the job
+	// out; nil for a job that did not come from GitLab's job request. The
+	// hub keeps it in its workload trace only (docs/replay.md). Additive:
+	// a hub that predates it refuses the unknown field 400 invalid, and
+	// vk-gitlab then submits again without it.
+	Queue *GitLabQueue `json:"gitlab_queue,omitempty"`
+}
+
+// GitLabQueue is GitLab's job_info queue metrics as its job response
+// carried them.
+type GitLabQueue struct {
+	// TimeInQueueSecs is how long the job was pending before GitLab handed
+	// it out (time_in_queue_seconds).
+	TimeInQueueSecs float64 `json:"time_in_queue_secs"`
+	// Size is how many pending jobs the runner could take when GitLab
+	// picked this one, this one included (queue_size).
+	Size int64 `json:"size"`
+	// Depth is how far into them GitLab looked to find it (queue_depth).
+	Depth int64 `json:"depth"`
 }
 
 // Redacted returns a copy of s with the spec's secrets removed, for the

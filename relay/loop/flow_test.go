@@ -95,6 +95,9 @@ func testWholeLoop(t *testing.T, twoPhase bool) {
 	if sub.Admission == "" || sub.Reservation == "" || sub.PlaceWithinSecs != client.RelayPlaceWithinSecs || sub.Runner != "r1" || sub.Spec.GitLabCI == nil {
 		t.Errorf("submission = %+v, want admission, reservation, place_within_secs 300", sub)
 	}
+	if sub.Queue == nil || sub.Queue.Size < 0 || sub.Queue.TimeInQueueSecs < 0 {
+		t.Errorf("submission gitlab_queue = %+v, want GitLab's queue metrics", sub.Queue)
+	}
 	if sub.RequestID != rec[0].SubmitRequestID {
 		t.Errorf("submission request_id %q, recorded %q", sub.RequestID, rec[0].SubmitRequestID)
 	}

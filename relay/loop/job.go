@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,10 +96,15 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 	sub := client.JobSubmission{
 		Runner: r.Name, Admission: j.Admission, RequestID: j.SubmitRequestID, Placement: r.Placement,
 		Reservation: j.Reservation, PlaceWithinSecs: m.placeWithin(), Spec: job.NewGitLabCI(res.Job),
+		Queue: gitlabQueue(resp.JobInfo),
 	}
 	var view client.JobView
 	err = m.retry.Do(ctx, "submit", func(ctx context.Context) error {
 		v, err := m.cfg.Hub.SubmitJob(ctx, sub)
+		if sub.Queue != nil && refusedQueueField(err) {
+			sub.Queue = nil // a hub older than the field: the job matters, the metrics do not
+			v, err = m.cfg.Hub.SubmitJob(ctx, sub)
+		}
 		view = v
 		return err
 	})
@@ -133,6 +139,21 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 	j.Phase, j.Response = state.PhaseFailing, nil
 	m.put(r, j, log)
 	return j, true
+}
+
+// gitlabQueue is what GitLab's job response said about its queue, for the
+// hub's workload trace.
+func gitlabQueue(ji gitlab.JobInfo) *client.GitLabQueue {
+	return &client.GitLabQueue{TimeInQueueSecs: max(ji.TimeInQueueSeconds, 0), Size: max(ji.QueueSize, 0), Depth: max(ji.QueueDepth, 0)}
+}
+
+// refusedQueueField reports a hub that predates gitlab_queue refusing it:
+// it decodes strictly, so the field is an unknown one (400 invalid naming
+// it) and nothing was taken.
+func refusedQueueField(err error) bool {
+	var se *client.StatusError
+	return errors.As(err, &se) && se.Status == http.StatusBadRequest && se.Body.Code == client.CodeInvalid &&
+		strings.Contains(se.Body.Error, `"gitlab_queue"`)
 }
 
 func errText(err error) string {

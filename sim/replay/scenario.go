@@ -59,6 +59,9 @@ func build(w *Workload, pol *wtrace.Policy, name string, seed uint64) (*built, e
 	b := &built{s: &sim.Scenario{Name: name, Seed: seed, Policies: []string{"vk"}, Trace: "recorded"}}
 	s := b.s
 	s.Duration = sim.Duration{Duration: w.window()}
+	// The run ends with the window, as the trace did: a job not started by
+	// then waited until the end, on both sides (hidden backlog included).
+	s.Drain = sim.Duration{Duration: time.Millisecond}
 	tidx := map[uint64]int{}
 	seen := map[string]bool{}
 	for i, id := range w.tenantIDs() {

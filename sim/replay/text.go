@@ -47,6 +47,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if wl.Dropped > 0 {
 		fmt.Fprintf(&b, "the hub dropped %d trace records (a full buffer): the trace misses some events\n", wl.Dropped)
 	}
+	if recorded := len(wl.Jobs) - wl.Hidden; recorded > 0 {
+		fmt.Fprintf(&b, "arrivals: %d of %d recorded jobs from GitLab's time in queue, the rest estimated\n", wl.Queued, recorded)
+	}
+	if wl.Hidden > 0 {
+		fmt.Fprintf(&b, "%d hidden jobs: GitLab's backlog at the end (its last queue sizes), never handed out in the trace\n", wl.Hidden)
+	}
 	if wl.Censored > 0 || wl.Unstarted > 0 {
 		fmt.Fprintf(&b, "%d jobs had not ended and %d not started by the end of the trace\n", wl.Censored, wl.Unstarted)
 	}

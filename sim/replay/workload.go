@@ -4,13 +4,24 @@
 // docs/replay.md): `vk-sim replay` and `vk-hub capacity-policy set
 // --dry-run`.
 //
-// What a trace cannot say is estimated, the same way for the trace's own
-// measures and for the replay, so the two compare like with like:
-//   - a job's arrival at GitLab: the hub sees only its runner's requests.
-//     A job handed out after GitLab held the request (long polling, an
-//     answer at least [HeldAnswer] after the ask) arrived at the answer;
-//     a job handed out at once arrived at the later of the demand (the
-//     ticket that led to the request) and the runner's last empty answer.
+// A job's arrival at GitLab is its answer's time less the time in queue
+// GitLab's job response gave (the trace's queue record). What a trace
+// cannot say is estimated, the same way for the trace's own measures and
+// for the replay, so the two compare like with like:
+//   - the arrival of a job without a queue record (a trace of an older
+//     hub or relay): the hub sees only its runner's requests. A job
+//     handed out after GitLab held the request (long polling, an answer
+//     at least [HeldAnswer] after the ask) arrived at the answer; a job
+//     handed out at once arrived at the later of the demand (the ticket
+//     that led to the request) and the runner's last empty answer.
+//   - GitLab's hidden backlog: the jobs still pending for a runner when
+//     the trace ends, which no hub record names. A runner's last queue
+//     record says how many jobs it could take then; those beyond the one
+//     it took and the ones it took later are hidden jobs, arriving evenly
+//     between the taken job's arrival and its answer (GitLab hands out
+//     the oldest first, so they came after it), running as long as the
+//     runner's recorded jobs in turn. A candidate policy may serve them
+//     within the window; the policy in force, like the trace, did not.
 //   - a job that did not end within the trace ran until its end.
 package replay
 
@@ -49,9 +60,17 @@ type Workload struct {
 	// the longest hold of an empty answer (0: no long polling seen).
 	RoundTrip, LongPoll time.Duration
 	// Unstarted and Censored count jobs that did not start, and that did
-	// not end, within the window.
+	// not end, within the window (hidden jobs among the unstarted).
 	Unstarted, Censored int
+	// Queued counts the recorded jobs whose arrival came from GitLab's
+	// time in queue (the others' is estimated); Hidden the jobs of
+	// GitLab's hidden backlog at the end (in Jobs, never started).
+	Queued, Hidden int
 }
+
+// MaxHidden bounds the hidden backlog a trace adds, over all runners: a
+// queue record is the relay's word.
+const MaxHidden = 100_000
 
 // Runner is one runner as its relay's inventory said it.
 type Runner struct {
@@ -89,10 +108,11 @@ type Job struct {
 	Runtime  time.Duration // once started
 	Reason   string        // how it ended ("finished", a failure, "" when it did not end)
 	Censored bool          // did not end within the window
+	Hidden   bool          // GitLab's hidden backlog: pending at the end, never handed out
 }
 
 type jobFacts struct {
-	submit, start, end *wtrace.Record
+	submit, start, end, queue *wtrace.Record
 }
 
 // scan is FromTrace's state while it reads the records.
@@ -156,8 +176,60 @@ func FromTrace(h wtrace.Header, recs []wtrace.Record) (*Workload, error) {
 			w.Jobs = append(w.Jobs, j)
 		}
 	}
+	sc.hiddenBacklog()
 	slices.SortStableFunc(w.Jobs, func(a, b Job) int { return cmp.Or(cmp.Compare(a.Arrive, b.Arrive), cmp.Compare(a.ID, b.ID)) })
 	return w, nil
+}
+
+// hiddenBacklog adds the jobs GitLab still held for each runner at its
+// last queue record beyond those the trace names (see the package
+// documentation).
+func (sc *scan) hiddenBacklog() {
+	w := sc.w
+	last := map[uint64]*jobFacts{} // runner → the job of its latest queue record
+	var maxID uint64
+	for id, f := range sc.jobs {
+		maxID = max(maxID, id)
+		if q := f.queue; q != nil {
+			if l := last[q.Runner]; l == nil || q.T > l.queue.T || q.T == l.queue.T && q.Job > l.queue.Job {
+				last[q.Runner] = f
+			}
+		}
+	}
+	byRunner := map[uint64][]Job{}
+	for _, j := range w.Jobs {
+		byRunner[j.Runner] = append(byRunner[j.Runner], j)
+	}
+	for _, rn := range sortedIDs(last) {
+		q := last[rn].queue
+		var taken *Job
+		later := 0
+		var runtimes []time.Duration
+		for i, j := range byRunner[rn] {
+			if j.ID == q.Job {
+				taken = &byRunner[rn][i]
+			}
+			if f := sc.jobs[j.ID]; f.submit.T > q.T || f.submit.T == q.T && j.ID > q.Job {
+				later++
+			}
+			if j.Start >= 0 && !j.Censored {
+				runtimes = append(runtimes, j.Runtime)
+			}
+		}
+		n := min(q.Pending-1-int64(later), int64(MaxHidden-w.Hidden))
+		if taken == nil || n <= 0 || len(runtimes) == 0 {
+			continue
+		}
+		lo, hi := taken.Arrive, sc.off(q.T)
+		for k := range n {
+			maxID++
+			w.Jobs = append(w.Jobs, Job{ID: maxID, Runner: rn, Name: taken.Name, Start: -1, Hidden: true,
+				Arrive:  lo + time.Duration(int64(hi-lo)*(k+1)/n),
+				Runtime: runtimes[int(k)%len(runtimes)]})
+			w.Hidden++
+			w.Unstarted++
+		}
+	}
 }
 
 // record takes in one record.
@@ -205,6 +277,10 @@ func (sc *scan) record(r *wtrace.Record) {
 	case wtrace.KindEnd:
 		if f := sc.jobs[r.Job]; f != nil && f.end == nil {
 			f.end = r
+		}
+	case wtrace.KindQueue:
+		if f := sc.jobs[r.Job]; f != nil {
+			f.queue = r
 		}
 	case wtrace.KindDrop:
 		w.Dropped += r.N
@@ -261,12 +337,21 @@ func (sc *scan) job(id uint64, f *jobFacts) (Job, bool) {
 		lo = max(lo, lastBefore(sc.lastEmpty[f.submit.Runner], a))
 		arrive = lo + (a+back-lo)/2
 	}
+	if q := f.queue; q != nil {
+		if !answered {
+			ans = q.T
+		}
+		arrive = ans - q.Queued // GitLab's word
+		w.Queued++
+	}
 	j.Arrive = sc.off(arrive)
 	if f.start != nil {
 		j.Start = sc.off(f.start.T)
 		switch {
 		case f.end != nil && f.end.Wall > 0:
-			j.Runtime = time.Duration(f.end.Wall) * time.Millisecond
+			// the node's wall time, or the hub's start-to-end when longer:
+			// the job held its room that long (checkout, the result's way)
+			j.Runtime = time.Duration(max(f.end.Wall, f.end.T-f.start.T)) * time.Millisecond
 		case f.end != nil:
 			j.Runtime = time.Duration(f.end.T-f.start.T) * time.Millisecond
 		default:

@@ -1,0 +1,99 @@
+package replay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/vk-ci/vk/hub/wtrace"
+	"pgregory.net/rapid"
+)
+
+// FromTrace on jobs of two runners with random GitLab queue figures: a
+// job's arrival is its answer less its time in queue; each runner gains
+// exactly max(last queue size − 1 − jobs it took later, 0) hidden jobs
+// (within MaxHidden), never started, arriving between the last taken
+// job's arrival and its answer; nothing arrives after the window.
+// spec: BS-18
+func TestPropertyQueueArrivalsAndHiddenBacklog(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		t0 := traceStart.UnixMilli()
+		recs := []wtrace.Record{{T: t0, K: wtrace.KindPolicy, Policy: &wtrace.Policy{}},
+			{T: t0, K: wtrace.KindRunner, Runner: 1, Tenant: 1, CPUs: 1}, {T: t0, K: wtrace.KindRunner, Runner: 2, Tenant: 2, CPUs: 1},
+			{T: t0, K: wtrace.KindNode, Node: 1, CPUs: 4, State: "ready"}}
+		n := rapid.IntRange(1, 30).Draw(t, "jobs")
+		now := t0 + 10_000
+		type fact struct {
+			runner             uint64
+			answer, queued, at int64
+			pending            int64
+			withQueue          bool
+		}
+		facts := map[uint64]fact{}
+		for i := range n {
+			job, adm := uint64(i+1), uint64(100+i)
+			now += rapid.Int64Range(0, 5_000).Draw(t, "gap")
+			f := fact{runner: uint64(rapid.IntRange(1, 2).Draw(t, "runner")), answer: now,
+				queued: rapid.Int64Range(0, 9_000).Draw(t, "queued"), pending: rapid.Int64Range(0, 50).Draw(t, "pending"),
+				withQueue: rapid.Bool().Draw(t, "withQueue"), at: now + 1}
+			facts[job] = f
+			recs = append(recs, wtrace.Record{T: now - 10, K: wtrace.KindAsk, Adm: adm},
+				wtrace.Record{T: now, K: wtrace.KindAnswer, Adm: adm, OK: true},
+				wtrace.Record{T: f.at, K: wtrace.KindSubmit, Job: job, Runner: f.runner, Adm: adm})
+			if f.withQueue {
+				recs = append(recs, wtrace.Record{T: f.at, K: wtrace.KindQueue, Job: job, Runner: f.runner, Queued: f.queued, Pending: f.pending})
+			}
+			recs = append(recs, wtrace.Record{T: f.at + 5, K: wtrace.KindStart, Job: job, Node: 1},
+				wtrace.Record{T: f.at + 1000, K: wtrace.KindEnd, Job: job, Wall: 995, Reason: "finished"})
+		}
+		w, err := FromTrace(wtrace.Header{Start: t0}, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// the expected hidden jobs: per runner, from its last queue record
+		want := map[uint64]int64{}
+		last := map[uint64]uint64{}
+		for job := uint64(1); job <= uint64(n); job++ {
+			if f := facts[job]; f.withQueue {
+				last[f.runner] = job // jobs come in time order
+			}
+		}
+		for rn, lj := range last {
+			later := int64(0)
+			for job := lj + 1; job <= uint64(n); job++ {
+				if facts[job].runner == rn {
+					later++
+				}
+			}
+			want[rn] = max(facts[lj].pending-1-later, 0)
+		}
+		got := map[uint64]int64{}
+		win := w.End.Sub(w.Start)
+		for _, j := range w.Jobs {
+			if j.Arrive > win {
+				t.Fatalf("job %d arrives at %v, after the window %v", j.ID, j.Arrive, win)
+			}
+			if j.Hidden {
+				got[j.Runner]++
+				lf := facts[last[j.Runner]]
+				lo := time.Duration(lf.answer-lf.queued-t0) * time.Millisecond
+				hi := time.Duration(lf.at-t0) * time.Millisecond
+				if j.Start >= 0 || j.Arrive < lo || j.Arrive > hi || j.Runtime <= 0 {
+					t.Fatalf("hidden job %+v: want unstarted, arriving in [%v, %v], with a runtime", j, lo, hi)
+				}
+				continue
+			}
+			f := facts[j.ID]
+			if f.withQueue && j.Arrive != time.Duration(f.answer-f.queued-t0)*time.Millisecond {
+				t.Fatalf("job %d arrives at %v, want its answer less %d ms in queue", j.ID, j.Arrive, f.queued)
+			}
+		}
+		for rn := uint64(1); rn <= 2; rn++ {
+			if got[rn] != want[rn] {
+				t.Fatalf("runner %d: %d hidden jobs, want %d", rn, got[rn], want[rn])
+			}
+		}
+		if w.Hidden != int(got[1]+got[2]) || w.Hidden > MaxHidden {
+			t.Fatalf("Hidden = %d, counted %d", w.Hidden, got[1]+got[2])
+		}
+	})
+}
