@@ -250,7 +250,9 @@ type ServerStatus struct {
 type Update struct {
 	// Release is the version to install, e.g. "0.5.0".
 	Release string `json:"release"`
-	// URL is where to download it from the hub.
+	// URL is where to download it from the hub: the RouteRelease path.
+	// A relay fetches that path from the hub it is enrolled with, as a
+	// signed request, whatever host the URL names.
 	URL string `json:"url"`
 	// SHA256 is the download's hex SHA-256.
 	SHA256 string `json:"sha256"`
