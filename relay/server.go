@@ -117,7 +117,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	s.bg.Go(func() { s.reverifyDaily(bg) })
-	s.log.Info("vk-gitlab running", "runners", len(s.runners), "concurrent", s.cfg.Concurrent, "gitlab", gitlab.CleanURL(s.cfg.GitLab.URL))
+	s.log.Info("vk-gitlab running", "release", version.Version, "runners", len(s.runners), "concurrent", s.cfg.Concurrent, "gitlab", gitlab.CleanURL(s.cfg.GitLab.URL))
 	err := s.mgr.Run(ctx, jobCtx)
 	s.stop()
 	if r := s.restart.Load(); r != nil {
