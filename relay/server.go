@@ -266,7 +266,7 @@ func (s *Server) newManager() error {
 	var err error
 	s.mgr, err = loop.New(loop.Config{Hub: hub, Retrier: retrier, GitLab: s.gl, SystemID: s.systemID, HubURL: s.enrol.HubURL,
 		Runners: s.runners, Concurrent: s.cfg.Concurrent, Gate: s.gate, Clock: s.opt.Clock, Log: s.log,
-		PlaceWithinSecs: s.opt.PlaceWithinSecs, Observer: s.met.observer(), OnChange: s.kick})
+		PlaceWithinSecs: s.opt.PlaceWithinSecs, Observer: s.met.observer(), OnChange: s.onChange})
 	return err
 }
 
