@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/store/memstore"
 	"github.com/vk-ci/vk/internal/relsign"
+	"github.com/vk-ci/vk/proto/client"
 )
 
 // A published release is kept whole under <state_dir>/releases with its
@@ -67,5 +69,58 @@ func TestReleaseStore(t *testing.T) {
 		if _, err := a.Publish(ctx, tc.version, tc.sig, strings.NewReader(tc.body)); !errors.Is(err, admin.ErrInvalid) {
 			t.Errorf("Publish(%q, %q, %d bytes) = %v, want invalid", tc.version, tc.sig, len(tc.body), err)
 		}
+	}
+}
+
+// relays update sends the update frame only to a connected relay whose
+// report allows updates, with the release's record and download path;
+// otherwise it says why, and sends nothing.
+//
+// spec: OPS-04
+func TestUpdateRelayFrame(t *testing.T) {
+	h := newHarness(t)
+	d := h.srv.Driver()
+	upd := relayUpdates{rs: newReleaseStore(t.TempDir(), memstore.New(), nil), d: d}
+	ctx := t.Context()
+	rec, err := upd.Publish(ctx, "0.5.0", "c2ln", strings.NewReader("binary"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := upd.UpdateRelay(ctx, h.relay, "0.5.0"); !errors.Is(err, admin.ErrInvalid) || !strings.Contains(err.Error(), "no session") {
+		t.Fatalf("update of a relay without a session: %v", err)
+	}
+	h.relayUp(1)
+	if err := upd.UpdateRelay(ctx, h.relay, "0.5.0"); !errors.Is(err, admin.ErrInvalid) || !strings.Contains(err.Error(), "[hub] allow") {
+		t.Fatalf("update of a relay that does not allow it: %v", err)
+	}
+	if err := upd.UpdateRelay(ctx, h.relay, "0.6.0"); !errors.Is(err, admin.ErrNotFound) {
+		t.Fatalf("update to an unpublished release: %v", err)
+	}
+	rep := &client.RelayReport{Release: "0.4.9", Concurrent: 10, Allow: []string{client.RelayAllowUpdate},
+		Runners: []client.RunnerReport{{Name: "r1", Placement: testPlacement, RequestConcurrency: 1, TokenAccepted: true}}}
+	if err := d.RelayFrame(ctx, h.relay, rep); err != nil {
+		t.Fatal(err)
+	}
+	for len(h.rsend.frames) > 0 {
+		<-h.rsend.frames // the server statuses so far
+	}
+	if err := upd.UpdateRelay(ctx, h.relay, "0.5.0"); err != nil {
+		t.Fatal(err)
+	}
+	var got *client.Update
+	for got == nil {
+		select {
+		case m := <-h.rsend.frames:
+			got, _ = m.(*client.Update)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no update frame sent")
+		}
+	}
+	want := client.Update{Release: "0.5.0", URL: "/v1/releases/0.5.0/vk-gitlab", SHA256: rec.SHA256, Size: 6, Signature: "c2ln"}
+	if *got != want {
+		t.Fatalf("frame %+v, want %+v", *got, want)
+	}
+	if m, err := upd.RelayReleases(ctx); err != nil || m[h.relay] != "0.4.9" {
+		t.Fatalf("RelayReleases = %v, %v", m, err)
 	}
 }
