@@ -52,6 +52,7 @@ type Server struct {
 
 	upd       *updater                // nil unless [hub] allow lists update
 	restart   atomic.Pointer[Restart] // set once an update was installed
+	runCtx    context.Context         // Run's context: ended by SIGTERM or an update
 	cancelRun context.CancelFunc      // ends Run's context (an update)
 	stopJobs  context.CancelFunc      // ends the jobs' context at once
 
@@ -98,6 +99,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.stop()
 	ctx, s.cancelRun = context.WithCancel(ctx)
 	defer s.cancelRun()
+	s.runCtx = ctx
 	if err := s.openRunners(ctx); err != nil {
 		return err
 	}

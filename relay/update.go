@@ -256,7 +256,14 @@ func (s *Server) prepareUpdates() error {
 // restartInto stops Run for an installed update: no new jobs, running
 // jobs stopped at once (their records stay in the state files, and the
 // new binary resumes them), no shutdown_timeout wait.
+// When the relay is stopping already (SIGTERM came during the install), it
+// finishes stopping as asked: the new binary is in place for the next
+// start.
 func (s *Server) restartInto(r *Restart) {
+	if s.runCtx.Err() != nil {
+		s.log.Info("stopping already; the new release starts at the next start", "release", r.Release)
+		return
+	}
 	s.restart.Store(r)
 	s.cancelRun()
 	s.stopJobs()
