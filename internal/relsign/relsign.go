@@ -115,7 +115,7 @@ func Verify(pub ed25519.PublicKey, release, sha256Hex, sig string) error {
 	if sig == "" {
 		return ErrNoSignature
 	}
-	raw, err := base64.StdEncoding.DecodeString(sig)
+	raw, err := base64.StdEncoding.Strict().DecodeString(sig)
 	if err != nil || len(raw) != ed25519.SignatureSize {
 		return fmt.Errorf("%w: not a base64 ed25519 signature", ErrSignature)
 	}

@@ -3,6 +3,7 @@ package relsign
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/vk-ci/vk/proto/client"
@@ -100,4 +101,25 @@ func TestParseKeys(t *testing.T) {
 	if _, err := ParsePublicKey([]byte("not a key")); !errors.Is(err, ErrKey) {
 		t.Errorf("ParsePublicKey(garbage) = %v, want ErrKey", err)
 	}
+}
+
+// No update from an untrusted hub verifies without the release key's
+// signature: whatever the frame's release, digest and signature text,
+// Verify never panics and accepts only the real signature.
+func FuzzVerify(f *testing.F) {
+	pubPEM, privPEM, err := GenerateKey()
+	if err != nil {
+		f.Fatal(err)
+	}
+	pub, _ := ParsePublicKey(pubPEM)
+	priv, _ := ParsePrivateKey(privPEM)
+	f.Add("0.5.0", "ab", Sign(priv, "0.5.0", "ab"))
+	f.Add("0.5.0", "ab", "")
+	f.Add("", "", "====")
+	f.Fuzz(func(t *testing.T, release, sum, sig string) {
+		err := Verify(pub, release, sum, sig)
+		if err == nil && strings.TrimSpace(sig) != Sign(priv, release, sum) {
+			t.Fatalf("accepted a signature the key did not make: %q over %q %q", sig, release, sum)
+		}
+	})
 }
