@@ -74,8 +74,10 @@ func (s *Server) lead(epoch uint64) error {
 func (s *Server) leaderRoutes(drv *Driver) (*http.ServeMux, error) {
 	mux := http.NewServeMux()
 	s.everyInstance(mux)
+	upd := relayUpdates{rs: newReleaseStore(s.cfg.StateDir, s.st, s.clk), d: drv}
 	api.New(api.Config{Backend: drv, Store: s.st, Output: s.out, Clock: s.clk, Log: s.log, Skew: s.cfg.skew(),
-		MaxBody: s.cfg.Limits.MaxBodyBytes, BodyPerMiB: s.cfg.Limits.bodyPerMiB(), Budget: s.budget, Observe: s.met.observe}).Register(mux)
+		MaxBody: s.cfg.Limits.MaxBodyBytes, BodyPerMiB: s.cfg.Limits.bodyPerMiB(), Budget: s.budget, Observe: s.met.observe,
+		Releases: upd}).Register(mux)
 	s.relays = session.NewRelayServer(s.scfg, sessionHandler{d: drv, ctx: s.runCtx})
 	mux.Handle(client.RouteRelaySession, s.relays)
 	enr, err := enrol.New(enrol.Config{Store: s.st, CAPEM: s.caPEM, Clock: s.clk, Log: s.log, BodyTimeout: s.cfg.Limits.bodyPerMiB(), Budget: s.budget})
@@ -83,7 +85,7 @@ func (s *Server) leaderRoutes(drv *Driver) (*http.ServeMux, error) {
 		return nil, fmt.Errorf("hub: enrolment: %w", err)
 	}
 	enr.Register(mux) // the join route (AUTH-08)
-	adm, err := admin.NewServer(admin.Config{Store: s.st, Backend: drv, Enroller: enr, CAFingerprint: pki.Fingerprint(caDER(s.caPEM)), Clock: s.clk, Log: s.log})
+	adm, err := admin.NewServer(admin.Config{Store: s.st, Backend: drv, Enroller: enr, CAFingerprint: pki.Fingerprint(caDER(s.caPEM)), Clock: s.clk, Log: s.log, Releases: upd})
 	if err != nil {
 		return nil, fmt.Errorf("hub: admin socket: %w", err)
 	}

@@ -429,7 +429,8 @@ func startUI(ctx context.Context, cfg Config, st store.Store, drv *Driver, clk c
 	if cfg.UI.Token != "" {
 		auth = ui.BasicAuth{User: cfg.UI.User, Token: cfg.UI.Token}
 	}
-	ucfg := ui.Config{Backend: drv, Store: st, Log: log, Clock: clk, CSRFKey: key, Operators: auth}
+	ucfg := ui.Config{Backend: drv, Store: st, Log: log, Clock: clk, CSRFKey: key, Operators: auth,
+		Updates: relayUpdates{rs: newReleaseStore(cfg.StateDir, st, clk), d: drv}}
 	if !cfg.Trace.Disabled {
 		ucfg.TraceDir = cfg.Trace.WithDefaults(cfg.StateDir).Dir // the policy page's dry run replays it
 	}

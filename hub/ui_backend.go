@@ -138,6 +138,7 @@ func (d *Driver) Relays(ctx context.Context) ([]ui.RelayRow, error) {
 				row.Connected = r.send != nil
 				if rep := r.report; rep != nil {
 					row.GitLab, row.Release, row.Host = rep.GitLabURL, rep.Release, rep.Host
+					row.AllowsUpdate = slices.Contains(rep.Allow, client.RelayAllowUpdate)
 					for _, rr := range rep.Runners {
 						rec := r.runners[rr.Name]
 						row.Runners = append(row.Runners, ui.RunnerRow{Name: rr.Name, Tenant: rec.tenant,

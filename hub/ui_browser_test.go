@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/proto/client"
@@ -101,14 +102,15 @@ func overflow(t *testing.T, ctx context.Context) int {
 // A real hub serves its UI to headless Chromium: every page loads and
 // fits 1280 px without a horizontal scroll bar; an operator approves the
 // pending GitLab server and then the pending project by clicking Approve,
-// drains and undrains a node, and changes its ceiling, and each click
+// drains and undrains a node, changes its ceiling and sends a relay a
+// published release with the Relays page's Update button, and each click
 // lands in the hub's store and driver as the admin commands would; a dry
 // run of a pasted candidate policy shows the replay's report and changes
 // nothing.
 // VK_UI_SCREENSHOT_DIR=dir keeps a PNG of every page there as ui-<page>.png
 // (docs/img holds them for docs/ui.md).
 //
-// spec: OPS-01, OPS-02, OPS-06, API-56, BS-18
+// spec: OPS-01, OPS-02, OPS-04, OPS-06, API-56, BS-18
 func TestBrowserOperatorFlow(t *testing.T) {
 	ctx := newChromium(t)
 	h := newHarness(t)
@@ -121,7 +123,7 @@ func TestBrowserOperatorFlow(t *testing.T) {
 	if err := d.RelayConnected(t.Context(), h.relay, h.rsend); err != nil {
 		t.Fatal(err)
 	}
-	rep := &client.RelayReport{GitLabURL: "https://gitlab.example.com", Concurrent: 10, Runners: []client.RunnerReport{
+	rep := &client.RelayReport{GitLabURL: "https://gitlab.example.com", Concurrent: 10, Release: "0.4.9", Allow: []string{client.RelayAllowUpdate}, Runners: []client.RunnerReport{
 		{Name: "r1", Placement: testPlacement, RequestConcurrency: 1, TokenAccepted: true},
 		{Name: "r2", Placement: testPlacement, RequestConcurrency: 1, TokenAccepted: true}}}
 	if err := d.RelayFrame(t.Context(), h.relay, rep); err != nil {
@@ -233,9 +235,33 @@ func TestBrowserOperatorFlow(t *testing.T) {
 	if _, c := node(); c != 3 {
 		t.Errorf("ceiling after the form = %d, want 3", c)
 	}
+	// A published release sent to the relay with the Relays page's button
+	// (OPS-04).
+	if _, err := admin.Dial(admin.SocketPath(h.cfg.StateDir)).PublishRelease(t.Context(), "0.5.0", "c2ln", strings.NewReader("binary")); err != nil {
+		t.Fatal(err)
+	}
+	update := `form[action="/relays/` + h.relay + `/update"] button`
+	browse(t, ctx, "update the relay",
+		chromedp.Navigate(base+"/relays"),
+		chromedp.WaitVisible(chromedp.CSS(update)),
+		chromedp.Click(chromedp.CSS(update)),
+		chromedp.WaitVisible(chromedp.Search(`//*[contains(text(), "Update sent")]`)))
+	for sent := false; !sent; {
+		select {
+		case m := <-h.rsend.frames:
+			if u, ok := m.(*client.Update); ok {
+				if u.Release != "0.5.0" || u.Signature != "c2ln" {
+					t.Errorf("update frame %+v", u)
+				}
+				sent = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no update frame after the Update button")
+		}
+	}
 	browse(t, ctx, "open the audit log", chromedp.Navigate(base+"/audit"))
 	audit := read(t, ctx, "read the audit log", chromedp.Text(chromedp.CSS("main")))
-	for _, a := range []string{"approval.approved", "node.drain", "node.undrain", "node.ceiling"} {
+	for _, a := range []string{"approval.approved", "node.drain", "node.undrain", "node.ceiling", "relay.update"} {
 		if !strings.Contains(audit, a) {
 			t.Errorf("audit page lacks %s:\n%s", a, audit)
 		}

@@ -77,6 +77,11 @@ type HubConfig struct {
 	// Allow lists what the hub may ask of this relay: "update" (OPS-04).
 	// Empty means nothing.
 	Allow []string `toml:"allow"`
+	// ReleaseKeyFile is the release key's public half (PEM, as
+	// `vk-hub relays sign-key` writes it): an update from the hub is
+	// installed only when its signature verifies with it. Required when
+	// allow lists update.
+	ReleaseKeyFile string `toml:"release_key_file"`
 }
 
 // RunnerConfig is one [[runners]] entry (RELAY-02).
@@ -153,8 +158,10 @@ func (c *Config) Validate() error {
 		bad("metrics_listen = %q: want a loopback host:port", c.MetricsListen)
 	}
 	for _, a := range c.Hub.Allow {
-		if a != "update" {
+		if a != client.RelayAllowUpdate {
 			bad("hub.allow: unknown %q (known: update)", a)
+		} else if c.Hub.ReleaseKeyFile == "" {
+			bad("hub.allow lists update but hub.release_key_file is not set: name the release key's public half (vk-hub relays sign-key)")
 		}
 	}
 	if len(c.Runners) == 0 {

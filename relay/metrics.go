@@ -35,6 +35,7 @@ type relayMetrics struct {
 	errs       *prometheus.CounterVec   // kind
 	queueWait  *prometheus.HistogramVec // runner
 	duration   *prometheus.HistogramVec // runner, outcome
+	sat        *saturation              // request_concurrency_exceeded
 }
 
 // jobBuckets are the job duration and queue-wait buckets, in seconds: a
@@ -69,7 +70,8 @@ func newRelayMetrics(concurrent int) *relayMetrics {
 	build.Set(1)
 	concurrentG := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vk_gitlab_concurrent", Help: "The relay's job limit (concurrent)."})
 	concurrentG.Set(float64(concurrent))
-	m.reg.MustRegister(m.apiReqs, m.apiSeconds, m.errs, m.queueWait, m.duration, build, concurrentG,
+	m.sat = newSaturation()
+	m.reg.MustRegister(m.apiReqs, m.apiSeconds, m.errs, m.queueWait, m.duration, m.sat.c, build, concurrentG,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -79,6 +81,7 @@ func newRelayMetrics(concurrent int) *relayMetrics {
 // once.
 func (m *relayMetrics) watch(heartbeat func() client.RelayHeartbeat, limits map[string]int) {
 	m.reg.MustRegister(&runnerCollector{heartbeat: heartbeat, limits: limits})
+	m.sat.setLimits(limits)
 }
 
 // watchPhases registers the job counts by phase, read from phases at

@@ -148,6 +148,9 @@ type sessionHandler struct {
 	log    *slog.Logger
 	report func() client.RelayReport
 	kick   func() // sends a heartbeat now
+	// update installs an offered release; nil when [hub] allow does not
+	// list update.
+	update func(client.Update)
 }
 
 // Connected answers the welcome with the report; the session client has
@@ -165,7 +168,12 @@ func (h *sessionHandler) ServerStatus(s *client.ServerStatus) {
 }
 
 func (h *sessionHandler) Update(u *client.Update) {
-	h.log.Info("the hub offers an update; updating in place is not built yet", "release", u.Release)
+	if h.update == nil {
+		h.log.Warn("the hub offers an update; refused: "+errNoUpdates.Error(), "release", u.Release)
+		return
+	}
+	h.log.Info("the hub offers an update", "release", u.Release)
+	h.update(*u)
 }
 
 func (h *sessionHandler) Disconnected(err error) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vk-ci/vk/hubclient"
@@ -49,6 +50,12 @@ type Server struct {
 	repMu  sync.Mutex
 	report client.RelayReport // what the session's welcome is answered with
 
+	upd       *updater                // nil unless [hub] allow lists update
+	restart   atomic.Pointer[Restart] // set once an update was installed
+	runCtx    context.Context         // Run's context: ended by SIGTERM or an update
+	cancelRun context.CancelFunc      // ends Run's context (an update)
+	stopJobs  context.CancelFunc      // ends the jobs' context at once
+
 	bg   sync.WaitGroup // the goroutines Run started
 	undo []func()       // cleanups of the steps run so far, in order
 }
@@ -72,7 +79,7 @@ func New(cfg Config, tokens []string, log *slog.Logger, opt Options) (*Server, e
 	}
 	s := &Server{cfg: cfg, tokens: tokens, log: log.With(logkey.Component, "relay"), opt: opt,
 		clk: clock.Or(opt.Clock), gate: &loop.Gate{}, changes: make(chan struct{}, 1)}
-	for _, step := range []func() error{s.checkConfig, s.loadEnrolment, s.newGitLab} {
+	for _, step := range []func() error{s.checkConfig, s.loadEnrolment, s.prepareUpdates, s.newGitLab} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -90,6 +97,9 @@ func New(cfg Config, tokens []string, log *slog.Logger, opt Options) (*Server, e
 // called once.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stop()
+	ctx, s.cancelRun = context.WithCancel(ctx)
+	defer s.cancelRun()
+	s.runCtx = ctx
 	if err := s.openRunners(ctx); err != nil {
 		return err
 	}
@@ -104,14 +114,18 @@ func (s *Server) Run(ctx context.Context) error {
 	// with the manager, not at SIGTERM.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	s.onStop(func() { stopBG(); s.bg.Wait() })
+	jobCtx := s.jobContext(ctx, bg) // before the session: an update may stop the jobs
 	if err := s.startSession(bg); err != nil {
 		return err
 	}
 	s.bg.Go(func() { s.reverifyDaily(bg) })
-	jobCtx := s.jobContext(ctx, bg)
-	s.log.Info("vk-gitlab running", "runners", len(s.runners), "concurrent", s.cfg.Concurrent, "gitlab", gitlab.CleanURL(s.cfg.GitLab.URL))
+	s.log.Info("vk-gitlab running", "release", version.Version, "runners", len(s.runners), "concurrent", s.cfg.Concurrent, "gitlab", gitlab.CleanURL(s.cfg.GitLab.URL))
 	err := s.mgr.Run(ctx, jobCtx)
 	s.stop()
+	if r := s.restart.Load(); r != nil {
+		s.log.Info("vk-gitlab stopped for the update", "release", r.Release)
+		return r
+	}
 	if err == nil && ctx.Err() == nil {
 		// Every request loop ended on its own: GitLab refused every token.
 		err = refusedError(s.cfg.GitLab.URL, s.mgr.Refused())
@@ -254,7 +268,7 @@ func (s *Server) newManager() error {
 	var err error
 	s.mgr, err = loop.New(loop.Config{Hub: hub, Retrier: retrier, GitLab: s.gl, SystemID: s.systemID, HubURL: s.enrol.HubURL,
 		Runners: s.runners, Concurrent: s.cfg.Concurrent, Gate: s.gate, Clock: s.opt.Clock, Log: s.log,
-		PlaceWithinSecs: s.opt.PlaceWithinSecs, Observer: s.met.observer(), OnChange: s.kick})
+		PlaceWithinSecs: s.opt.PlaceWithinSecs, Observer: s.met.observer(), OnChange: s.onChange})
 	return err
 }
 
@@ -284,8 +298,12 @@ func (s *Server) serveMetrics() error {
 // session opens (RSESS-02); the runners' part was filled by openRunners.
 func (s *Server) relayReport(ctx context.Context) client.RelayReport {
 	host, _ := os.Hostname()
-	return client.RelayReport{Release: version.Version, Host: host, SystemID: s.systemID, Concurrent: s.cfg.Concurrent,
+	rep := client.RelayReport{Release: version.Version, Host: host, SystemID: s.systemID, Concurrent: s.cfg.Concurrent,
 		GitLabURL: s.cfg.GitLab.URL, ServerKeySHA256: serverKeySHA256(ctx, s.cfg.GitLab.URL, s.roots), Runners: s.report.Runners}
+	if s.upd != nil {
+		rep.Allow = []string{client.RelayAllowUpdate}
+	}
+	return rep
 }
 
 func (s *Server) currentReport() client.RelayReport {
@@ -303,6 +321,11 @@ func (s *Server) startSession(bg context.Context) error {
 		return nil
 	}
 	h := &sessionHandler{gate: s.gate, mgr: s.mgr, log: s.log, kick: s.kick, report: s.currentReport}
+	if s.upd != nil {
+		s.upd.bg = s.bg.Go
+		s.upd.restart = s.restartInto
+		h.update = func(u client.Update) { s.upd.offer(bg, u) }
+	}
 	tlsCfg, err := hubTLS(s.enrol)
 	if err != nil {
 		return err
@@ -357,11 +380,15 @@ func (s *Server) reverifyDaily(bg context.Context) {
 func (s *Server) jobContext(ctx, bg context.Context) context.Context {
 	jobCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
 	s.onStop(stopJobs)
+	s.stopJobs = stopJobs
 	s.bg.Go(func() {
 		select {
 		case <-ctx.Done():
 		case <-bg.Done():
 			return
+		}
+		if s.restart.Load() != nil {
+			return // an update stopped the jobs already
 		}
 		s.log.Info("stopping: no new jobs; running jobs get up to shutdown_timeout", "shutdown_timeout", s.cfg.ShutdownDuration())
 		t := s.clk.NewTimer(s.cfg.ShutdownDuration())

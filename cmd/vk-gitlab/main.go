@@ -19,6 +19,7 @@ import (
 	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/cmdlog"
 	"github.com/vk-ci/vk/internal/conffile"
+	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/internal/version"
 	"github.com/vk-ci/vk/relay"
 	"github.com/vk-ci/vk/relay/state"
@@ -64,11 +65,21 @@ func runCmd() *cobra.Command {
 			// (RELAY-17, RELAY-18).
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			srv, err := relay.New(cfg, tokens, log, relay.Options{})
-			if err != nil {
-				return err
+			for {
+				srv, err := relay.New(cfg, tokens, log, relay.Options{})
+				if err != nil {
+					return err
+				}
+				err = srv.Run(ctx)
+				// An update from the hub (OPS-04) installed a new binary:
+				// exec it; Exec returns only when that failed, with the
+				// old binary back in place, and this one carries on.
+				var restart *relay.Restart
+				if !errors.As(err, &restart) {
+					return err
+				}
+				log.Error("update: the new release did not start; carrying on with this one", logkey.Err, restart.Exec())
 			}
-			return srv.Run(ctx)
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", defaultConfig, "configuration file")

@@ -115,6 +115,7 @@ func relaysCmd(cl func() *Client) *cobra.Command {
 			return nil
 		},
 	})
+	root.AddCommand(releaseCmds(cl)...)
 	return root
 }
 
@@ -311,13 +312,13 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 
 func writeRelays(w io.Writer, rs []Relay) error {
 	t := table(w)
-	fmt.Fprintln(t, "ID\tNAME\tENROLLED\tSTATE")
+	fmt.Fprintln(t, "ID\tNAME\tENROLLED\tSTATE\tRELEASE")
 	for _, r := range rs {
 		state := "enrolled"
 		if r.Removed {
 			state = "removed " + stamp(r.RemovedAt)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), stamp(r.Created), state)
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), stamp(r.Created), state, orDash(r.Release))
 	}
 	return t.Flush()
 }

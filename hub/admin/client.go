@@ -50,6 +50,8 @@ func (c *Client) do(ctx context.Context, method, path string, in any, wantStatus
 	case nil:
 	case []byte:
 		body = bytes.NewReader(v)
+	case signedBody:
+		body = v.r
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -60,6 +62,9 @@ func (c *Client) do(ctx context.Context, method, path string, in any, wantStatus
 	req, err := http.NewRequestWithContext(ctx, method, "http://vk-hub"+path, body)
 	if err != nil {
 		return nil, err
+	}
+	if sb, ok := in.(signedBody); ok {
+		req.Header.Set(HeaderReleaseSignature, sb.sig)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

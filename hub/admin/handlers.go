@@ -50,6 +50,9 @@ func (s *Server) listRelays(w http.ResponseWriter, r *http.Request, _ []byte) er
 			out = append(out, Relay{ID: p.ID, Name: p.Name, Created: p.Created, Removed: p.Removed, RemovedAt: p.RemovedAt})
 		}
 	}
+	if err := s.relayReleases(r.Context(), out); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -79,6 +79,9 @@ type Relay struct {
 	Created   time.Time `json:"created"`
 	Removed   bool      `json:"removed,omitempty"`
 	RemovedAt time.Time `json:"removed_at,omitzero"`
+	// Release is the vk-gitlab release of its last report; empty before
+	// one (or when the hub does not serve updates).
+	Release string `json:"release,omitempty"`
 }
 
 // PoolsRequest sets a node's pools.
@@ -127,6 +130,8 @@ type Config struct {
 	// AllowUIDs are the user IDs allowed besides root and the hub's own
 	// user; checked with SO_PEERCRED on Linux.
 	AllowUIDs []int
+	// Releases serves relay updates (OPS-04); nil turns them off.
+	Releases Releases
 }
 
 // Server is the admin socket's handler set. Create it with [NewServer].
@@ -158,9 +163,11 @@ func NewServer(cfg Config) (*Server, error) {
 		{routePolicyGet, s.getPolicy}, {routePolicyPut, s.setPolicy},
 		{routeProjects, s.listProjects}, {routeApproval, s.setApproval},
 		{routeQueue, s.listQueue},
+		{routeReleases, s.listReleases}, {routeRelayUpdate, s.updateRelay},
 	} {
 		s.mux.Handle(r.pattern, s.wrap(r.pattern, r.h))
 	}
+	s.mux.HandleFunc(routeReleasePut, s.putRelease) // streamed: larger than maxBody
 	registerPprof(s.mux)
 	return s, nil
 }
@@ -311,22 +318,28 @@ func (s *Server) wrap(route string, h func(http.ResponseWriter, *http.Request, [
 		if err == nil {
 			return
 		}
-		status, code := http.StatusInternalServerError, client.CodeInternal
-		switch {
-		case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
-			status, code = http.StatusNotFound, client.CodeNotFound
-		case errors.Is(err, ErrInvalid), errors.Is(err, ErrPolicy), errors.Is(err, enrol.ErrKind), errors.Is(err, enrol.ErrTTL):
-			status, code = http.StatusBadRequest, client.CodeInvalid
-		}
-		// An operator's typo (404, 400) is routine; only the hub's own
-		// failure needs attention.
-		lvl := slog.LevelInfo
-		if status >= 500 {
-			lvl = slog.LevelWarn
-		}
-		s.log.Log(r.Context(), lvl, "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
-		writeJSON(w, status, client.Error{Error: err.Error(), Code: code})
+		s.writeErr(w, r, route, err)
 	})
+}
+
+// writeErr maps a handler's error once: admin and store sentinels to
+// 400/404, the rest to 500.
+func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, route string, err error) {
+	status, code := http.StatusInternalServerError, client.CodeInternal
+	switch {
+	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
+		status, code = http.StatusNotFound, client.CodeNotFound
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrPolicy), errors.Is(err, enrol.ErrKind), errors.Is(err, enrol.ErrTTL):
+		status, code = http.StatusBadRequest, client.CodeInvalid
+	}
+	// An operator's typo (404, 400) is routine; only the hub's own
+	// failure needs attention.
+	lvl := slog.LevelInfo
+	if status >= 500 {
+		lvl = slog.LevelWarn
+	}
+	s.log.Log(r.Context(), lvl, "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
+	writeJSON(w, status, client.Error{Error: err.Error(), Code: code})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

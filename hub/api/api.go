@@ -177,6 +177,8 @@ type Config struct {
 	Budget *connlimit.Budget
 	// Observe, when set, is called once per request.
 	Observe Observer
+	// Releases serves relay updates' downloads (OPS-04); nil answers 404.
+	Releases Releases
 }
 
 // API is the client API's handler set. Create it with [New] and mount it
@@ -225,6 +227,7 @@ func (a *API) Register(mux *http.ServeMux) {
 		{client.RouteCancel, a.cancel},
 		{client.RouteSettle, a.settle},
 		{client.RouteClients, a.clients},
+		{client.RouteRelease, a.releaseGet},
 	}
 	for _, rt := range routes {
 		mux.Handle(rt.pattern, a.handle(rt.pattern, rt.h))

@@ -18,6 +18,7 @@ const (
 	formCeiling  = "node.ceiling"
 	formDrain    = "node.drain"
 	formApproval = "approval"
+	formUpdate   = "relay.update"
 )
 
 // verify refuses a POST whose CSRF token is not that of form.
@@ -222,4 +223,28 @@ func (s *server) decide(r *http.Request, inst string, proj int64) (store.Approva
 		return "", fmt.Errorf("ui: approval changed: %w", err)
 	}
 	return st, nil
+}
+
+// updateRelay serves POST <base>/relays/{id}/update: send the relay a
+// published release to install (OPS-04), audited as the admin socket's
+// relays update is; it returns to the Relays page.
+func (s *server) updateRelay(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := s.verify(r, formUpdate, id); err != nil {
+		return err
+	}
+	if s.cfg.Updates == nil {
+		return errNotFound
+	}
+	rel := strings.TrimSpace(r.PostFormValue("release"))
+	if rel == "" {
+		return fmt.Errorf("%w: no release chosen", ErrBadForm)
+	}
+	if err := s.cfg.Updates.UpdateRelay(r.Context(), id, rel); err != nil {
+		return fmt.Errorf("ui: update relay %s: %w", id, err)
+	}
+	if err := s.writeAudit(r.Context(), "relay.update", id, rel); err != nil {
+		return err
+	}
+	return s.redirect(w, r, s.url("relays"), "update")
 }

@@ -447,7 +447,17 @@ func (s *server) relays(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("ui: relays: %w", err)
 	}
-	return s.render(w, r, http.StatusOK, "relays", "Relays", "relays", struct{ Relays []RelayRow }{rs})
+	var releases []admin.Release
+	if s.cfg.Updates != nil {
+		if releases, err = s.cfg.Updates.List(r.Context()); err != nil {
+			return fmt.Errorf("ui: releases: %w", err)
+		}
+	}
+	return s.render(w, r, http.StatusOK, "relays", "Relays", "relays", struct {
+		Relays   []RelayRow
+		Updates  bool
+		Releases []admin.Release
+	}{rs, s.cfg.Updates != nil, releases})
 }
 
 func (s *server) audit(w http.ResponseWriter, r *http.Request) error {

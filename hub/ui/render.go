@@ -100,6 +100,7 @@ var flashes = map[string]string{
 	"undrain":  "Drain ended: the node takes new work again.",
 	"approved": "Approved.",
 	"rejected": "Rejected.",
+	"update":   "Update sent: the relay installs it and restarts; its new release shows here once it is back.",
 }
 
 // render executes page name with data into a buffer, then writes it: a

@@ -142,6 +142,8 @@ type RelayRow struct {
 	// GitLab is its GitLab server's URL; Release and Host what it
 	// reported; empty before its first report.
 	GitLab, Release, Host string
+	// AllowsUpdate: its report's allow lists update (OPS-04).
+	AllowsUpdate bool
 	// Runners are the runners of its last report.
 	Runners []RunnerRow
 }
@@ -200,6 +202,16 @@ type Config struct {
 	TraceDir string
 	// DryRunTimeout bounds one dry run; 0 means [DefaultDryRunTimeout].
 	DryRunTimeout time.Duration
+	// Updates serves the Relays page's update button (OPS-04); nil shows
+	// none.
+	Updates Updates
+}
+
+// Updates is what the Relays page's update button needs: the published
+// releases and sending one to a relay (admin.Releases has both).
+type Updates interface {
+	List(ctx context.Context) ([]admin.Release, error)
+	UpdateRelay(ctx context.Context, relay, version string) error
 }
 
 // server is the UI's state; read-only after New.
@@ -301,6 +313,7 @@ func (s *server) routes() http.Handler {
 	post("/nodes/{id}/pools", s.setPools)
 	post("/nodes/{id}/ceiling", s.setCeiling)
 	post("/nodes/{id}/drain", s.setDrain)
+	post("/relays/{id}/update", s.updateRelay)
 	post("/gitlab/{instance}/approval", s.decideServer)
 	post("/gitlab/{instance}/projects/{project}/approval", s.decideProject)
 	if b != "" {

@@ -209,6 +209,10 @@ func (h *Hub) CAPEM() []byte { return h.srv.CAPEM() }
 // Admin is a client of the hub's admin socket.
 func (h *Hub) Admin() *admin.Client { return admin.Dial(admin.SocketPath(h.cfg.StateDir)) }
 
+// AdminSocket is the hub's admin socket, for running vk-hub's operator
+// commands (admin.Commands) against it.
+func (h *Hub) AdminSocket() string { return admin.SocketPath(h.cfg.StateDir) }
+
 // JoinRelay enrols a relay (kind gitlab) with a fresh one-time token and
 // saves its enrolment in stateDir, as `vk-gitlab join` does; it returns the
 // enrolment (ID, key, CA, hub URL).

@@ -34,7 +34,8 @@
 //     holds, but answers its new work 403 forbidden (RSESS-11);
 //   - 2 (2026-11-30): request_concurrency in the report, request_admissions
 //     and job_admissions in heartbeats;
-//   - 3 (2026-11-30): hub→relay update frames.
+//   - 3 (2026-11-30): hub→relay update frames; their size and signature
+//     and the report's allow were added later as optional fields (OPS-04).
 //
 // The hub speaks [RelayHubVersions] (1..3) and vk-gitlab
 // [RelayClientVersions] (2..3); [NegotiateVersion] picks the highest common

@@ -124,6 +124,12 @@ func TestGoldenRelaySession(t *testing.T) {
 			{Name: "small", Placement: Placement{Pool: "ci", Envelope: Envelope{Mem: 2 * GiB, CPUs: 1, Disk: 4 * GiB}}, RequestConcurrency: 1},
 		},
 	}})
+	checkRelay(t, "relay_report_allow", RelayFrame{Seq: 1, Msg: &RelayReport{
+		Release: "0.4.1", Host: "relay1.example.com", SystemID: "s_0123456789ab", Concurrent: 10,
+		GitLabURL: "https://gitlab.example.com",
+		Runners:   []RunnerReport{{Name: "ci", GitLabRunnerID: 31, Placement: placement, RequestConcurrency: 2, TokenAccepted: true}},
+		Allow:     []string{RelayAllowUpdate},
+	}})
 	checkRelay(t, "relay_heartbeat", RelayFrame{Seq: 2, Msg: &RelayHeartbeat{Runners: []RunnerHeartbeat{
 		{Name: "ci", State: RunnerPolling, Tickets: []string{"tkt-5"}, RequestAdmissions: []string{"adm-7"},
 			JobAdmissions: []JobAdmission{{GitLabJob: 4242, Job: "job-1", Admission: "adm-6"}, {GitLabJob: 4100}},
@@ -137,6 +143,9 @@ func TestGoldenRelaySession(t *testing.T) {
 	checkRelay(t, "server_status_pending", RelayFrame{Seq: 2, Msg: &ServerStatus{Status: ApprovalPending, ApprovalURL: "https://hub.example.com:8444/gitlab"}})
 	checkRelay(t, "server_status_refused", RelayFrame{Seq: 3, Msg: &ServerStatus{Status: ApprovalRefused, Message: "relay removed"}})
 	checkRelay(t, "relay_update", RelayFrame{Seq: 4, Msg: &Update{Release: "0.5.0", URL: "https://hub.example.com/v1/releases/0.5.0/vk-gitlab", SHA256: "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"}})
+	checkRelay(t, "relay_update_signed", RelayFrame{Seq: 5, Msg: &Update{Release: "0.5.0", URL: "https://hub.example.com/v1/releases/0.5.0/vk-gitlab",
+		SHA256: "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", Size: 31457280,
+		Signature: "3q2+7wAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="}})
 }
 
 // A failure's metrics label is the same word on hub and node: "success"

@@ -19,6 +19,9 @@ const (
 	RouteSettle            = "POST /v1/jobs/{id}/settle"
 	RouteClients           = "POST /v1/clients"
 	RouteRelaySession      = "GET /v1/gitlab/session"
+	// RouteRelease streams a published vk-gitlab release to a relay
+	// (OPS-04): signed, relays only; 200 with the bytes.
+	RouteRelease = "GET /v1/releases/{version}/vk-gitlab"
 )
 
 // HTTP headers of the client API.

@@ -114,6 +114,9 @@ type RelayReport struct {
 	ServerKeySHA256 string `json:"server_key_sha256,omitempty"`
 	// Runners are the configured runners (at most 64).
 	Runners []RunnerReport `json:"runners"`
+	// Allow is the relay's [hub] allow list: what the hub may ask of it
+	// ("update", OPS-04). Empty from relays that predate it.
+	Allow []string `json:"allow,omitempty"`
 }
 
 // RunnerReport is one runner in a RelayReport (RSESS-03).
@@ -247,8 +250,27 @@ type ServerStatus struct {
 type Update struct {
 	// Release is the version to install, e.g. "0.5.0".
 	Release string `json:"release"`
-	// URL is where to download it from the hub.
+	// URL is where to download it from the hub: the RouteRelease path.
+	// A relay fetches that path from the hub it is enrolled with, as a
+	// signed request, whatever host the URL names.
 	URL string `json:"url"`
 	// SHA256 is the download's hex SHA-256.
 	SHA256 string `json:"sha256"`
+	// Size is the download's length in bytes; 0 when the hub did not say
+	// (a relay then checks the SHA-256 and signature only).
+	Size int64 `json:"size,omitempty"`
+	// Signature is the release's ed25519 signature over
+	// ReleaseSigningMessage(Release, SHA256), standard base64, made with
+	// the release key off the hub. A relay refuses an update without one.
+	Signature string `json:"signature,omitempty"`
 }
+
+// ReleaseSigningMessage is what a release signature signs: "vk-gitlab ",
+// the release, a space and the hex SHA-256 of the binary (OPS-04).
+func ReleaseSigningMessage(release, sha256Hex string) []byte {
+	return []byte("vk-gitlab " + release + " " + sha256Hex)
+}
+
+// RelayAllowUpdate is the [hub] allow entry, and RelayReport.Allow value,
+// that lets the hub update the relay (OPS-04).
+const RelayAllowUpdate = "update"
