@@ -216,7 +216,7 @@ func (d *Driver) changeNode(ctx context.Context, node string, edit func(*nodeSet
 	if err != nil {
 		return err
 	}
-	return d.call(ctx, func() error {
+	return d.callFn(ctx, func() error {
 		set := d.nodeSets[node]
 		edit(&set)
 		d.nodeSets[node] = set

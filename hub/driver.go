@@ -68,13 +68,13 @@ type Driver struct {
 	policy *PolicyConfig
 	epoch  string // ticket ID epoch of this start
 
-	// The owner loop's inputs, as raft's node.run selects over typed
-	// channels: what the node and relay sessions say (sessc), and the
-	// calls of the API, admin and UI adapters (reqs).
-	sessc chan sessionReq
-	reqs  chan func()
-	bg    context.Context // for store writes; never cancelled mid-write
-	w     *recWriter      // record writes, in order, off the driver goroutine
+	// The owner loop's inputs: typed requests (requests.go) of the node
+	// and relay sessions and of the API adapter (in), and the calls of
+	// the admin and UI adapters (reqs).
+	in   chan envelope
+	reqs chan func()
+	bg   context.Context // for store writes; never cancelled mid-write
+	w    *recWriter      // record writes, in order, off the driver goroutine
 
 	// Owned by the loop goroutine. The core holds the state of tickets,
 	// admissions and jobs and every limit; the driver keeps only what
@@ -192,7 +192,7 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStor
 	rand.Read(ep[:])
 	d := &Driver{
 		clk: clk, st: st, out: out, log: log, met: met, cfg: cfg, policy: pol,
-		epoch: hex.EncodeToString(ep[:]), sessc: make(chan sessionReq), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
+		epoch: hex.EncodeToString(ep[:]), in: make(chan envelope), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
 		ids: newIDTable(), relays: map[string]*relayRec{}, nodes: map[string]*nodeRec{},
 		tickets: map[sched.TicketID]*ticketRec{}, jobs: map[sched.JobID]*jobRec{}, jobIDs: map[string]sched.JobID{},
 		renewers: map[sched.ReservationID][]chan renewAnswer{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
@@ -228,7 +228,7 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStor
 		return nil, err
 	}
 	d.trace = d.openTrace()
-	met.collect = func(ctx context.Context) { d.do(ctx, d.countJobs) }
+	met.collect = func(ctx context.Context) { d.ask(ctx, countJobsReq{}) }
 	return d, nil
 }
 
@@ -252,13 +252,13 @@ func (d *Driver) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case r := <-d.sessc:
-			d.onSession(r.ev)
-			close(r.done)
+		case e := <-d.in:
+			d.handle(e.req)
+			close(e.done)
 		case f := <-d.reqs:
 			f()
 		case <-t.C():
-			d.onTick()
+			d.handle(tick{})
 			t.Reset(d.cfg.tick())
 		}
 	}
@@ -280,9 +280,9 @@ func (d *Driver) do(ctx context.Context, f func()) error {
 	return nil
 }
 
-// call runs f on the driver goroutine and returns its error, or ctx's
+// callFn runs f on the driver goroutine and returns its error, or ctx's
 // when the loop did not take f in time.
-func (d *Driver) call(ctx context.Context, f func() error) error {
+func (d *Driver) callFn(ctx context.Context, f func() error) error {
 	var err error
 	if derr := d.do(ctx, func() { err = f() }); derr != nil {
 		return derr

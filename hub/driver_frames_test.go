@@ -130,12 +130,12 @@ func TestValueFrames(t *testing.T) {
 	}
 }
 
-// TestOnOwnJob checks the one gate of the job endpoints (Job,
-// OutputReadable, Cancel, Settle): what is held, whose it is, and that fn
-// runs only for the owner.
+// TestOwnJob checks the one gate of the job endpoints (Job,
+// OutputReadable, Cancel, Settle): what is held, whose it is, and that
+// only the owner is answered with the job.
 //
 // spec: API-50
-func TestOnOwnJob(t *testing.T) {
+func TestOwnJob(t *testing.T) {
 	h := newHarness(t)
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
@@ -143,15 +143,14 @@ func TestOnOwnJob(t *testing.T) {
 	expectFrame[dispatch.Start](h)
 	d := h.srv.Driver()
 	owner, stranger := api.Principal{ID: h.relay}, api.Principal{ID: "relay-2"}
-	errFn := errors.New("from fn")
 
 	for _, tc := range []struct {
 		name     string
 		p        api.Principal
 		id       string
 		wantHeld bool
-		wantCall bool
-		wantCode client.Code // "" for no error other than fn's
+		wantView bool        // answered with the job's view
+		wantCode client.Code // "" for no error
 	}{
 		{"owner", owner, v.ID, true, true, ""},
 		{"stranger", stranger, v.ID, true, false, client.CodeNotFound},
@@ -159,29 +158,22 @@ func TestOnOwnJob(t *testing.T) {
 		{"not held", owner, "0123456789abcdef", false, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			called := false
-			held, err := d.onOwnJob(t.Context(), tc.p, tc.id, func(j *jobRec) error {
-				called = true
-				if j.rec.ID != tc.id {
-					t.Errorf("fn got job %s, want %s", j.rec.ID, tc.id)
-				}
-				return errFn
-			})
-			if held != tc.wantHeld || called != tc.wantCall {
-				t.Fatalf("onOwnJob(%s, %s) held %v called %v, want %v %v", tc.p.ID, tc.id, held, called, tc.wantHeld, tc.wantCall)
+			r := &jobReq{principal: tc.p.ID, id: tc.id}
+			err := d.ownJob(t.Context(), r)
+			if gotView := r.view.ID != ""; r.held != tc.wantHeld || gotView != tc.wantView {
+				t.Fatalf("ownJob(%s, %s) held %v view %+v, want held %v, a view %v", tc.p.ID, tc.id, r.held, r.view, tc.wantHeld, tc.wantView)
+			}
+			if tc.wantView && (r.view.ID != tc.id || r.wake == nil) {
+				t.Errorf("ownJob(%s, %s) answered job %s (wake %v), want %s with its wake channel", tc.p.ID, tc.id, r.view.ID, r.wake, tc.id)
 			}
 			var ae *api.Error
 			switch {
 			case tc.wantCode != "":
 				if !errors.As(err, &ae) || ae.Code != tc.wantCode {
-					t.Fatalf("onOwnJob(%s, %s) error %v, want code %s", tc.p.ID, tc.id, err, tc.wantCode)
-				}
-			case tc.wantCall:
-				if !errors.Is(err, errFn) {
-					t.Fatalf("onOwnJob(%s, %s) error %v, want fn's", tc.p.ID, tc.id, err)
+					t.Fatalf("ownJob(%s, %s) error %v, want code %s", tc.p.ID, tc.id, err, tc.wantCode)
 				}
 			case err != nil:
-				t.Fatalf("onOwnJob(%s, %s) error %v, want none", tc.p.ID, tc.id, err)
+				t.Fatalf("ownJob(%s, %s) error %v, want none", tc.p.ID, tc.id, err)
 			}
 		})
 	}

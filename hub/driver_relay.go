@@ -19,7 +19,7 @@ type RelaySender interface {
 // ARB-40). Reservation requests of a relay without a session get 503
 // unavailable (API-21).
 func (d *Driver) RelayConnected(ctx context.Context, relay string, s RelaySender) error {
-	return d.session(ctx, relayUp{relay, s})
+	return d.ask(ctx, relayUp{relay, s})
 }
 
 func (d *Driver) onRelayUp(e relayUp) {
@@ -40,7 +40,7 @@ func (d *Driver) onRelayUp(e relayUp) {
 // RelayDisconnected records that relay's session ended: its unclaimed
 // tickets end (ARB-03).
 func (d *Driver) RelayDisconnected(ctx context.Context, relay string) error {
-	return d.session(ctx, relayDown{relay})
+	return d.ask(ctx, relayDown{relay})
 }
 
 func (d *Driver) onRelayDown(e relayDown) {
@@ -67,7 +67,7 @@ func (d *Driver) relayRecord(relay string) *relayRec {
 // report (inventory) or heartbeat. A report is answered with the GitLab
 // server's approval status (RSESS-07).
 func (d *Driver) RelayFrame(ctx context.Context, relay string, m client.RelayMessage) error {
-	return d.session(ctx, relayMsg{relay, m})
+	return d.ask(ctx, relayMsg{relay, m})
 }
 
 func (d *Driver) onRelayMsg(e relayMsg) {

@@ -406,7 +406,7 @@ func (h *harness) advance(dur time.Duration) {
 	h.t.Helper()
 	h.clk.Advance(dur)
 	d := h.srv.Driver()
-	if err := d.do(h.t.Context(), d.onTick); err != nil {
+	if err := d.ask(h.t.Context(), tick{}); err != nil {
 		h.t.Fatal(err)
 	}
 }

@@ -136,6 +136,11 @@ func (m *metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // countJobs sets the job gauges; O(unsettled jobs), so it runs when
 // /metrics is scraped, not on every change.
+// countJobsReq sets the job and tenant gauges (at scrape time).
+type countJobsReq struct{}
+
+func (countJobsReq) request() {}
+
 func (d *Driver) countJobs() {
 	counts := map[store.JobState]int{}
 	for _, j := range d.jobs {
