@@ -69,8 +69,8 @@ type Driver struct {
 	epoch  string // ticket ID epoch of this start
 
 	// The owner loop's inputs: typed requests (requests.go) of the node
-	// and relay sessions and of the API adapter (in), and the calls of
-	// the admin and UI adapters (reqs).
+	// and relay sessions and of the API and admin adapters (in), and the
+	// calls of the UI adapter (reqs).
 	in   chan envelope
 	reqs chan func()
 	bg   context.Context // for store writes; never cancelled mid-write
@@ -278,16 +278,6 @@ func (d *Driver) do(ctx context.Context, f func()) error {
 	}
 	<-done
 	return nil
-}
-
-// callFn runs f on the driver goroutine and returns its error, or ctx's
-// when the loop did not take f in time.
-func (d *Driver) callFn(ctx context.Context, f func() error) error {
-	var err error
-	if derr := d.do(ctx, func() { err = f() }); derr != nil {
-		return derr
-	}
-	return err
 }
 
 // now is the driver's clock reading.

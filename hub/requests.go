@@ -143,5 +143,22 @@ func (d *Driver) handle(r request) {
 		d.onJob(r)
 	case countJobsReq:
 		d.countJobs()
+	// The admin socket (admin_backend.go).
+	case *nodesReq:
+		d.onNodes(r)
+	case *nodeChangeReq:
+		d.onNodeChange(r)
+	case *policyReq:
+		d.onPolicy(r)
+	case setPolicyReq:
+		d.onSetPolicy(r)
+	case *relaySenderReq:
+		if rr := d.relays[r.relay]; rr != nil {
+			r.send = rr.send
+		}
+	case *nodeRemovedReq:
+		d.onNodeRemoved(r)
+	case approvalReq:
+		d.onApproval(r)
 	}
 }
