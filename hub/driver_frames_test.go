@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/vk-ci/vk/hub/api"
+	"github.com/vk-ci/vk/hub/output"
+	"github.com/vk-ci/vk/hub/store/memstore"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
@@ -61,19 +63,19 @@ func both[T any](v T) []any { return []any{v, &v} }
 // frames it does not act on (output goes its own way; acks, keepalives)
 // are claimed by none. The frames are empty, so each handler's only
 // effect is a warning or a no-op on a record the driver does not hold.
+// The driver's loop does not run: the test's goroutine is its owner.
 func TestNodeFrameTable(t *testing.T) {
-	h := newHarness(t)
-	d := h.srv.Driver()
+	d, err := newDriver(t.Context(), Config{}, nil, memstore.New(), output.NewMem(), nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.w.close(); d.trace.Close() })
 	claims := func(m any) (n int) {
-		if err := d.do(t.Context(), func() {
-			rec := &nodeRec{name: "probe"}
-			for _, handle := range nodeFrames {
-				if handle(d, rec, m) {
-					n++
-				}
+		rec := &nodeRec{name: "probe"}
+		for _, handle := range nodeFrames {
+			if handle(d, rec, m) {
+				n++
 			}
-		}); err != nil {
-			t.Fatal(err)
 		}
 		return n
 	}

@@ -160,5 +160,10 @@ func (d *Driver) handle(r request) {
 		d.onNodeRemoved(r)
 	case approvalReq:
 		d.onApproval(r)
+	// The web UI (ui_backend.go).
+	case *queueReq:
+		d.onQueue(r)
+	case *relaysReq:
+		d.onRelays(r)
 	}
 }
