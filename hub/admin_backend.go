@@ -134,9 +134,7 @@ type nodesReq struct {
 	nodes    []admin.Node
 }
 
-func (*nodesReq) request() {}
-
-func (d *Driver) onNodes(r *nodesReq) {
+func (r *nodesReq) run(d *Driver) {
 	views := map[sched.NodeID]sched.NodeView{}
 	for _, v := range d.core.Nodes() {
 		views[v.ID] = v
@@ -246,7 +244,7 @@ func (d *Driver) changeNode(ctx context.Context, r *nodeChangeReq) error {
 	return d.call(ctx, r)
 }
 
-func (d *Driver) onNodeChange(r *nodeChangeReq) {
+func (r *nodeChangeReq) run(d *Driver) {
 	set := d.nodeSets[r.node]
 	switch r.what {
 	case setPools:
@@ -286,9 +284,7 @@ func (d *Driver) Policy(ctx context.Context) (admin.Policy, error) {
 // caller gets no map of the driver's.
 type policyReq struct{ json []byte }
 
-func (*policyReq) request() {}
-
-func (d *Driver) onPolicy(r *policyReq) {
+func (r *policyReq) run(d *Driver) {
 	if d.policy != nil {
 		r.json, _ = json.Marshal(d.policy)
 	}
@@ -320,9 +316,7 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 // setPolicyReq puts a checked, persisted policy in force.
 type setPolicyReq struct{ p PolicyConfig }
 
-func (setPolicyReq) request() {}
-
-func (d *Driver) onSetPolicy(r setPolicyReq) {
+func (r setPolicyReq) run(d *Driver) {
 	d.policy = &r.p
 	d.exec(d.step(sched.PolicyChanged{Policy: d.schedPolicy()}))
 	for _, name := range sortedKeys(d.relays) {
@@ -382,7 +376,11 @@ type relaySenderReq struct {
 	send  RelaySender
 }
 
-func (*relaySenderReq) request() {}
+func (r *relaySenderReq) run(d *Driver) {
+	if rr := d.relays[r.relay]; rr != nil {
+		r.send = rr.send
+	}
+}
 
 // NodeRemoved implements admin.Backend: the node's session ends (its key
 // is refused from now on), the core counts it lost at once (its
@@ -409,7 +407,7 @@ type nodeRemovedReq struct {
 	send NodeSender
 }
 
-func (d *Driver) onNodeRemoved(r *nodeRemovedReq) {
+func (r *nodeRemovedReq) run(d *Driver) {
 	if _, ok := d.nodeSets[r.node]; ok {
 		delete(d.nodeSets, r.node)
 		r.err = d.saveNodeSettings()
@@ -441,9 +439,7 @@ func (d *Driver) ApprovalChanged(ctx context.Context, a store.Approval) error {
 
 type approvalReq struct{ a store.Approval }
 
-func (approvalReq) request() {}
-
-func (d *Driver) onApproval(r approvalReq) {
+func (r approvalReq) run(d *Driver) {
 	a := r.a
 	d.log.Info("approval changed", "instance", a.Instance, "project", a.Project, "state", a.State)
 	if a.Project != 0 {

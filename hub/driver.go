@@ -28,8 +28,8 @@ import (
 //
 // Everything the driver owns is touched only on its goroutine, which takes
 // typed requests (requests.go: a node or relay came, went or sent a frame;
-// a call of the API, admin or UI adapters) and its tick, and carries each
-// out in one switch ([Driver.handle]). Disk writes
+// a call of the API, admin or UI adapters) and its tick, and carries out
+// each with its run method. Disk writes
 // of job output happen on the caller's goroutine (the node session's
 // reader); record writes (job records, claimed admissions, audit) are
 // queued, in order, to a writer goroutine (recWriter), and whoever must
@@ -251,10 +251,10 @@ func (d *Driver) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case e := <-d.in:
-			d.handle(e.req)
+			e.req.run(d)
 			close(e.done)
 		case <-t.C():
-			d.handle(tick{})
+			d.onTick()
 			t.Reset(d.cfg.tick())
 		}
 	}

@@ -102,7 +102,7 @@ type capacityReq struct {
 	wake      <-chan struct{}
 }
 
-func (d *Driver) onCapacity(r *capacityReq) {
+func (r *capacityReq) run(d *Driver) {
 	if rr := d.relays[r.principal]; rr != nil && rr.noWork {
 		r.err = errOldRelay
 		return
@@ -156,7 +156,7 @@ type reserveReq struct {
 	immediate bool
 }
 
-func (d *Driver) onReserve(r *reserveReq) {
+func (r *reserveReq) run(d *Driver) {
 	r.wire, r.err = d.queueTicket(r.principal, r.req)
 	if id, _, ok := parseTicket(r.wire, d.epoch); r.err == nil && ok {
 		v, _ := d.core.Ticket(id)
@@ -239,7 +239,7 @@ type pollReq struct {
 	wake      <-chan struct{}
 }
 
-func (d *Driver) onPoll(r *pollReq) {
+func (r *pollReq) run(d *Driver) {
 	t := d.tickets[r.id]
 	if t != nil && t.owner != r.principal {
 		r.err = notFound("ticket") // API-25
@@ -278,7 +278,7 @@ type cancelTicketReq struct {
 	id        sched.TicketID
 }
 
-func (d *Driver) onCancelTicket(r *cancelTicketReq) {
+func (r *cancelTicketReq) run(d *Driver) {
 	if t := d.tickets[r.id]; t != nil && t.owner != r.principal {
 		r.err = notFound("ticket")
 		return
@@ -360,7 +360,7 @@ type claimReq struct {
 	durable       <-chan error
 }
 
-func (d *Driver) onClaim(r *claimReq) {
+func (r *claimReq) run(d *Driver) {
 	aid, a, known, err := d.admFor(r.principal, r.id)
 	if r.err = err; err != nil {
 		return
@@ -395,7 +395,7 @@ type outcomeReq struct {
 	o         client.Outcome
 }
 
-func (d *Driver) onOutcome(r *outcomeReq) {
+func (r *outcomeReq) run(d *Driver) {
 	if a, ok := d.admission(r.aid); ok && a.owner != r.principal {
 		r.err = notFound("admission")
 		return
@@ -435,7 +435,7 @@ type renewReq struct {
 	g             client.ReservationGrant
 }
 
-func (d *Driver) onRenew(r *renewReq) {
+func (r *renewReq) run(d *Driver) {
 	aid, a, known, err := d.admFor(r.principal, r.id)
 	if r.err = err; err != nil {
 		return
@@ -463,7 +463,7 @@ type releaseReq struct {
 	principal, id string
 }
 
-func (d *Driver) onRelease(r *releaseReq) {
+func (r *releaseReq) run(d *Driver) {
 	aid, _, _, err := d.admFor(r.principal, r.id)
 	if r.err = err; err == nil && aid != 0 {
 		d.stepExec(sched.Released{Admission: aid})

@@ -37,7 +37,7 @@ type submitReq struct {
 	view      client.JobView
 }
 
-func (d *Driver) onSubmit(r *submitReq) {
+func (r *submitReq) run(d *Driver) {
 	r.view, r.err = d.submit(r.principal, r.sub, r.redacted)
 	var ae *api.Error
 	if errors.As(r.err, &ae) && ae.Code.Status() >= 400 && ae.Code.Status() < 500 {
@@ -50,10 +50,9 @@ func (d *Driver) EndAdmission(ctx context.Context, p api.Principal, admission st
 	d.ask(ctx, &endAdmissionReq{principal: p.ID, admission: admission})
 }
 
-type endAdmissionReq struct {
-	reply
-	principal, admission string
-}
+type endAdmissionReq struct{ principal, admission string }
+
+func (r *endAdmissionReq) run(d *Driver) { d.endAdmission(r.principal, r.admission) }
 
 // endAdmission ends a refused job's admission as empty (API-34), whether
 // or not its outcome job was reported first (sched.SubmissionRefused). A
@@ -229,7 +228,7 @@ func (d *Driver) ownJob(ctx context.Context, r *jobReq) error {
 	return d.call(ctx, r)
 }
 
-func (d *Driver) onJob(r *jobReq) {
+func (r *jobReq) run(d *Driver) {
 	j := d.job(r.id)
 	if j == nil {
 		return

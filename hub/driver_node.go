@@ -37,7 +37,7 @@ func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, r
 	return d.ask(ctx, nodeUp{node, s, resumed})
 }
 
-func (d *Driver) onNodeUp(e nodeUp) {
+func (e nodeUp) run(d *Driver) {
 	if d.removed[e.node] {
 		return
 	}
@@ -69,7 +69,7 @@ func (d *Driver) NodeDisconnected(ctx context.Context, node string) error {
 	return d.ask(ctx, nodeDown{node})
 }
 
-func (d *Driver) onNodeDown(e nodeDown) {
+func (e nodeDown) run(d *Driver) {
 	n := d.nodes[e.node]
 	if n == nil || n.send == nil {
 		return
@@ -120,7 +120,7 @@ var nodeFrames = []func(*Driver, *nodeRec, any) bool{
 	onFrame((*Driver).nodeResult),
 }
 
-func (d *Driver) onNodeMsg(e nodeMsg) {
+func (e nodeMsg) run(d *Driver) {
 	if d.removed[e.node] {
 		return // its session is ending
 	}
@@ -371,9 +371,7 @@ type outputStateReq struct {
 	stored                          int64
 }
 
-func (*outputStateReq) request() {}
-
-func (d *Driver) onOutputState(r *outputStateReq) {
+func (r *outputStateReq) run(d *Driver) {
 	j := d.job(r.job)
 	n := d.nodes[r.node]
 	if n != nil {
@@ -403,7 +401,7 @@ func (d *Driver) settledLost(ctx context.Context, id, node string) bool {
 
 // onOutputStored records how much of a job's output is durable; output
 // growth does not move the revision (API-36).
-func (d *Driver) onOutputStored(e outputStored) {
+func (e outputStored) run(d *Driver) {
 	if j := d.job(e.job); j != nil && e.len > j.outLen {
 		j.outLen = e.len
 	}

@@ -22,7 +22,7 @@ func (d *Driver) RelayConnected(ctx context.Context, relay string, s RelaySender
 	return d.ask(ctx, relayUp{relay, s})
 }
 
-func (d *Driver) onRelayUp(e relayUp) {
+func (e relayUp) run(d *Driver) {
 	r := d.relayRecord(e.relay)
 	if !r.up {
 		d.met.add("vk_hub_relays_connected", 1)
@@ -43,7 +43,7 @@ func (d *Driver) RelayDisconnected(ctx context.Context, relay string) error {
 	return d.ask(ctx, relayDown{relay})
 }
 
-func (d *Driver) onRelayDown(e relayDown) {
+func (e relayDown) run(d *Driver) {
 	r := d.relays[e.relay]
 	if r == nil || !r.up {
 		return
@@ -70,7 +70,7 @@ func (d *Driver) RelayFrame(ctx context.Context, relay string, m client.RelayMes
 	return d.ask(ctx, relayMsg{relay, m})
 }
 
-func (d *Driver) onRelayMsg(e relayMsg) {
+func (e relayMsg) run(d *Driver) {
 	r := d.relayRecord(e.relay)
 	for _, handle := range relayFrames {
 		if handle(d, r, e.msg) {

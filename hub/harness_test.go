@@ -400,6 +400,11 @@ func (h *harness) submitOnFor(g client.ReservationGrant, runner string, gitlabJo
 
 func storePath(h *harness) string { return filepath.Join(h.dir, "hub.db") }
 
+// tick runs a driver tick now.
+type tick struct{}
+
+func (tick) run(d *Driver) { d.onTick() }
+
 // advance moves the fake clock and runs a driver tick, so deadlines due by
 // then have fired when it returns.
 func (h *harness) advance(dur time.Duration) {

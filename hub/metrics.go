@@ -134,13 +134,13 @@ func (m *metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.handler.ServeHTTP(w, r)
 }
 
-// countJobs sets the job gauges; O(unsettled jobs), so it runs when
-// /metrics is scraped, not on every change.
-// countJobsReq sets the job and tenant gauges (at scrape time).
+// countJobsReq sets the job and tenant gauges when /metrics is scraped.
 type countJobsReq struct{}
 
-func (countJobsReq) request() {}
+func (countJobsReq) run(d *Driver) { d.countJobs() }
 
+// countJobs sets the job gauges; O(unsettled jobs), so it runs when
+// /metrics is scraped, not on every change.
 func (d *Driver) countJobs() {
 	counts := map[store.JobState]int{}
 	for _, j := range d.jobs {

@@ -13,11 +13,11 @@ import (
 )
 
 // TestNoClosureToOwnerLoop keeps the owner loop's inputs typed: what the
-// API, admin, UI and session adapters may ask of the driver is the list
-// of request types Driver.handle switches over, each a struct of plain
-// inputs and answers. It fails when a closure could reach the loop again:
-// a channel of the Driver carrying a function, a request type that is a
-// function or holds one, or a request Driver.handle does not list.
+// API, admin, UI and session adapters may ask of the driver is the set of
+// request types (a run(*Driver) method), each a struct of plain inputs and
+// answers. It fails when a closure could reach the loop again: a channel
+// of the Driver carrying a function, or a request type that is a function
+// or holds one.
 func TestNoClosureToOwnerLoop(t *testing.T) {
 	names, err := filepath.Glob("*.go")
 	if err != nil {
@@ -40,7 +40,7 @@ func TestNoClosureToOwnerLoop(t *testing.T) {
 		t.Error(p)
 	}
 	if n < 20 {
-		t.Errorf("found %d request types, want the adapters' (20 or more): is the marker method still request()?", n)
+		t.Errorf("found %d request types, want the adapters' (20 or more): is their method still run(d *Driver)?", n)
 	}
 }
 
@@ -50,29 +50,23 @@ func TestClosureProblemsCatches(t *testing.T) {
 	const base = `package hub
 type Driver struct{ in chan envelope }
 type envelope struct{ req request; done chan struct{} }
-type request interface{ request() }
+type request interface{ run(d *Driver) }
 type reply struct{ err error }
-func (*reply) request() {}
-type okReq struct{ reply; n int }
-func (d *Driver) handle(r request) {
-	switch r.(type) {
-	case *okReq:
-	%s
-	}
-}
+type okReq struct{ reply; n int; send NodeSender }
+func (r *okReq) run(d *Driver) {}
+func (d *Driver) other(f func()) {}
 `
 	for _, tc := range []struct {
-		name, cases, extra, want string
+		name, extra, want string
 	}{
-		{"clean", "", "", ""},
-		{"func field", "case *fnReq:", "type fnReq struct{ reply; f func() }", "fnReq.f holds a function"},
-		{"func in a slice", "case *fnReq:", "type fnReq struct{ reply; fs []func() error }", "fnReq.fs holds a function"},
-		{"named func type", "case *fnReq:", "type edit func(); type fnReq struct{ reply; e edit }", "fnReq.e holds a function"},
-		{"func in a nested struct", "case *fnReq:", "type inner struct{ f func() }; type fnReq struct{ reply; in inner }", "fnReq.in holds a function"},
-		{"request is a func", "case fnReq:", "type fnReq func(); func (fnReq) request() {}", "fnReq is not a struct"},
-		{"unhandled", "", "type lostReq struct{ reply }", "lostReq is a request Driver.handle does not list"},
+		{"clean", "", ""},
+		{"func field", "type fnReq struct{ reply; f func() }; func (r *fnReq) run(d *Driver) {}", "fnReq.f holds a function"},
+		{"func in a slice", "type fnReq struct{ fs []func() error }; func (r fnReq) run(d *Driver) {}", "fnReq.fs holds a function"},
+		{"named func type", "type edit func(); type fnReq struct{ e edit }; func (r *fnReq) run(d *Driver) {}", "fnReq.e holds a function"},
+		{"func in a nested struct", "type inner struct{ f func() }; type fnReq struct{ in inner }; func (r *fnReq) run(d *Driver) {}", "fnReq.in holds a function"},
+		{"request is a func", "type fnReq func(); func (f fnReq) run(d *Driver) { f() }", "fnReq is not a struct"},
 	} {
-		src := strings.Replace(base, "%s", tc.cases, 1) + tc.extra + "\n"
+		src := base + tc.extra + "\n"
 		f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -97,7 +91,6 @@ func closureProblems(files []*ast.File) (probs []string, requests int) {
 	structs := map[string]*ast.StructType{}
 	funcTypes := map[string]bool{}
 	reqs := map[string]bool{}
-	var handled []string
 	for _, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
@@ -105,11 +98,6 @@ func closureProblems(files []*ast.File) (probs []string, requests int) {
 				switch t := n.Type.(type) {
 				case *ast.StructType:
 					structs[n.Name.Name] = t
-					for _, fl := range t.Fields.List {
-						if id, ok := fl.Type.(*ast.Ident); ok && len(fl.Names) == 0 && id.Name == "reply" {
-							reqs[n.Name.Name] = true
-						}
-					}
 				case *ast.FuncType:
 					funcTypes[n.Name.Name] = true
 				}
@@ -117,19 +105,10 @@ func closureProblems(files []*ast.File) (probs []string, requests int) {
 				if n.Recv == nil || len(n.Recv.List) != 1 {
 					return false
 				}
-				recv := strings.TrimPrefix(types.ExprString(n.Recv.List[0].Type), "*")
-				if n.Name.Name == "request" && recv != "reply" {
-					reqs[recv] = true
-				}
-				if n.Name.Name == "handle" && recv == "Driver" {
-					ast.Inspect(n.Body, func(n ast.Node) bool {
-						if cc, ok := n.(*ast.CaseClause); ok {
-							for _, e := range cc.List {
-								handled = append(handled, strings.TrimPrefix(types.ExprString(e), "*"))
-							}
-						}
-						return true
-					})
+				// A request's run takes the driver: run(d *Driver).
+				ps := n.Type.Params.List
+				if n.Name.Name == "run" && len(ps) == 1 && types.ExprString(ps[0].Type) == "*Driver" {
+					reqs[strings.TrimPrefix(types.ExprString(n.Recv.List[0].Type), "*")] = true
 				}
 				return false
 			}
@@ -180,9 +159,6 @@ func closureProblems(files []*ast.File) (probs []string, requests int) {
 					probs = append(probs, name+"."+id.Name+" holds a function: a request carries values, not code to run on the owner loop")
 				}
 			}
-		}
-		if !slices.Contains(handled, name) {
-			probs = append(probs, name+" is a request Driver.handle does not list")
 		}
 	}
 	return probs, len(reqs)

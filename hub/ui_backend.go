@@ -30,9 +30,7 @@ func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
 
 type queueReq struct{ rows []ui.Waiting }
 
-func (*queueReq) request() {}
-
-func (d *Driver) onQueue(q *queueReq) {
+func (q *queueReq) run(d *Driver) {
 	for _, id := range d.core.WaitingTickets() {
 		t := d.tickets[id]
 		v, ok := d.core.Ticket(id)
@@ -144,9 +142,7 @@ type relaysReq struct {
 	rows     []ui.RelayRow
 }
 
-func (*relaysReq) request() {}
-
-func (d *Driver) onRelays(r *relaysReq) {
+func (r *relaysReq) run(d *Driver) {
 	for _, p := range r.enrolled {
 		if p.Kind != store.KindRelay || p.Removed {
 			continue
