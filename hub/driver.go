@@ -336,13 +336,10 @@ func (d *Driver) exec(acts []sched.Action) {
 
 func (d *Driver) sendNode(id sched.NodeID, m dispatch.Message) {
 	name := d.ids.nodeName(id)
-	n := d.nodes[name]
-	if n == nil || n.send == nil {
-		d.log.Debug("node not connected; frame dropped", logkey.NodeID, name, "kind", string(m.FrameKind()))
-		return
-	}
-	if err := n.send.Send(m); err != nil {
-		d.log.Warn("send to node failed", logkey.NodeID, name, logkey.Err, err)
+	if n := d.nodes[name]; n != nil {
+		d.sendTo(n, m)
+	} else {
+		d.log.Debug("node unknown; frame dropped", logkey.NodeID, name, "kind", string(m.FrameKind()))
 	}
 }
 

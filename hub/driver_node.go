@@ -180,8 +180,11 @@ func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
 	}
 }
 
+// sendTo sends m to n's session; a frame to a node not connected is
+// dropped.
 func (d *Driver) sendTo(n *nodeRec, m dispatch.Message) {
 	if n.send == nil {
+		d.log.Debug("node not connected; frame dropped", logkey.NodeID, n.name, "kind", string(m.FrameKind()))
 		return
 	}
 	if err := n.send.Send(m); err != nil {

@@ -41,7 +41,7 @@ func (q *queueReq) run(d *Driver) {
 			Since: t.queued, Idle: v.Wait.Code == sched.ReasonBackoff}
 		if r := d.relays[t.owner]; r != nil {
 			if rr, ok := r.runners[t.runner]; ok {
-				w.Tenant, w.Placement = rr.tenant, placementText(rr.placement)
+				w.Tenant, w.Placement = rr.tenant, ui.PlacementText(rr.placement)
 				if v.Wait.Code == sched.ReasonNoRoom {
 					w.Reason += d.closedPoolNote(rr.placement.Pool)
 				}
@@ -68,7 +68,7 @@ func (q *queueReq) run(d *Driver) {
 				reason = "waiting: GitLab server " + inst + " is pending approval (vk-hub projects approve " + inst + " server)"
 			}
 			q.rows = append(q.rows, ui.Waiting{Kind: ui.WaitRunner, ID: rr.Name, Relay: name, Runner: rr.Name, Tenant: r.runners[rr.Name].tenant,
-				Instance: inst, Placement: placementText(rr.Placement), Reason: reason})
+				Instance: inst, Placement: ui.PlacementText(rr.Placement), Reason: reason})
 		}
 	}
 	for _, sid := range d.core.Jobs() {
@@ -77,7 +77,7 @@ func (q *queueReq) run(d *Driver) {
 			continue
 		}
 		w := ui.Waiting{Kind: ui.WaitJob, ID: j.rec.ID, Tenant: j.rec.Tenant, Relay: j.rec.Principal, Runner: j.rec.Runner,
-			Instance: store.InstanceKey(j.rec.Instance), Project: j.rec.Project, Placement: placementKeyText(j.rec.Placement), Since: j.rec.Created}
+			Instance: store.InstanceKey(j.rec.Instance), Project: j.rec.Project, Placement: ui.PlacementKeyText(j.rec.Placement), Since: j.rec.Created}
 		if v, ok := d.core.Job(sid); ok {
 			w.Reason = v.Wait.Text()
 			if p, ok := parsePlacementKey(j.rec.Placement); ok && v.Wait.Code == sched.ReasonNoRoom {
@@ -155,7 +155,7 @@ func (r *relaysReq) run(d *Driver) {
 				for _, rr := range rep.Runners {
 					rec := rel.runners[rr.Name]
 					row.Runners = append(row.Runners, ui.RunnerRow{Name: rr.Name, Tenant: rec.tenant,
-						Placement: placementText(rr.Placement), RequestConcurrency: rr.RequestConcurrency, Limit: rr.Limit,
+						Placement: ui.PlacementText(rr.Placement), RequestConcurrency: rr.RequestConcurrency, Limit: rr.Limit,
 						TokenAccepted: rr.TokenAccepted, State: string(rel.states[rr.Name])})
 				}
 			}
