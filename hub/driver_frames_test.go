@@ -65,7 +65,9 @@ func both[T any](v T) []any { return []any{v, &v} }
 // effect is a warning or a no-op on a record the driver does not hold.
 // The driver's loop does not run: the test's goroutine is its owner.
 func TestNodeFrameTable(t *testing.T) {
-	d, err := newDriver(t.Context(), Config{}, nil, memstore.New(), output.NewMem(), nil, nil, nil)
+	cfg := Config{StateDir: t.TempDir()}
+	cfg.Trace.Disabled = true
+	d, err := newDriver(t.Context(), cfg, nil, memstore.New(), output.NewMem(), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
