@@ -272,21 +272,21 @@ func (r *nodeChangeReq) run(d *Driver) {
 // Policy implements admin.Backend (OPS-03).
 func (d *Driver) Policy(ctx context.Context) (admin.Policy, error) {
 	r := &policyReq{}
-	err := d.ask(ctx, r)
-	var p admin.Policy
-	if err == nil && r.json != nil {
-		err = json.Unmarshal(r.json, &p)
-	}
-	return p, err
+	err := d.call(ctx, r)
+	return r.p, err
 }
 
-// policyReq reads the policy in force, as JSON: a deep copy, so the
-// caller gets no map of the driver's.
-type policyReq struct{ json []byte }
+// policyReq reads a deep copy of the policy in force (through JSON), so
+// the caller gets no map of the driver's.
+type policyReq struct {
+	reply
+	p admin.Policy
+}
 
 func (r *policyReq) run(d *Driver) {
 	if d.policy != nil {
-		r.json, _ = json.Marshal(d.policy)
+		b, _ := json.Marshal(d.policy)
+		r.err = json.Unmarshal(b, &r.p)
 	}
 }
 
@@ -299,8 +299,9 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 	if err := validatePolicy(&p); err != nil {
 		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}
-	if err := d.toSchedChecked(&p); err != nil {
-		return err
+	// Converted on a scratch ID table, checked as the core would.
+	if err := policyToSched(&p, newIDTable()).Validate(); err != nil {
+		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
@@ -343,16 +344,6 @@ func (d *Driver) warnPolicy(ctx context.Context, p PolicyConfig) {
 	for _, w := range admin.UnknownRelays(p, rs) {
 		d.log.Warn("capacity policy: " + w)
 	}
-}
-
-// toSchedChecked converts p on a scratch ID table and validates the result
-// as the core would.
-func (d *Driver) toSchedChecked(p *PolicyConfig) error {
-	sp := policyToSched(p, newIDTable())
-	if err := sp.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
-	}
-	return nil
 }
 
 // RelayRemoved implements admin.Backend: the relay's session ends; its
@@ -422,9 +413,6 @@ func (r *nodeRemovedReq) run(d *Driver) {
 	}
 	delete(d.down, r.node)
 	delete(d.nodes, r.node)
-	if d.removed == nil {
-		d.removed = map[string]bool{}
-	}
 	d.removed[r.node] = true
 	d.exec(d.step(sched.NodeLost{Node: n.id}))
 	d.log.Info("node removed by an operator; its jobs end lost", logkey.NodeID, r.node)

@@ -193,7 +193,7 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStor
 		epoch: hex.EncodeToString(ep[:]), in: make(chan envelope), bg: context.WithoutCancel(ctx),
 		ids: newIDTable(), relays: map[string]*relayRec{}, nodes: map[string]*nodeRec{},
 		tickets: map[sched.TicketID]*ticketRec{}, jobs: map[sched.JobID]*jobRec{}, jobIDs: map[string]sched.JobID{},
-		renewers: map[sched.ReservationID][]chan renewAnswer{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
+		renewers: map[sched.ReservationID][]chan renewAnswer{}, down: map[string]*nodeRec{}, removed: map[string]bool{}, capWake: make(chan struct{}),
 		trace: nopTracer{}, // until openTrace, after the restore
 	}
 	d.w = newRecWriter(d.bg, st, log)

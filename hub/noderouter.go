@@ -74,18 +74,6 @@ func (r *nodeRouter) count() int {
 	return n
 }
 
-// picture returns a standby's copy of a node's latest report and
-// heartbeat (nil when it has none, and once this instance leads).
-func (r *nodeRouter) picture(node string) (*dispatch.Report, *dispatch.Heartbeat) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	x := r.nodes[node]
-	if x == nil {
-		return nil, nil
-	}
-	return x.report, x.heartbeat
-}
-
 func (r *nodeRouter) NodeUp(s *session.NodeSession, _ *dispatch.Hello, resumed bool) {
 	r.mu.Lock()
 	x := r.nodes[s.Node()]

@@ -56,3 +56,15 @@ func TestLeaderKeepsOneReport(t *testing.T) {
 		t.Errorf("admin nodes = %+v, want n9", nodes)
 	}
 }
+
+// picture returns a standby's copy of a node's latest report and
+// heartbeat (nil when it has none, and once this instance leads).
+func (r *nodeRouter) picture(node string) (*dispatch.Report, *dispatch.Heartbeat) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x := r.nodes[node]
+	if x == nil {
+		return nil, nil
+	}
+	return x.report, x.heartbeat
+}
