@@ -402,7 +402,7 @@ func (d *Driver) settledLost(ctx context.Context, id, node string) bool {
 	return json.Unmarshal(rec.Result, &res) == nil && res.Failure == client.FailureLost
 }
 
-// onOutputStored records how much of a job's output is durable; output
+// outputStored records how much of a job's output is durable; output
 // growth does not move the revision (API-36).
 func (e outputStored) run(d *Driver) {
 	if j := d.job(e.job); j != nil && e.len > j.outLen {

@@ -7,10 +7,10 @@ import (
 	"github.com/vk-ci/vk/proto/dispatch"
 )
 
-// request is one input of the driver's owner loop, carried out on its
-// goroutine by its run: a session event (a node or relay came, went or
-// sent a frame), a call of the API, admin or UI adapters, or the tick.
-// Each is a struct of its inputs and, for a call, of the answer run fills
+// request is one input of the driver's owner loop beside its tick,
+// carried out on its goroutine by its run: a session event (a node or
+// relay came, went or sent a frame) or a call of the API, admin or UI
+// adapters. Each is a struct of its inputs and, for a call, of the answer run fills
 // in; none carries a function, so what the loop does is the code of the
 // request types' run methods (requests_test.go keeps it so).
 type request interface{ run(d *Driver) }
