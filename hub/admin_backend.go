@@ -122,69 +122,76 @@ func (d *Driver) Nodes(ctx context.Context) ([]admin.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []admin.Node
-	err = d.do(ctx, func() {
-		views := map[sched.NodeID]sched.NodeView{}
-		for _, v := range d.core.Nodes() {
-			views[v.ID] = v
+	r := &nodesReq{enrolled: enrolled}
+	err = d.ask(ctx, r)
+	return r.nodes, err
+}
+
+// nodesReq lists the enrolled nodes and those with a session, as the
+// admin socket shows them.
+type nodesReq struct {
+	enrolled []store.Principal
+	nodes    []admin.Node
+}
+
+func (r *nodesReq) run(d *Driver) {
+	views := map[sched.NodeID]sched.NodeView{}
+	for _, v := range d.core.Nodes() {
+		views[v.ID] = v
+	}
+	jobs := map[string]int{}
+	for _, j := range d.jobs {
+		if j.rec.State == store.JobStarting || j.rec.State == store.JobRunning {
+			jobs[j.rec.Node]++
 		}
-		jobs := map[string]int{}
-		for _, j := range d.jobs {
-			if j.rec.State == store.JobStarting || j.rec.State == store.JobRunning {
-				jobs[j.rec.Node]++
+	}
+	seen := map[string]bool{}
+	add := func(id, name string) {
+		seen[id] = true
+		set := d.nodeSets[id]
+		an := admin.Node{ID: id, Name: name, State: "disconnected", Ceiling: set.adminCeiling(), Pools: set.Pools}
+		if n := d.nodes[id]; n != nil {
+			if n.report != nil && n.report.Name != "" {
+				an.Name = n.report.Name // [node] name wins over the join-time host name
 			}
-		}
-		seen := map[string]bool{}
-		add := func(id, name string) {
-			seen[id] = true
-			set := d.nodeSets[id]
-			an := admin.Node{ID: id, Name: name, State: "disconnected", Ceiling: set.adminCeiling(), Pools: set.Pools}
-			if n := d.nodes[id]; n != nil {
-				if n.report != nil && n.report.Name != "" {
-					an.Name = n.report.Name // [node] name wins over the join-time host name
-				}
-				if n.report != nil {
-					an.Labels, an.MaxConcurrency = n.report.Labels, n.report.MaxConcurrency
-					an.Capacity = client.Envelope{Mem: n.report.Resources.Mem, Disk: n.report.Resources.Disk, CPUs: n.report.Resources.CPUs}
-					if !set.PoolsSet {
-						an.Pools = n.report.Pools
-					}
-				}
-				switch {
-				case n.send == nil && !n.downAt.IsZero():
-					an.State = "unreachable"
-				case n.send != nil && set.Drain:
-					an.State = "draining"
-				case n.send != nil:
-					an.State = string(n.state)
-				}
-				an.LastSeen = n.lastSeen
-				an.Jobs = jobs[id]
-				if v, ok := views[n.id]; ok {
-					an.Reservations = max(v.Placed-an.Jobs, 0)
+			if n.report != nil {
+				an.Labels, an.MaxConcurrency = n.report.Labels, n.report.MaxConcurrency
+				an.Capacity = client.Envelope{Mem: n.report.Resources.Mem, Disk: n.report.Resources.Disk, CPUs: n.report.Resources.CPUs}
+				if !set.PoolsSet {
+					an.Pools = n.report.Pools
 				}
 			}
-			out = append(out, an)
-		}
-		for _, p := range enrolled {
-			if p.Kind == store.KindNode && !p.Removed {
-				add(p.ID, p.Name)
+			switch {
+			case n.send == nil && !n.downAt.IsZero():
+				an.State = "unreachable"
+			case n.send != nil && set.Drain:
+				an.State = "draining"
+			case n.send != nil:
+				an.State = string(n.state)
+			}
+			an.LastSeen = n.lastSeen
+			an.Jobs = jobs[id]
+			if v, ok := views[n.id]; ok {
+				an.Reservations = max(v.Placed-an.Jobs, 0)
 			}
 		}
-		for _, id := range sortedKeys(d.nodes) {
-			if !seen[id] && d.nodes[id].report != nil {
-				add(id, "")
-			}
+		r.nodes = append(r.nodes, an)
+	}
+	for _, p := range r.enrolled {
+		if p.Kind == store.KindNode && !p.Removed {
+			add(p.ID, p.Name)
 		}
-	})
-	return out, err
+	}
+	for _, id := range sortedKeys(d.nodes) {
+		if !seen[id] && d.nodes[id].report != nil {
+			add(id, "")
+		}
+	}
 }
 
 // SetPools implements admin.Backend (OPS-01).
 func (d *Driver) SetPools(ctx context.Context, node string, pools []string) error {
-	return d.changeNode(ctx, node, func(s *nodeSettings) {
-		s.Pools, s.PoolsSet = slices.Clone(pools), true
-	})
+	return d.changeNode(ctx, &nodeChangeReq{node: node, what: setPools, pools: pools})
 }
 
 // SetCeiling implements admin.Backend (OPS-02, PLACE-04, PLACE-07): n > 0
@@ -195,7 +202,7 @@ func (d *Driver) SetCeiling(ctx context.Context, node string, n int) error {
 	if n < admin.NoCeiling {
 		return fmt.Errorf("%w: ceiling %d", admin.ErrInvalid, n)
 	}
-	return d.changeNode(ctx, node, func(s *nodeSettings) { s.Ceiling, s.Zero = max(n, 0), n == 0 })
+	return d.changeNode(ctx, &nodeChangeReq{node: node, what: setCeiling, ceiling: n})
 }
 
 // Drain implements admin.Backend: the hub offers and starts nothing new on
@@ -203,52 +210,84 @@ func (d *Driver) SetCeiling(ctx context.Context, node string, n int) error {
 // the node in its settings frame (drain), which then refuses new offers
 // itself; undraining clears both.
 func (d *Driver) Drain(ctx context.Context, node string, on bool) error {
-	return d.changeNode(ctx, node, func(s *nodeSettings) { s.Drain = on })
+	return d.changeNode(ctx, &nodeChangeReq{node: node, what: setDrain, drain: on})
 }
+
+// nodeChangeReq is an operator's change of one of a node's settings.
+type nodeChangeReq struct {
+	reply
+	node    string
+	what    nodeSetting
+	pools   []string
+	ceiling int // admin.NoCeiling, 0 or a ceiling
+	drain   bool
+}
+
+type nodeSetting int
+
+const (
+	setPools nodeSetting = iota
+	setCeiling
+	setDrain
+)
 
 // changeNode applies an operator change to a known node, persists it,
 // updates the core and tells the node its settings.
-func (d *Driver) changeNode(ctx context.Context, node string, edit func(*nodeSettings)) error {
-	p, err := d.st.GetPrincipal(ctx, node)
+func (d *Driver) changeNode(ctx context.Context, r *nodeChangeReq) error {
+	p, err := d.st.GetPrincipal(ctx, r.node)
 	if errors.Is(err, store.ErrNotFound) || err == nil && (p.Kind != store.KindNode || p.Removed) {
-		return fmt.Errorf("%w: node %s", admin.ErrNotFound, node)
+		return fmt.Errorf("%w: node %s", admin.ErrNotFound, r.node)
 	}
 	if err != nil {
 		return err
 	}
-	return d.call(ctx, func() error {
-		set := d.nodeSets[node]
-		edit(&set)
-		d.nodeSets[node] = set
-		if err := d.saveNodeSettings(); err != nil {
-			return err
-		}
-		n := d.nodeRecord(node)
-		// The node hears its new settings before any offer the change
-		// allows: offered first, it would refuse them on its old ceiling.
-		d.sendSettings(n)
-		d.exec(d.step(set.ceilingEvent(n.id)))
-		if n.report != nil && n.synced {
-			d.exec(d.step(d.nodeEvent(n)))
-		}
-		d.log.Info("node settings changed", logkey.NodeID, node, "pools", set.Pools, "ceiling", set.adminCeiling(), "drain", set.Drain)
-		return nil
-	})
+	return d.call(ctx, r)
+}
+
+func (r *nodeChangeReq) run(d *Driver) {
+	set := d.nodeSets[r.node]
+	switch r.what {
+	case setPools:
+		set.Pools, set.PoolsSet = slices.Clone(r.pools), true
+	case setCeiling:
+		set.Ceiling, set.Zero = max(r.ceiling, 0), r.ceiling == 0
+	case setDrain:
+		set.Drain = r.drain
+	}
+	d.nodeSets[r.node] = set
+	if r.err = d.saveNodeSettings(); r.err != nil {
+		return
+	}
+	n := d.nodeRecord(r.node)
+	// The node hears its new settings before any offer the change allows:
+	// offered first, it would refuse them on its old ceiling.
+	d.sendSettings(n)
+	d.exec(d.step(set.ceilingEvent(n.id)))
+	if n.report != nil && n.synced {
+		d.exec(d.step(d.nodeEvent(n)))
+	}
+	d.log.Info("node settings changed", logkey.NodeID, r.node, "pools", set.Pools, "ceiling", set.adminCeiling(), "drain", set.Drain)
 }
 
 // Policy implements admin.Backend (OPS-03).
 func (d *Driver) Policy(ctx context.Context) (admin.Policy, error) {
-	var b []byte
-	err := d.do(ctx, func() {
-		if d.policy != nil {
-			b, _ = json.Marshal(d.policy) // a deep copy: the caller gets no map of the driver's
-		}
-	})
-	var p admin.Policy
-	if err == nil && b != nil {
-		err = json.Unmarshal(b, &p)
+	r := &policyReq{}
+	err := d.call(ctx, r)
+	return r.p, err
+}
+
+// policyReq reads a deep copy of the policy in force (through JSON), so
+// the caller gets no map of the driver's.
+type policyReq struct {
+	reply
+	p admin.Policy
+}
+
+func (r *policyReq) run(d *Driver) {
+	if d.policy != nil {
+		b, _ := json.Marshal(d.policy)
+		r.err = json.Unmarshal(b, &r.p)
 	}
-	return p, err
 }
 
 // SetPolicy implements admin.Backend (OPS-03): converted, validated,
@@ -260,8 +299,9 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 	if err := validatePolicy(&p); err != nil {
 		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}
-	if err := d.toSchedChecked(&p); err != nil {
-		return err
+	// Converted on a scratch ID table, checked as the core would.
+	if err := policyToSched(&p, newIDTable()).Validate(); err != nil {
+		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
@@ -271,17 +311,21 @@ func (d *Driver) SetPolicy(ctx context.Context, ap admin.Policy) error {
 		return err
 	}
 	d.warnPolicy(ctx, p)
-	return d.do(ctx, func() {
-		d.policy = &p
-		d.exec(d.step(sched.PolicyChanged{Policy: d.schedPolicy()}))
-		for _, name := range sortedKeys(d.relays) {
-			r := d.relays[name]
-			if r.report != nil {
-				d.relayInventory(r, *r.report)
-			}
+	return d.ask(ctx, setPolicyReq{p})
+}
+
+// setPolicyReq puts a checked, persisted policy in force.
+type setPolicyReq struct{ p PolicyConfig }
+
+func (r setPolicyReq) run(d *Driver) {
+	d.policy = &r.p
+	d.exec(d.step(sched.PolicyChanged{Policy: d.schedPolicy()}))
+	for _, name := range sortedKeys(d.relays) {
+		if rr := d.relays[name]; rr.report != nil {
+			d.relayInventory(rr, *rr.report)
 		}
-		d.log.Info("capacity policy replaced", "tenants", len(p.Tenants), "headroom", len(p.Headroom))
-	})
+	}
+	d.log.Info("capacity policy replaced", "tenants", len(r.p.Tenants), "headroom", len(r.p.Headroom))
 }
 
 // warnPolicy logs what in p is valid but most likely a mistake: relay
@@ -302,28 +346,14 @@ func (d *Driver) warnPolicy(ctx context.Context, p PolicyConfig) {
 	}
 }
 
-// toSchedChecked converts p on a scratch ID table and validates the result
-// as the core would.
-func (d *Driver) toSchedChecked(p *PolicyConfig) error {
-	sp := policyToSched(p, newIDTable())
-	if err := sp.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", admin.ErrInvalid, err)
-	}
-	return nil
-}
-
 // RelayRemoved implements admin.Backend: the relay's session ends; its
 // requests are refused by the signature check from now on (AUTH-13).
 func (d *Driver) RelayRemoved(ctx context.Context, relay string) error {
-	var s RelaySender
-	if err := d.do(ctx, func() {
-		if r := d.relays[relay]; r != nil {
-			s = r.send
-		}
-	}); err != nil {
+	r := &relaySenderReq{relay: relay}
+	if err := d.ask(ctx, r); err != nil {
 		return err
 	}
-	if e, ok := s.(interface {
+	if e, ok := r.send.(interface {
 		End(code client.RelayErrorCode, msg string)
 	}); ok {
 		e.End(client.RelayErrorUnauthorized, "relay removed by an operator")
@@ -331,58 +361,81 @@ func (d *Driver) RelayRemoved(ctx context.Context, relay string) error {
 	return d.RelayDisconnected(ctx, relay)
 }
 
+// relaySenderReq asks for a relay's session sender (nil when none).
+type relaySenderReq struct {
+	relay string
+	send  RelaySender
+}
+
+func (r *relaySenderReq) run(d *Driver) {
+	if rr := d.relays[r.relay]; rr != nil {
+		r.send = rr.send
+	}
+}
+
 // NodeRemoved implements admin.Backend: the node's session ends (its key
 // is refused from now on), the core counts it lost at once (its
 // reservations end, its jobs end lost, FAIL-16), and its record and
 // operator settings go, so it leaves the node list.
 func (d *Driver) NodeRemoved(ctx context.Context, node string) error {
-	var s NodeSender
-	var serr error
-	if err := d.do(ctx, func() {
-		if _, ok := d.nodeSets[node]; ok {
-			delete(d.nodeSets, node)
-			serr = d.saveNodeSettings()
-		}
-		n := d.nodes[node]
-		if n == nil {
-			return
-		}
-		s = n.send
-		if n.send != nil {
-			d.met.add("vk_hub_nodes_connected", -1)
-		}
-		delete(d.down, node)
-		delete(d.nodes, node)
-		if d.removed == nil {
-			d.removed = map[string]bool{}
-		}
-		d.removed[node] = true
-		d.exec(d.step(sched.NodeLost{Node: n.id}))
-		d.log.Info("node removed by an operator; its jobs end lost", logkey.NodeID, node)
-	}); err != nil {
+	r := &nodeRemovedReq{node: node}
+	if err := d.ask(ctx, r); err != nil {
 		return err
 	}
-	if e, ok := s.(interface {
+	if e, ok := r.send.(interface {
 		End(code dispatch.ErrorCode, msg string)
 	}); ok {
 		e.End(dispatch.ErrorUnauthorized, "node removed by an operator")
 	}
-	return serr
+	return r.err
+}
+
+// nodeRemovedReq forgets a removed node; send is its session's sender,
+// for the adapter to end the session.
+type nodeRemovedReq struct {
+	reply
+	node string
+	send NodeSender
+}
+
+func (r *nodeRemovedReq) run(d *Driver) {
+	if _, ok := d.nodeSets[r.node]; ok {
+		delete(d.nodeSets, r.node)
+		r.err = d.saveNodeSettings()
+	}
+	n := d.nodes[r.node]
+	if n == nil {
+		return
+	}
+	r.send = n.send
+	if n.send != nil {
+		d.met.add("vk_hub_nodes_connected", -1)
+	}
+	delete(d.down, r.node)
+	delete(d.nodes, r.node)
+	d.removed[r.node] = true
+	d.exec(d.step(sched.NodeLost{Node: n.id}))
+	d.log.Info("node removed by an operator; its jobs end lost", logkey.NodeID, r.node)
 }
 
 // ApprovalChanged implements admin.Backend: a server's new status goes to
 // its relays at once (RSESS-07). Jobs refused pending approval are not
 // held (FAIL-20): they failed already, and a retry in GitLab submits anew.
 func (d *Driver) ApprovalChanged(ctx context.Context, a store.Approval) error {
-	return d.do(ctx, func() {
-		d.log.Info("approval changed", "instance", a.Instance, "project", a.Project, "state", a.State)
-		if a.Project != 0 {
-			return
+	return d.ask(ctx, approvalReq{a})
+}
+
+type approvalReq struct{ a store.Approval }
+
+func (r approvalReq) run(d *Driver) {
+	a := r.a
+	d.log.Info("approval changed", "instance", a.Instance, "project", a.Project, "state", a.State)
+	if a.Project != 0 {
+		return
+	}
+	for _, name := range sortedKeys(d.relays) {
+		if rr := d.relays[name]; rr.report != nil && instanceOf(rr.report.GitLabURL) == a.Instance {
+			d.sendServerStatus(rr)
 		}
-		for _, name := range sortedKeys(d.relays) {
-			if r := d.relays[name]; r.report != nil && instanceOf(r.report.GitLabURL) == a.Instance {
-				d.sendServerStatus(r)
-			}
-		}
-	})
+	}
 }

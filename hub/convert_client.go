@@ -130,25 +130,6 @@ func placementKey(p client.Placement) string {
 	return string(b)
 }
 
-// placementText is a placement as operators read it, "linux [ssd,kvm]
-// mem=2G cpus=2 disk=10G" (the queue listings).
-func placementText(p client.Placement) string {
-	out := p.Pool
-	if len(p.Labels) > 0 {
-		out += " [" + strings.Join(p.Labels, ",") + "]"
-	}
-	return out + " " + p.Envelope.String()
-}
-
-// placementKeyText is placementText of a stored placement key; the key
-// itself when it does not parse.
-func placementKeyText(key string) string {
-	if p, ok := parsePlacementKey(key); ok {
-		return placementText(p)
-	}
-	return key
-}
-
 // parsePlacementKey reverses placementKey; ok false for a record written
 // with something else (then the placement is unknown).
 func parsePlacementKey(s string) (client.Placement, bool) {
@@ -166,8 +147,8 @@ type enumPair[W, S comparable] struct {
 }
 
 // enumTable pairs the known values of a wire enum with the core's, one
-// row each, so the two directions of a conversion are one table and cannot
-// disagree. Each value appears in at most one row per column. What an
+// row each; each value appears in at most one row per column (the tests
+// read it backwards to check every core value has a wire name). What an
 // unknown value maps to is not in the table: each converter names it,
 // because it means something different per enum (see the callers).
 type enumTable[W, S comparable] []enumPair[W, S]
@@ -177,16 +158,6 @@ func (t enumTable[W, S]) toSched(w W, unknown S) S {
 	for _, p := range t {
 		if p.wire == w {
 			return p.sched
-		}
-	}
-	return unknown
-}
-
-// fromSched returns s's wire value, or unknown if s has no row.
-func (t enumTable[W, S]) fromSched(s S, unknown W) W {
-	for _, p := range t {
-		if p.sched == s {
-			return p.wire
 		}
 	}
 	return unknown
@@ -205,12 +176,6 @@ var outcomes = enumTable[client.Outcome, sched.OutcomeKind]{
 // (VerdictInvalid): a report the hub cannot read is not guessed at.
 func outcomeToSched(o client.Outcome) sched.OutcomeKind {
 	return outcomes.toSched(o, sched.OutcomeNone)
-}
-
-// outcomeFromSched maps sched.OutcomeNone (no outcome yet) to
-// client.OutcomeOther.
-func outcomeFromSched(k sched.OutcomeKind) client.Outcome {
-	return outcomes.fromSched(k, client.OutcomeOther)
 }
 
 // grantFromSched converts a grant; nodeName maps the core's node ID to the

@@ -29,12 +29,6 @@ func nodeStateToSched(s dispatch.NodeState) sched.NodeState {
 	return nodeStates.toSched(s, sched.NodeMaintenance)
 }
 
-// nodeStateFromSched maps a core state with no wire name (none today) to
-// maintenance, as nodeStateToSched does.
-func nodeStateFromSched(s sched.NodeState) dispatch.NodeState {
-	return nodeStates.fromSched(s, dispatch.NodeMaintenance)
-}
-
 // reportToSched converts a node's report. state is the node's last
 // heartbeat state (ready until one says otherwise).
 func reportToSched(id sched.NodeID, r dispatch.Report, state dispatch.NodeState) sched.NodeReport {

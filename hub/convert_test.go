@@ -79,7 +79,7 @@ func TestPlacementRoundTrip(t *testing.T) {
 
 func TestOutcomeRoundTrip(t *testing.T) {
 	for _, o := range []client.Outcome{client.OutcomeJob, client.OutcomeEmpty, client.OutcomeError, client.OutcomeReleased} {
-		if got := outcomeFromSched(outcomeToSched(o)); got != o {
+		if got := outcomes.fromSched(outcomeToSched(o), client.OutcomeOther); got != o {
 			t.Errorf("outcome %s → %s", o, got)
 		}
 	}
@@ -109,6 +109,17 @@ func TestEnumTable(t *testing.T) {
 	}
 }
 
+// fromSched returns s's wire value in t, or unknown if s has no row: the
+// table read backwards, as only the tests need it.
+func (t enumTable[W, S]) fromSched(s S, unknown W) W {
+	for _, p := range t {
+		if p.sched == s {
+			return p.wire
+		}
+	}
+	return unknown
+}
+
 // checkBijection fails unless each wire value and each sched value stands
 // in at most one row of tab (else one direction would lose a value).
 func checkBijection[W, S comparable](t *testing.T, name string, tab enumTable[W, S]) {
@@ -128,12 +139,12 @@ func TestEnumTablesComplete(t *testing.T) {
 	// Every outcome a core event may carry has a wire name (none is
 	// OutcomeNone, the "no outcome yet" zero value).
 	for k := sched.OutcomeJob; k <= sched.OutcomeReleased; k++ {
-		if got := outcomeFromSched(k); got == client.OutcomeOther || outcomeToSched(got) != k {
+		if got := outcomes.fromSched(k, client.OutcomeOther); got == client.OutcomeOther || outcomeToSched(got) != k {
 			t.Errorf("outcome %s → %q → %s", k, got, outcomeToSched(got))
 		}
 	}
-	if got := outcomeFromSched(sched.OutcomeNone); got != client.OutcomeOther {
-		t.Errorf("outcomeFromSched(none) = %q, want other", got)
+	if got := outcomes.fromSched(sched.OutcomeNone, client.OutcomeOther); got != client.OutcomeOther {
+		t.Errorf("outcome none has wire name %q", got)
 	}
 	for _, o := range []client.Outcome{"", client.OutcomeOther, "teleported"} {
 		if got := outcomeToSched(o); got != sched.OutcomeNone {
@@ -143,8 +154,8 @@ func TestEnumTablesComplete(t *testing.T) {
 	// Every core node state has a wire name; unknown wire states take no
 	// work (maintenance).
 	for s := sched.NodeReady; s <= sched.NodeMaintenance; s++ {
-		if got := nodeStateToSched(nodeStateFromSched(s)); got != s {
-			t.Errorf("node state %s → %q → %s", s, nodeStateFromSched(s), got)
+		if got := nodeStateToSched(nodeStates.fromSched(s, "")); got != s {
+			t.Errorf("node state %s → %q → %s", s, nodeStates.fromSched(s, ""), got)
 		}
 	}
 	for _, s := range []dispatch.NodeState{"", dispatch.NodeOther, "melting"} {
@@ -156,7 +167,7 @@ func TestEnumTablesComplete(t *testing.T) {
 
 func TestDispatchConversions(t *testing.T) {
 	for _, s := range []dispatch.NodeState{dispatch.NodeReady, dispatch.NodeDraining, dispatch.NodeDrained, dispatch.NodeQuarantined, dispatch.NodeMaintenance} {
-		if got := nodeStateFromSched(nodeStateToSched(s)); got != s {
+		if got := nodeStates.fromSched(nodeStateToSched(s), ""); got != s {
 			t.Errorf("node state %s → %s", s, got)
 		}
 	}

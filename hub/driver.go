@@ -26,10 +26,10 @@ import (
 // answers to waiting long polls, job record changes (with revision bumps
 // and wakeups), persisted claimed admissions.
 //
-// Everything the driver owns is touched only on its goroutine, which
-// selects over its inputs: typed session events (sessionEvent: a node or
-// relay came, went or sent a frame), the calls of the API, admin and UI
-// adapters (do, call), and its tick. Disk writes
+// Everything the driver owns is touched only on its goroutine, which takes
+// typed requests (requests.go: a node or relay came, went or sent a frame;
+// a call of the API, admin or UI adapters) and its tick, and carries out
+// each with its run method. Disk writes
 // of job output happen on the caller's goroutine (the node session's
 // reader); record writes (job records, claimed admissions, audit) are
 // queued, in order, to a writer goroutine (recWriter), and whoever must
@@ -68,13 +68,11 @@ type Driver struct {
 	policy *PolicyConfig
 	epoch  string // ticket ID epoch of this start
 
-	// The owner loop's inputs, as raft's node.run selects over typed
-	// channels: what the node and relay sessions say (sessc), and the
-	// calls of the API, admin and UI adapters (reqs).
-	sessc chan sessionReq
-	reqs  chan func()
-	bg    context.Context // for store writes; never cancelled mid-write
-	w     *recWriter      // record writes, in order, off the driver goroutine
+	// The owner loop's input: the typed requests of the sessions and the
+	// adapters (requests.go).
+	in chan envelope
+	bg context.Context // for store writes; never cancelled mid-write
+	w  *recWriter      // record writes, in order, off the driver goroutine
 
 	// Owned by the loop goroutine. The core holds the state of tickets,
 	// admissions and jobs and every limit; the driver keeps only what
@@ -192,10 +190,10 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStor
 	rand.Read(ep[:])
 	d := &Driver{
 		clk: clk, st: st, out: out, log: log, met: met, cfg: cfg, policy: pol,
-		epoch: hex.EncodeToString(ep[:]), sessc: make(chan sessionReq), reqs: make(chan func()), bg: context.WithoutCancel(ctx),
+		epoch: hex.EncodeToString(ep[:]), in: make(chan envelope), bg: context.WithoutCancel(ctx),
 		ids: newIDTable(), relays: map[string]*relayRec{}, nodes: map[string]*nodeRec{},
 		tickets: map[sched.TicketID]*ticketRec{}, jobs: map[sched.JobID]*jobRec{}, jobIDs: map[string]sched.JobID{},
-		renewers: map[sched.ReservationID][]chan renewAnswer{}, down: map[string]*nodeRec{}, capWake: make(chan struct{}),
+		renewers: map[sched.ReservationID][]chan renewAnswer{}, down: map[string]*nodeRec{}, removed: map[string]bool{}, capWake: make(chan struct{}),
 		trace: nopTracer{}, // until openTrace, after the restore
 	}
 	d.w = newRecWriter(d.bg, st, log)
@@ -228,7 +226,7 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStor
 		return nil, err
 	}
 	d.trace = d.openTrace()
-	met.collect = func(ctx context.Context) { d.do(ctx, d.countJobs) }
+	met.collect = func(ctx context.Context) { d.ask(ctx, countJobsReq{}) }
 	return d, nil
 }
 
@@ -240,8 +238,8 @@ func (d *Driver) schedPolicy() sched.Policy {
 	return p
 }
 
-// Run runs the driver loop until ctx ends: closures from other
-// goroutines, and a Tick every cfg.TickMillis. When it returns, every
+// Run runs the driver loop until ctx ends: requests from other
+// goroutines, and a tick every cfg.TickMillis. When it returns, every
 // record write it queued is durable.
 func (d *Driver) Run(ctx context.Context) error {
 	t := d.clk.NewTimer(d.cfg.tick())
@@ -252,11 +250,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case r := <-d.sessc:
-			d.onSession(r.ev)
-			close(r.done)
-		case f := <-d.reqs:
-			f()
+		case e := <-d.in:
+			e.req.run(d)
+			close(e.done)
 		case <-t.C():
 			d.onTick()
 			t.Reset(d.cfg.tick())
@@ -266,29 +262,6 @@ func (d *Driver) Run(ctx context.Context) error {
 
 // errStopped is returned when the driver loop is gone.
 var errStopped = errors.New("hub: driver stopped")
-
-// do runs f on the driver goroutine and waits for it; ctx bounds the wait
-// for the loop to take f (once taken, f runs to completion).
-func (d *Driver) do(ctx context.Context, f func()) error {
-	done := make(chan struct{})
-	select {
-	case d.reqs <- func() { f(); close(done) }:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	<-done
-	return nil
-}
-
-// call runs f on the driver goroutine and returns its error, or ctx's
-// when the loop did not take f in time.
-func (d *Driver) call(ctx context.Context, f func() error) error {
-	var err error
-	if derr := d.do(ctx, func() { err = f() }); derr != nil {
-		return derr
-	}
-	return err
-}
 
 // now is the driver's clock reading.
 func (d *Driver) now() time.Time { return d.clk.Now() }
@@ -363,13 +336,10 @@ func (d *Driver) exec(acts []sched.Action) {
 
 func (d *Driver) sendNode(id sched.NodeID, m dispatch.Message) {
 	name := d.ids.nodeName(id)
-	n := d.nodes[name]
-	if n == nil || n.send == nil {
-		d.log.Debug("node not connected; frame dropped", logkey.NodeID, name, "kind", string(m.FrameKind()))
-		return
-	}
-	if err := n.send.Send(m); err != nil {
-		d.log.Warn("send to node failed", logkey.NodeID, name, logkey.Err, err)
+	if n := d.nodes[name]; n != nil {
+		d.sendTo(n, m)
+	} else {
+		d.log.Debug("node unknown; frame dropped", logkey.NodeID, name, "kind", string(m.FrameKind()))
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/vk-ci/vk/sched"
 )
 
-// The driver implements api.Backend: each method runs its core step on the
-// driver goroutine and waits (long polls) off it.
+// The driver implements api.Backend: each method hands a request to the
+// owner loop, which steps the core, and waits (long polls) off it.
 var _ api.Backend = (*Driver)(nil)
 
 // renewTimeout bounds the wait for the node's answer to a renew.
@@ -75,61 +75,54 @@ func (d *Driver) wait(ctx context.Context, ch <-chan struct{}, deadline time.Tim
 func (d *Driver) Capacity(ctx context.Context, p api.Principal, req client.CapacityRequest, wait time.Duration) (client.Capacity, error) {
 	deadline := d.now().Add(wait)
 	for {
-		var (
-			c   client.Capacity
-			ch  <-chan struct{}
-			old bool
-		)
-		if err := d.do(ctx, func() {
-			if r := d.relays[p.ID]; r != nil && r.noWork {
-				old = true
-				return
-			}
-			c = client.Capacity{Revision: d.capRev, Fits: d.core.Fits(placementToSched(req.Placement))}
-			ch = d.capWake
-		}); err != nil {
+		r := &capacityReq{principal: p.ID, placement: req.Placement}
+		if err := d.call(ctx, r); err != nil {
 			return client.Capacity{}, err
 		}
-		if old {
-			return client.Capacity{}, errOldRelay
+		if req.After == 0 || r.c.Revision > req.After || wait <= 0 {
+			return r.c, nil
 		}
-		if req.After == 0 || c.Revision > req.After || wait <= 0 {
-			return c, nil
-		}
-		woken, err := d.wait(ctx, ch, deadline)
+		woken, err := d.wait(ctx, r.wake, deadline)
 		if err != nil {
 			return client.Capacity{}, err
 		}
 		if !woken {
-			return c, nil
+			return r.c, nil
 		}
 	}
 }
 
+// capacityReq asks for the capacity answer now and the channel closed
+// when it changes.
+type capacityReq struct {
+	reply
+	principal string
+	placement client.Placement
+	c         client.Capacity
+	wake      <-chan struct{}
+}
+
+func (r *capacityReq) run(d *Driver) {
+	if rr := d.relays[r.principal]; rr != nil && rr.noWork {
+		r.err = errOldRelay
+		return
+	}
+	r.c = client.Capacity{Revision: d.capRev, Fits: d.core.Fits(placementToSched(r.placement))}
+	r.wake = d.capWake
+}
+
 // Reserve implements api.Backend (API-03, API-16..21).
 func (d *Driver) Reserve(ctx context.Context, p api.Principal, req client.ReservationRequest, wait time.Duration) (*client.ReservationGrant, string, error) {
-	var (
-		wire      string
-		err       error
-		immediate bool
-	)
-	if derr := d.do(ctx, func() {
-		wire, err = d.queueTicket(p.ID, req)
-		if id, _, ok := parseTicket(wire, d.epoch); err == nil && ok {
-			v, _ := d.core.Ticket(id)
-			immediate = v.Immediate
-		}
-	}); derr != nil {
-		return nil, "", derr
-	}
-	if err != nil {
+	r := &reserveReq{principal: p.ID, req: req}
+	if err := d.call(ctx, r); err != nil {
 		return nil, "", err
 	}
+	wire := r.wire
 	if req.Queue {
 		// API-17: a grant needs a node's answer. When every offer went out
 		// at once, hold the answer briefly for it: 201 with the grant if
 		// it comes, else 202 with the ticket (which stays queued).
-		if !immediate || d.cfg.ImmediateWaitMillis <= 0 {
+		if !r.immediate || d.cfg.ImmediateWaitMillis <= 0 {
 			return nil, wire, nil
 		}
 		g, err := d.Ticket(ctx, p, wire, time.Duration(d.cfg.ImmediateWaitMillis)*time.Millisecond)
@@ -151,6 +144,24 @@ func (d *Driver) Reserve(ctx context.Context, p api.Principal, req client.Reserv
 		}
 	}
 	return nil, "", &api.Error{Code: client.CodeNoCapacity, Msg: "no node accepted the reservation in time", RetryAfter: 5}
+}
+
+// reserveReq queues a ticket: its wire ID, and whether every offer went
+// out at once.
+type reserveReq struct {
+	reply
+	principal string
+	req       client.ReservationRequest
+	wire      string
+	immediate bool
+}
+
+func (r *reserveReq) run(d *Driver) {
+	r.wire, r.err = d.queueTicket(r.principal, r.req)
+	if id, _, ok := parseTicket(r.wire, d.epoch); r.err == nil && ok {
+		v, _ := d.core.Ticket(id)
+		r.immediate = v.Immediate
+	}
 }
 
 // queueTicket queues a ticket of a connected relay's reported runner
@@ -204,18 +215,11 @@ func (d *Driver) Ticket(ctx context.Context, p api.Principal, ticket string, wai
 	}
 	deadline := d.now().Add(wait)
 	for {
-		var (
-			g   *client.ReservationGrant
-			err error
-			ch  <-chan struct{}
-		)
-		if derr := d.do(ctx, func() { g, ch, err = d.pollTicket(p.ID, id) }); derr != nil {
-			return nil, derr
+		r := &pollReq{principal: p.ID, id: id}
+		if err := d.call(ctx, r); err != nil || r.g != nil || wait <= 0 {
+			return r.g, err
 		}
-		if err != nil || g != nil || wait <= 0 {
-			return g, err
-		}
-		woken, werr := d.wait(ctx, ch, deadline)
+		woken, werr := d.wait(ctx, r.wake, deadline)
 		if werr != nil {
 			return nil, werr
 		}
@@ -225,24 +229,35 @@ func (d *Driver) Ticket(ctx context.Context, p api.Principal, ticket string, wai
 	}
 }
 
-func (d *Driver) pollTicket(principal string, id sched.TicketID) (*client.ReservationGrant, <-chan struct{}, error) {
-	t := d.tickets[id]
-	if t != nil && t.owner != principal {
-		return nil, nil, notFound("ticket") // API-25
+// pollReq polls a ticket: its grant, or the channel closed when it
+// changes.
+type pollReq struct {
+	reply
+	principal string
+	id        sched.TicketID
+	g         *client.ReservationGrant
+	wake      <-chan struct{}
+}
+
+func (r *pollReq) run(d *Driver) {
+	t := d.tickets[r.id]
+	if t != nil && t.owner != r.principal {
+		r.err = notFound("ticket") // API-25
+		return
 	}
-	v := d.stepExec(sched.TicketPolled{Ticket: id})
-	if err := verdictError(v); err != nil {
-		return nil, nil, err
+	if r.err = verdictError(d.stepExec(sched.TicketPolled{Ticket: r.id})); r.err != nil {
+		return
 	}
-	view, ok := d.core.Ticket(id)
-	if !ok || t == nil {
-		return nil, nil, api.Errorf(client.CodeReservationGone, "ticket ended")
-	}
-	if view.Grant != nil {
+	view, ok := d.core.Ticket(r.id)
+	switch {
+	case !ok || t == nil:
+		r.err = api.Errorf(client.CodeReservationGone, "ticket ended")
+	case view.Grant != nil:
 		g := grantFromSched(*view.Grant, d.ids.nodeName(view.Grant.Node))
-		return &g, nil, nil
+		r.g = &g
+	default:
+		r.wake = t.wake
 	}
-	return nil, t.wake, nil
 }
 
 // CancelTicket implements api.Backend (API-24, API-25).
@@ -254,12 +269,21 @@ func (d *Driver) CancelTicket(ctx context.Context, p api.Principal, ticket strin
 	if !same {
 		return nil
 	}
-	return d.call(ctx, func() error {
-		if t := d.tickets[id]; t != nil && t.owner != p.ID {
-			return notFound("ticket")
-		}
-		return verdictError(d.stepExec(sched.TicketCancelled{Ticket: id}))
-	})
+	return d.call(ctx, &cancelTicketReq{principal: p.ID, id: id})
+}
+
+type cancelTicketReq struct {
+	reply
+	principal string
+	id        sched.TicketID
+}
+
+func (r *cancelTicketReq) run(d *Driver) {
+	if t := d.tickets[r.id]; t != nil && t.owner != r.principal {
+		r.err = notFound("ticket")
+		return
+	}
+	r.err = verdictError(d.stepExec(sched.TicketCancelled{Ticket: r.id}))
 }
 
 // admission is an admission as the core holds it, with the names of its
@@ -317,38 +341,42 @@ func (d *Driver) admissionRecord(a admission, job string) store.Admission {
 // Claim implements api.Backend (API-26, DECISIONS 1). A claimed admission
 // is persisted with its reservation and node (ARB-04, DECISIONS 6).
 func (d *Driver) Claim(ctx context.Context, p api.Principal, id string) error {
-	var (
-		err     error
-		durable <-chan error
-	)
-	if derr := d.do(ctx, func() {
-		aid, a, known, e := d.admFor(p.ID, id)
-		if e != nil {
-			err = e
-			return
-		}
-		if aid == 0 {
-			err = api.Errorf(client.CodeReservationGone, "no such grant")
-			return
-		}
-		if err = verdictError(d.stepExec(sched.Claimed{Admission: aid})); err != nil || !known || a.State != "granted" {
-			return // a repeated claim: its record is written already
-		}
-		if a, known = d.admission(aid); !known {
-			return
-		}
-		rec := d.admissionRecord(a, "")
-		durable = d.w.doKey("adm:"+rec.ID, func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
-	}); derr != nil {
-		return derr
+	r := &claimReq{principal: p.ID, id: id}
+	if err := d.call(ctx, r); err != nil || r.durable == nil {
+		return err
 	}
-	if err == nil && durable != nil {
-		// DECISIONS 6: answer only once the claim survives a restart.
-		if e := <-durable; e != nil {
-			return &api.Error{Code: client.CodeInternal, Msg: "persisting the claim failed", Err: e}
-		}
+	// DECISIONS 6: answer only once the claim survives a restart.
+	if e := <-r.durable; e != nil {
+		return &api.Error{Code: client.CodeInternal, Msg: "persisting the claim failed", Err: e}
 	}
-	return err
+	return nil
+}
+
+// claimReq claims a grant: durable reports the claim's record write, nil
+// when none was needed (a repeated claim).
+type claimReq struct {
+	reply
+	principal, id string
+	durable       <-chan error
+}
+
+func (r *claimReq) run(d *Driver) {
+	aid, a, known, err := d.admFor(r.principal, r.id)
+	if r.err = err; err != nil {
+		return
+	}
+	if aid == 0 {
+		r.err = api.Errorf(client.CodeReservationGone, "no such grant")
+		return
+	}
+	if r.err = verdictError(d.stepExec(sched.Claimed{Admission: aid})); r.err != nil || !known || a.State != "granted" {
+		return // a repeated claim: its record is written already
+	}
+	if a, known = d.admission(aid); !known {
+		return
+	}
+	rec := d.admissionRecord(a, "")
+	r.durable = d.w.doKey("adm:"+rec.ID, func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
 }
 
 // Outcome implements api.Backend (API-27, API-28, ARB-33, ARB-34).
@@ -357,57 +385,40 @@ func (d *Driver) Outcome(ctx context.Context, p api.Principal, admission string,
 	if !ok {
 		return api.Errorf(client.CodeInvalid, "malformed admission ID %q", admission)
 	}
-	return d.call(ctx, func() error {
-		if a, ok := d.admission(aid); ok && a.owner != p.ID {
-			return notFound("admission")
-		}
-		return verdictError(d.stepExec(sched.Outcome{Admission: aid, Kind: outcomeToSched(o)}))
-	})
+	return d.call(ctx, &outcomeReq{principal: p.ID, aid: aid, o: o})
+}
+
+type outcomeReq struct {
+	reply
+	principal string
+	aid       sched.AdmissionID
+	o         client.Outcome
+}
+
+func (r *outcomeReq) run(d *Driver) {
+	if a, ok := d.admission(r.aid); ok && a.owner != r.principal {
+		r.err = notFound("admission")
+		return
+	}
+	r.err = verdictError(d.stepExec(sched.Outcome{Admission: r.aid, Kind: outcomeToSched(r.o)}))
 }
 
 // Renew implements api.Backend (API-29): the node's answer to the renew
 // gives the lease returned.
 func (d *Driver) Renew(ctx context.Context, p api.Principal, id string, leaseSecs int) (client.ReservationGrant, error) {
-	var (
-		err error
-		ch  chan renewAnswer
-		g   client.ReservationGrant
-	)
-	if derr := d.do(ctx, func() {
-		aid, a, known, e := d.admFor(p.ID, id)
-		if e != nil {
-			err = e
-			return
-		}
-		if aid == 0 || !known {
-			err = api.Errorf(client.CodeReservationGone, "no such reservation")
-			return
-		}
-		acts := d.step(sched.RenewRequested{Admission: aid})
-		if err = verdictError(verdictOf(acts)); err != nil {
-			d.exec(acts)
-			return
-		}
-		ch = make(chan renewAnswer, 1)
-		d.renewers[a.Reservation] = append(d.renewers[a.Reservation], ch)
-		g = client.ReservationGrant{Admission: admissionWire(aid), Reservation: reservationWire(a.Reservation),
-			Node: d.ids.nodeName(a.Node), Envelope: envelopeFromSched(a.Envelope)}
-		d.exec(acts)
-	}); derr != nil {
-		return client.ReservationGrant{}, derr
-	}
-	if err != nil {
+	r := &renewReq{principal: p.ID, id: id, lease: make(chan renewAnswer, 1)}
+	if err := d.call(ctx, r); err != nil {
 		return client.ReservationGrant{}, err
 	}
 	t := d.clk.NewTimer(renewTimeout)
 	defer t.Stop()
 	select {
-	case ans := <-ch:
+	case ans := <-r.lease:
 		if ans.gone {
 			return client.ReservationGrant{}, api.Errorf(client.CodeReservationGone, "reservation gone")
 		}
-		g.LeaseSecs = ans.remaining
-		return g, nil
+		r.g.LeaseSecs = ans.remaining
+		return r.g, nil
 	case <-t.C():
 		return client.ReservationGrant{}, &api.Error{Code: client.CodeUnavailable, Msg: "the node did not answer the renew in time", RetryAfter: 1}
 	case <-ctx.Done():
@@ -415,13 +426,46 @@ func (d *Driver) Renew(ctx context.Context, p api.Principal, id string, leaseSec
 	}
 }
 
+// renewReq asks the node to renew a reservation: g is the grant renewed,
+// and the node's lease answer comes on lease.
+type renewReq struct {
+	reply
+	principal, id string
+	lease         chan renewAnswer
+	g             client.ReservationGrant
+}
+
+func (r *renewReq) run(d *Driver) {
+	aid, a, known, err := d.admFor(r.principal, r.id)
+	if r.err = err; err != nil {
+		return
+	}
+	if aid == 0 || !known {
+		r.err = api.Errorf(client.CodeReservationGone, "no such reservation")
+		return
+	}
+	acts := d.step(sched.RenewRequested{Admission: aid})
+	if r.err = verdictError(verdictOf(acts)); r.err == nil {
+		d.renewers[a.Reservation] = append(d.renewers[a.Reservation], r.lease)
+		r.g = client.ReservationGrant{Admission: admissionWire(aid), Reservation: reservationWire(a.Reservation),
+			Node: d.ids.nodeName(a.Node), Envelope: envelopeFromSched(a.Envelope)}
+	}
+	d.exec(acts)
+}
+
 // Release implements api.Backend (API-30): 204 even when already gone.
 func (d *Driver) Release(ctx context.Context, p api.Principal, id string) error {
-	return d.call(ctx, func() error {
-		aid, _, _, err := d.admFor(p.ID, id)
-		if err == nil && aid != 0 {
-			d.stepExec(sched.Released{Admission: aid})
-		}
-		return err
-	})
+	return d.call(ctx, &releaseReq{principal: p.ID, id: id})
+}
+
+type releaseReq struct {
+	reply
+	principal, id string
+}
+
+func (r *releaseReq) run(d *Driver) {
+	aid, _, _, err := d.admFor(r.principal, r.id)
+	if r.err = err; err == nil && aid != 0 {
+		d.stepExec(sched.Released{Admission: aid})
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/vk-ci/vk/hub/api"
+	"github.com/vk-ci/vk/hub/output"
+	"github.com/vk-ci/vk/hub/store/memstore"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
@@ -61,19 +63,21 @@ func both[T any](v T) []any { return []any{v, &v} }
 // frames it does not act on (output goes its own way; acks, keepalives)
 // are claimed by none. The frames are empty, so each handler's only
 // effect is a warning or a no-op on a record the driver does not hold.
+// The driver's loop does not run: the test's goroutine is its owner.
 func TestNodeFrameTable(t *testing.T) {
-	h := newHarness(t)
-	d := h.srv.Driver()
+	cfg := Config{StateDir: t.TempDir()}
+	cfg.Trace.Disabled = true
+	d, err := newDriver(t.Context(), cfg, nil, memstore.New(), output.NewMem(), nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.w.close(); d.trace.Close() })
 	claims := func(m any) (n int) {
-		if err := d.do(t.Context(), func() {
-			rec := &nodeRec{name: "probe"}
-			for _, handle := range nodeFrames {
-				if handle(d, rec, m) {
-					n++
-				}
+		rec := &nodeRec{name: "probe"}
+		for _, handle := range nodeFrames {
+			if handle(d, rec, m) {
+				n++
 			}
-		}); err != nil {
-			t.Fatal(err)
 		}
 		return n
 	}
@@ -130,12 +134,12 @@ func TestValueFrames(t *testing.T) {
 	}
 }
 
-// TestOnOwnJob checks the one gate of the job endpoints (Job,
-// OutputReadable, Cancel, Settle): what is held, whose it is, and that fn
-// runs only for the owner.
+// TestOwnJob checks the one gate of the job endpoints (Job,
+// OutputReadable, Cancel, Settle): what is held, whose it is, and that
+// only the owner is answered with the job.
 //
 // spec: API-50
-func TestOnOwnJob(t *testing.T) {
+func TestOwnJob(t *testing.T) {
 	h := newHarness(t)
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
@@ -143,15 +147,14 @@ func TestOnOwnJob(t *testing.T) {
 	expectFrame[dispatch.Start](h)
 	d := h.srv.Driver()
 	owner, stranger := api.Principal{ID: h.relay}, api.Principal{ID: "relay-2"}
-	errFn := errors.New("from fn")
 
 	for _, tc := range []struct {
 		name     string
 		p        api.Principal
 		id       string
 		wantHeld bool
-		wantCall bool
-		wantCode client.Code // "" for no error other than fn's
+		wantView bool        // answered with the job's view
+		wantCode client.Code // "" for no error
 	}{
 		{"owner", owner, v.ID, true, true, ""},
 		{"stranger", stranger, v.ID, true, false, client.CodeNotFound},
@@ -159,29 +162,22 @@ func TestOnOwnJob(t *testing.T) {
 		{"not held", owner, "0123456789abcdef", false, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			called := false
-			held, err := d.onOwnJob(t.Context(), tc.p, tc.id, func(j *jobRec) error {
-				called = true
-				if j.rec.ID != tc.id {
-					t.Errorf("fn got job %s, want %s", j.rec.ID, tc.id)
-				}
-				return errFn
-			})
-			if held != tc.wantHeld || called != tc.wantCall {
-				t.Fatalf("onOwnJob(%s, %s) held %v called %v, want %v %v", tc.p.ID, tc.id, held, called, tc.wantHeld, tc.wantCall)
+			r := &jobReq{principal: tc.p.ID, id: tc.id}
+			err := d.ownJob(t.Context(), r)
+			if gotView := r.view.ID != ""; r.held != tc.wantHeld || gotView != tc.wantView {
+				t.Fatalf("ownJob(%s, %s) held %v view %+v, want held %v, a view %v", tc.p.ID, tc.id, r.held, r.view, tc.wantHeld, tc.wantView)
+			}
+			if tc.wantView && (r.view.ID != tc.id || r.wake == nil) {
+				t.Errorf("ownJob(%s, %s) answered job %s (wake %v), want %s with its wake channel", tc.p.ID, tc.id, r.view.ID, r.wake, tc.id)
 			}
 			var ae *api.Error
 			switch {
 			case tc.wantCode != "":
 				if !errors.As(err, &ae) || ae.Code != tc.wantCode {
-					t.Fatalf("onOwnJob(%s, %s) error %v, want code %s", tc.p.ID, tc.id, err, tc.wantCode)
-				}
-			case tc.wantCall:
-				if !errors.Is(err, errFn) {
-					t.Fatalf("onOwnJob(%s, %s) error %v, want fn's", tc.p.ID, tc.id, err)
+					t.Fatalf("ownJob(%s, %s) error %v, want code %s", tc.p.ID, tc.id, err, tc.wantCode)
 				}
 			case err != nil:
-				t.Fatalf("onOwnJob(%s, %s) error %v, want none", tc.p.ID, tc.id, err)
+				t.Fatalf("ownJob(%s, %s) error %v, want none", tc.p.ID, tc.id, err)
 			}
 		})
 	}

@@ -24,26 +24,35 @@ func (d *Driver) Submit(ctx context.Context, p api.Principal, sub client.JobSubm
 	if err != nil {
 		return client.JobView{}, &api.Error{Code: client.CodeInvalid, Msg: "spec does not encode", Err: err}
 	}
-	var (
-		view client.JobView
-		serr error
-	)
-	if derr := d.do(ctx, func() {
-		view, serr = d.submit(p.ID, sub, redacted)
-		var ae *api.Error
-		if serr != nil && errors.As(serr, &ae) && ae.Code.Status() >= 400 && ae.Code.Status() < 500 {
-			d.endAdmission(p.ID, sub.Admission)
-		}
-	}); derr != nil {
-		return client.JobView{}, derr
+	r := &submitReq{principal: p.ID, sub: sub, redacted: redacted}
+	err = d.call(ctx, r)
+	return r.view, err
+}
+
+type submitReq struct {
+	reply
+	principal string
+	sub       client.JobSubmission
+	redacted  []byte
+	view      client.JobView
+}
+
+func (r *submitReq) run(d *Driver) {
+	r.view, r.err = d.submit(r.principal, r.sub, r.redacted)
+	var ae *api.Error
+	if errors.As(r.err, &ae) && ae.Code.Status() >= 400 && ae.Code.Status() < 500 {
+		d.endAdmission(r.principal, r.sub.Admission)
 	}
-	return view, serr
 }
 
 // EndAdmission implements api.Backend (API-34).
 func (d *Driver) EndAdmission(ctx context.Context, p api.Principal, admission string) {
-	d.do(ctx, func() { d.endAdmission(p.ID, admission) })
+	d.ask(ctx, &endAdmissionReq{principal: p.ID, admission: admission})
 }
+
+type endAdmissionReq struct{ principal, admission string }
+
+func (r *endAdmissionReq) run(d *Driver) { d.endAdmission(r.principal, r.admission) }
 
 // endAdmission ends a refused job's admission as empty (API-34), whether
 // or not its outcome job was reported first (sched.SubmissionRefused). A
@@ -167,24 +176,17 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 func (d *Driver) Job(ctx context.Context, p api.Principal, id string, after uint64, wait time.Duration) (client.JobView, error) {
 	deadline := d.now().Add(wait)
 	for {
-		var (
-			v  client.JobView
-			ch <-chan struct{}
-		)
-		held, err := d.onOwnJob(ctx, p, id, func(j *jobRec) error {
-			v, ch = d.liveView(j), j.wake
-			return nil
-		})
-		if err != nil {
+		r := &jobReq{principal: p.ID, id: id}
+		if err := d.ownJob(ctx, r); err != nil {
 			return client.JobView{}, err
 		}
-		if !held {
+		if !r.held {
 			return d.settledView(ctx, p, id)
 		}
-		if v.Revision > after || wait <= 0 {
-			return v, nil
+		if r.view.Revision > after || wait <= 0 {
+			return r.view, nil
 		}
-		woken, werr := d.wait(ctx, ch, deadline)
+		woken, werr := d.wait(ctx, r.wake, deadline)
 		if werr != nil {
 			return client.JobView{}, werr
 		}
@@ -194,32 +196,57 @@ func (d *Driver) Job(ctx context.Context, p api.Principal, id string, after uint
 	}
 }
 
-// onOwnJob runs fn on the driver goroutine with job id, if the driver holds
-// it (queued to finished, not yet settled) and principal p owns it, and
-// returns fn's error. held is false, fn not called, when the driver does
+// jobOp is what a jobReq does with its job.
+type jobOp int
+
+const (
+	jobLook   jobOp = iota // its view, and the channel closed when it changes
+	jobCancel              // cancel it in mode (API-40)
+	jobSettle              // settle it (API-41)
+)
+
+// jobReq acts on job id, if the driver holds it (queued to finished, not
+// yet settled) and principal owns it. held is false when the driver does
 // not hold the job: the caller then reads the store ([Driver.settledView]).
-// A malformed ID, or a held job another principal owns, is an error that
-// reads as not found (API-50: a relay never learns another's job exists);
-// so is ctx ending before the driver took the call (ctx's error).
-func (d *Driver) onOwnJob(ctx context.Context, p api.Principal, id string, fn func(j *jobRec) error) (held bool, err error) {
-	if !validJobID(id) {
-		return false, notFound("job")
+// A held job another principal owns reads as not found (API-50: a relay
+// never learns another's job exists).
+type jobReq struct {
+	reply
+	principal, id string
+	op            jobOp
+	mode          client.CancelMode
+	held          bool
+	view          client.JobView
+	wake          <-chan struct{}
+	durable       <-chan error // a settle's record write
+}
+
+// ownJob asks r; a malformed ID reads as not found.
+func (d *Driver) ownJob(ctx context.Context, r *jobReq) error {
+	if !validJobID(r.id) {
+		return notFound("job")
 	}
-	if derr := d.do(ctx, func() {
-		j := d.job(id)
-		if j == nil {
-			return
-		}
-		held = true
-		if j.rec.Principal != p.ID {
-			err = notFound("job")
-			return
-		}
-		err = fn(j)
-	}); derr != nil {
-		return false, derr
+	return d.call(ctx, r)
+}
+
+func (r *jobReq) run(d *Driver) {
+	j := d.job(r.id)
+	if j == nil {
+		return
 	}
-	return held, err
+	r.held = true
+	if j.rec.Principal != r.principal {
+		r.err = notFound("job")
+		return
+	}
+	switch r.op {
+	case jobSettle:
+		r.durable, r.err = d.settleJob(j, r.principal)
+		return
+	case jobCancel:
+		d.cancelJob(j, r.mode)
+	}
+	r.view, r.wake = d.liveView(j), j.wake
 }
 
 // settledView reads a job the driver no longer holds (settled) from the
@@ -237,8 +264,8 @@ func (d *Driver) settledView(ctx context.Context, p api.Principal, id string) (c
 
 // OutputReadable implements api.Backend (API-37..39).
 func (d *Driver) OutputReadable(ctx context.Context, p api.Principal, id string) error {
-	held, err := d.onOwnJob(ctx, p, id, func(*jobRec) error { return nil })
-	if err != nil || held {
+	r := &jobReq{principal: p.ID, id: id}
+	if err := d.ownJob(ctx, r); err != nil || r.held {
 		return err
 	}
 	if _, err := d.settledView(ctx, p, id); err != nil {
@@ -251,70 +278,74 @@ func (d *Driver) OutputReadable(ctx context.Context, p api.Principal, id string)
 // earlier graceful; a finished job is unchanged. A job no node has started
 // ends canceled at once.
 func (d *Driver) Cancel(ctx context.Context, p api.Principal, id string, mode client.CancelMode) (client.JobView, error) {
-	var v client.JobView
-	held, err := d.onOwnJob(ctx, p, id, func(j *jobRec) error {
-		switch j.rec.State {
-		case store.JobFinished:
-		case store.JobQueued:
-			j.rec.Cancel = store.CancelMode(mode)
-			// The core ends the queued job canceled (EndJob) and keeps
-			// its charge until the relay settles it (ARB-35).
-			d.exec(d.step(sched.JobCancelled{Job: j.sid}))
-			if j.rec.State != store.JobFinished {
-				d.finishJob(j, client.JobResult{Failure: client.FailureCanceled, Message: "canceled before it was placed", OutputLen: j.outLen})
-			}
-		default:
-			if j.rec.Cancel != store.CancelImmediate && j.rec.Cancel != store.CancelMode(mode) {
-				j.rec.Cancel = store.CancelMode(mode)
-				d.saveJob(j, true)
-			}
-			if n := d.nodes[j.rec.Node]; n != nil {
-				d.sendTo(n, cancelFrame(j.rec.ID, client.CancelMode(j.rec.Cancel)))
-			}
-		}
-		v = d.liveView(j)
-		return nil
-	})
-	if err != nil {
+	r := &jobReq{principal: p.ID, id: id, op: jobCancel, mode: mode}
+	if err := d.ownJob(ctx, r); err != nil {
 		return client.JobView{}, err
 	}
-	if !held {
+	if !r.held {
 		return d.settledView(ctx, p, id)
 	}
-	return v, nil
+	return r.view, nil
+}
+
+func (d *Driver) cancelJob(j *jobRec, mode client.CancelMode) {
+	switch j.rec.State {
+	case store.JobFinished:
+	case store.JobQueued:
+		j.rec.Cancel = store.CancelMode(mode)
+		// The core ends the queued job canceled (EndJob) and keeps its
+		// charge until the relay settles it (ARB-35).
+		d.exec(d.step(sched.JobCancelled{Job: j.sid}))
+		if j.rec.State != store.JobFinished {
+			d.finishJob(j, client.JobResult{Failure: client.FailureCanceled, Message: "canceled before it was placed", OutputLen: j.outLen})
+		}
+	default:
+		if j.rec.Cancel != store.CancelImmediate && j.rec.Cancel != store.CancelMode(mode) {
+			j.rec.Cancel = store.CancelMode(mode)
+			d.saveJob(j, true)
+		}
+		if n := d.nodes[j.rec.Node]; n != nil {
+			d.sendTo(n, cancelFrame(j.rec.ID, client.CancelMode(j.rec.Cancel)))
+		}
+	}
 }
 
 // Settle implements api.Backend (API-41): 409 until finished; then the
 // output is deleted and the record kept (Settled).
 func (d *Driver) Settle(ctx context.Context, p api.Principal, id string) error {
-	var durable <-chan error
-	held, err := d.onOwnJob(ctx, p, id, func(j *jobRec) error {
-		if j.rec.State != store.JobFinished {
-			return api.Errorf(client.CodeConflict, "job not finished yet")
-		}
-		d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.Drop(ctx, id) })
-		j.rec.Settled = true
-		durable = d.saveJob(j, false)
-		d.exec(d.step(sched.JobSettled{Job: j.sid}))
-		d.dropJob(j)
-		if _, ok := parseAdmission(j.rec.Admission); ok {
-			adm := j.rec.Admission
-			d.w.doKey("adm:"+adm, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
-		}
-		d.audit(p.ID, "job.settle", id, "")
-		d.log.Info("job settled", logkey.JobID, id)
-		return nil
-	})
-	if durable != nil {
-		if e := <-durable; e != nil {
+	r := &jobReq{principal: p.ID, id: id, op: jobSettle}
+	err := d.ownJob(ctx, r)
+	if r.durable != nil {
+		if e := <-r.durable; e != nil {
 			return &api.Error{Code: client.CodeInternal, Msg: "recording the settle failed", Err: e}
 		}
 	}
-	if err != nil || held {
+	if err != nil || r.held {
 		return err
 	}
 	_, err = d.settledView(ctx, p, id)
 	return err // a settled job settles again: 204
+}
+
+// settleJob settles a held job by principal: the output is dropped and
+// the record kept, Settled; durable reports that record's write.
+func (d *Driver) settleJob(j *jobRec, principal string) (durable <-chan error, err error) {
+	if j.rec.State != store.JobFinished {
+		return nil, api.Errorf(client.CodeConflict, "job not finished yet")
+	}
+	id := j.rec.ID
+	d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.Drop(ctx, id) })
+	j.rec.Settled = true
+	durable = d.saveJob(j, false)
+	d.exec(d.step(sched.JobSettled{Job: j.sid}))
+	d.dropJob(j)
+	if _, ok := parseAdmission(j.rec.Admission); ok {
+		adm := j.rec.Admission
+		d.w.doKey("adm:"+adm, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
+	}
+	d.audit(principal, "job.settle", id, "")
+	d.log.Info("job settled", logkey.JobID, id)
+	return durable, nil
 }
 
 // jobView converts a job record to its API view.

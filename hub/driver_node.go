@@ -34,10 +34,10 @@ var ErrNodeProtocol = errors.New("hub: node protocol error")
 // node is reachable again with its last report. (The session layer's
 // NodeUp maps here.)
 func (d *Driver) NodeConnected(ctx context.Context, node string, s NodeSender, resumed bool) error {
-	return d.session(ctx, nodeUp{node, s, resumed})
+	return d.ask(ctx, nodeUp{node, s, resumed})
 }
 
-func (d *Driver) onNodeUp(e nodeUp) {
+func (e nodeUp) run(d *Driver) {
 	if d.removed[e.node] {
 		return
 	}
@@ -66,10 +66,10 @@ func (d *Driver) onNodeUp(e nodeUp) {
 // two stay apart: a node's absence is a state with a deadline (down,
 // downAt; its jobs run on until then), a relay's ends its tickets at once.
 func (d *Driver) NodeDisconnected(ctx context.Context, node string) error {
-	return d.session(ctx, nodeDown{node})
+	return d.ask(ctx, nodeDown{node})
 }
 
-func (d *Driver) onNodeDown(e nodeDown) {
+func (e nodeDown) run(d *Driver) {
 	n := d.nodes[e.node]
 	if n == nil || n.send == nil {
 		return
@@ -104,7 +104,7 @@ func (d *Driver) NodeFrame(ctx context.Context, node string, m dispatch.Message)
 	if o, ok := frameAs[dispatch.Output](m); ok {
 		return d.nodeOutput(ctx, node, o)
 	}
-	return d.session(ctx, nodeMsg{node, m})
+	return d.ask(ctx, nodeMsg{node, m})
 }
 
 // nodeFrames handles the node frames that change the driver's state, one
@@ -120,7 +120,7 @@ var nodeFrames = []func(*Driver, *nodeRec, any) bool{
 	onFrame((*Driver).nodeResult),
 }
 
-func (d *Driver) onNodeMsg(e nodeMsg) {
+func (e nodeMsg) run(d *Driver) {
 	if d.removed[e.node] {
 		return // its session is ending
 	}
@@ -180,8 +180,11 @@ func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
 	}
 }
 
+// sendTo sends m to n's session; a frame to a node not connected is
+// dropped.
 func (d *Driver) sendTo(n *nodeRec, m dispatch.Message) {
 	if n.send == nil {
+		d.log.Debug("node not connected; frame dropped", logkey.NodeID, n.name, "kind", string(m.FrameKind()))
 		return
 	}
 	if err := n.send.Send(m); err != nil {
@@ -320,30 +323,12 @@ func (d *Driver) nodeResult(n *nodeRec, r dispatch.Result) {
 // output of a finished job is acked at the stored length without
 // writing (a resend after a reconnect); only a gap is a protocol error.
 func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output) error {
-	var (
-		send     NodeSender
-		known    bool
-		finished bool
-		lost     bool
-		inMemory bool
-		stored   int64
-	)
-	if err := d.do(ctx, func() {
-		j := d.job(o.Job)
-		n := d.nodes[node]
-		if n != nil {
-			send = n.send
-		}
-		inMemory = j != nil
-		if j != nil && n != nil && j.rec.Node == node {
-			known, stored = true, j.outLen
-			finished = j.rec.State == store.JobFinished
-			lost = finished && j.result != nil && j.result.Failure == client.FailureLost
-		}
-	}); err != nil {
+	r := &outputStateReq{node: node, job: o.Job}
+	if err := d.ask(ctx, r); err != nil {
 		return err
 	}
-	if !known && !inMemory {
+	send, lost := r.send, r.lost
+	if !r.known && !r.inMemory {
 		lost = d.settledLost(ctx, o.Job, node)
 	}
 	if lost && send != nil {
@@ -355,12 +340,12 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 			d.log.Warn("cancel not sent", logkey.JobID, o.Job, logkey.Err, err)
 		}
 	}
-	if !known {
+	if !r.known {
 		d.log.Warn("output for a job not running on the node; dropped", logkey.JobID, o.Job, logkey.NodeID, node)
 		return nil
 	}
-	n := stored
-	if !finished {
+	n := r.stored
+	if !r.finished {
 		var err error
 		n, err = d.out.Append(ctx, o.Job, o.Offset, o.Data)
 		if errors.Is(err, output.ErrGap) {
@@ -369,7 +354,7 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 		if err != nil {
 			return fmt.Errorf("hub: output of job %s: %w", o.Job, err)
 		}
-		d.session(ctx, outputStored{o.Job, n})
+		d.ask(ctx, outputStored{o.Job, n})
 	}
 	if send != nil {
 		if err := send.Send(dispatch.OutputAck{Job: o.Job, Offset: n}); err != nil {
@@ -377,6 +362,30 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 		}
 	}
 	return nil
+}
+
+// outputStateReq asks what the driver knows of a job whose output a node
+// sent: known when it runs on that node (stored is then its durable
+// output), inMemory when the driver holds it at all.
+type outputStateReq struct {
+	node, job                       string
+	send                            NodeSender
+	known, finished, lost, inMemory bool
+	stored                          int64
+}
+
+func (r *outputStateReq) run(d *Driver) {
+	j := d.job(r.job)
+	n := d.nodes[r.node]
+	if n != nil {
+		r.send = n.send
+	}
+	r.inMemory = j != nil
+	if j != nil && n != nil && j.rec.Node == r.node {
+		r.known, r.stored = true, j.outLen
+		r.finished = j.rec.State == store.JobFinished
+		r.lost = r.finished && j.result != nil && j.result.Failure == client.FailureLost
+	}
 }
 
 // settledLost reports whether the store's record of a job the driver no
@@ -393,9 +402,9 @@ func (d *Driver) settledLost(ctx context.Context, id, node string) bool {
 	return json.Unmarshal(rec.Result, &res) == nil && res.Failure == client.FailureLost
 }
 
-// onOutputStored records how much of a job's output is durable; output
+// outputStored records how much of a job's output is durable; output
 // growth does not move the revision (API-36).
-func (d *Driver) onOutputStored(e outputStored) {
+func (e outputStored) run(d *Driver) {
 	if j := d.job(e.job); j != nil && e.len > j.outLen {
 		j.outLen = e.len
 	}

@@ -19,10 +19,10 @@ type RelaySender interface {
 // ARB-40). Reservation requests of a relay without a session get 503
 // unavailable (API-21).
 func (d *Driver) RelayConnected(ctx context.Context, relay string, s RelaySender) error {
-	return d.session(ctx, relayUp{relay, s})
+	return d.ask(ctx, relayUp{relay, s})
 }
 
-func (d *Driver) onRelayUp(e relayUp) {
+func (e relayUp) run(d *Driver) {
 	r := d.relayRecord(e.relay)
 	if !r.up {
 		d.met.add("vk_hub_relays_connected", 1)
@@ -40,10 +40,10 @@ func (d *Driver) onRelayUp(e relayUp) {
 // RelayDisconnected records that relay's session ended: its unclaimed
 // tickets end (ARB-03).
 func (d *Driver) RelayDisconnected(ctx context.Context, relay string) error {
-	return d.session(ctx, relayDown{relay})
+	return d.ask(ctx, relayDown{relay})
 }
 
-func (d *Driver) onRelayDown(e relayDown) {
+func (e relayDown) run(d *Driver) {
 	r := d.relays[e.relay]
 	if r == nil || !r.up {
 		return
@@ -67,10 +67,10 @@ func (d *Driver) relayRecord(relay string) *relayRec {
 // report (inventory) or heartbeat. A report is answered with the GitLab
 // server's approval status (RSESS-07).
 func (d *Driver) RelayFrame(ctx context.Context, relay string, m client.RelayMessage) error {
-	return d.session(ctx, relayMsg{relay, m})
+	return d.ask(ctx, relayMsg{relay, m})
 }
 
-func (d *Driver) onRelayMsg(e relayMsg) {
+func (e relayMsg) run(d *Driver) {
 	r := d.relayRecord(e.relay)
 	for _, handle := range relayFrames {
 		if handle(d, r, e.msg) {

@@ -250,6 +250,11 @@ func TestHotStandby(t *testing.T) {
 	if off.Epoch != 2 {
 		t.Fatalf("offer carries epoch %d, want 2", off.Epoch)
 	}
+	// Leading, the driver keeps the node's report; the router dropped its
+	// standby copy at the takeover.
+	if r, h := b.router.picture(p.node); r != nil || h != nil {
+		t.Errorf("hub-b's router still keeps n1's report %+v and heartbeat %+v beside the driver's", r, h)
+	}
 	nb.node(dispatch.OfferReply{Reservation: off.Reservation, Reply: dispatch.ReplyAccepted, LeaseSecs: 90})
 	var g client.ReservationGrant
 	p.at(b).want(http.StatusCreated, &g, "GET", "/v1/reservations/tickets/"+tk.Ticket+"?wait=30", nil)

@@ -400,13 +400,18 @@ func (h *harness) submitOnFor(g client.ReservationGrant, runner string, gitlabJo
 
 func storePath(h *harness) string { return filepath.Join(h.dir, "hub.db") }
 
+// tick runs a driver tick now.
+type tick struct{}
+
+func (tick) run(d *Driver) { d.onTick() }
+
 // advance moves the fake clock and runs a driver tick, so deadlines due by
 // then have fired when it returns.
 func (h *harness) advance(dur time.Duration) {
 	h.t.Helper()
 	h.clk.Advance(dur)
 	d := h.srv.Driver()
-	if err := d.do(h.t.Context(), d.onTick); err != nil {
+	if err := d.ask(h.t.Context(), tick{}); err != nil {
 		h.t.Fatal(err)
 	}
 }

@@ -134,6 +134,11 @@ func (m *metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.handler.ServeHTTP(w, r)
 }
 
+// countJobsReq sets the job and tenant gauges when /metrics is scraped.
+type countJobsReq struct{}
+
+func (countJobsReq) run(d *Driver) { d.countJobs() }
+
 // countJobs sets the job gauges; O(unsettled jobs), so it runs when
 // /metrics is scraped, not on every change.
 func (d *Driver) countJobs() {

@@ -12,12 +12,14 @@ import (
 	"github.com/vk-ci/vk/proto/dispatch"
 )
 
-// nodeRouter is the node session handler of every hub instance. It keeps
-// each node's latest report and heartbeat: the fleet picture a standby
-// builds from the same reports the leader gets (BS-13, BS-14). Once this
-// instance leads it hands every session event to the driver, which alone
-// acts (BS-15); its frames to nodes carry the lease epoch, so nodes
-// refuse a deposed leader's commands.
+// nodeRouter is the node session handler of every hub instance. While a
+// standby it keeps each node's latest report and heartbeat: the fleet
+// picture a standby builds from the same reports the leader gets (BS-13,
+// BS-14). Once this instance leads it hands every session event to the
+// driver, which alone acts (BS-15) and alone keeps each node's last report
+// (the router's copies go to it at the takeover and are dropped); its
+// frames to nodes carry the lease epoch, so nodes refuse a deposed
+// leader's commands.
 //
 // At a takeover the sessions already up are handed to the new driver as
 // new sessions, and each node is sent its settings with the new epoch:
@@ -42,8 +44,10 @@ type nodeRouter struct {
 // routed is one node as the router knows it; its fields are guarded by
 // the router's mu.
 type routed struct {
-	s         *session.NodeSession
-	up        bool
+	s  *session.NodeSession
+	up bool
+	// report and heartbeat are the node's latest, kept while a standby
+	// only: the driver keeps its own.
 	report    *dispatch.Report
 	heartbeat *dispatch.Heartbeat
 	// resync: this instance took over while the session was up; until the
@@ -68,18 +72,6 @@ func (r *nodeRouter) count() int {
 		}
 	}
 	return n
-}
-
-// picture returns a copy of a node's latest report and heartbeat as this
-// instance holds them (nil when it has none).
-func (r *nodeRouter) picture(node string) (*dispatch.Report, *dispatch.Heartbeat) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	x := r.nodes[node]
-	if x == nil {
-		return nil, nil
-	}
-	return x.report, x.heartbeat
 }
 
 func (r *nodeRouter) NodeUp(s *session.NodeSession, _ *dispatch.Hello, resumed bool) {
@@ -115,25 +107,28 @@ func (r *nodeRouter) connect(s *session.NodeSession, resumed bool) {
 }
 
 func (r *nodeRouter) NodeMessage(s *session.NodeSession, m dispatch.Message) {
+	r.phase.RLock()
+	defer r.phase.RUnlock()
+	rep, isReport := frameAs[dispatch.Report](m)
+	hb, isHeartbeat := frameAs[dispatch.Heartbeat](m)
+	_, isHeld := frameAs[dispatch.Held](m)
 	r.mu.Lock()
-	x := r.nodes[s.Node()]
 	forward := true
-	if x != nil && x.s == s {
-		if rep, ok := frameAs[dispatch.Report](m); ok {
+	if x := r.nodes[s.Node()]; x != nil && x.s == s {
+		switch {
+		case r.drv == nil && isReport:
 			x.report = &rep
-		} else if hb, ok := frameAs[dispatch.Heartbeat](m); ok {
+		case r.drv == nil && isHeartbeat:
 			x.heartbeat = &hb
-		} else if _, ok := frameAs[dispatch.Held](m); ok {
+		case isHeld:
 			x.resync = false
-		} else if x.resync {
+		case x.resync && !isReport && !isHeartbeat:
 			forward = false
 		}
 	}
 	r.mu.Unlock()
-	r.phase.RLock()
-	defer r.phase.RUnlock()
 	if r.drv == nil {
-		if m.FrameType() == dispatch.TypeReport || m.FrameType() == dispatch.TypeHeartbeat {
+		if isReport || isHeartbeat {
 			r.met.add("vk_hub_standby_reports_total", 1)
 		}
 		return // a standby keeps the picture and acts on nothing
@@ -167,7 +162,8 @@ func (r *nodeRouter) NodeDown(s *session.NodeSession, _ error) {
 
 // promote hands the router to drv, leading at epoch: every session up
 // becomes a new session of the driver, seeded with the node's latest
-// report, and is told the new epoch.
+// report (the driver's copy from now on: the router drops its own), and
+// is told the new epoch.
 func (r *nodeRouter) promote(drv *Driver, epoch uint64) {
 	r.phase.Lock()
 	defer r.phase.Unlock()
@@ -183,6 +179,7 @@ func (r *nodeRouter) promote(drv *Driver, epoch uint64) {
 			x.resync = epoch != 0
 			ups = append(ups, up{x.s, x.report})
 		}
+		x.report, x.heartbeat = nil, nil
 	}
 	r.mu.Unlock()
 	for _, u := range ups {

@@ -164,8 +164,10 @@ func TestClaimRenewalsDefaultOne(t *testing.T) {
 	if err := d.SetPolicy(t.Context(), want); err != nil {
 		t.Fatal(err)
 	}
-	var cur PolicyConfig
-	d.do(t.Context(), func() { cur = *d.policy })
+	cur, err := d.Policy(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if cur.ProbeLimit != 3 || cur.ClaimRenewals != -1 || cur.DrainsPerPool != 1 || cur.PackAboveUtilization != 0.7 ||
 		cur.WideFraction != 0.25 || cur.DrainMaxHoldSecs != 600 {
 		t.Errorf("policy after SetPolicy = %+v, want %+v", cur, want)

@@ -50,20 +50,17 @@ func (u relayUpdates) UpdateRelay(ctx context.Context, relay, version string) er
 	f.Close()
 	path := "/v1/releases/" + url.PathEscape(version) + "/vk-gitlab"
 	frame := client.Update{Release: rec.Version, URL: path, SHA256: rec.SHA256, Size: rec.Size, Signature: rec.Signature}
-	ev := relayUpdate{relay: relay, u: frame, res: make(chan error, 1)}
-	if err := u.d.session(ctx, ev); err != nil {
-		return err
-	}
-	return <-ev.res
+	r := &relayUpdateReq{relay: relay, u: frame}
+	return u.d.call(ctx, r)
 }
 
 // RelayReleases maps each relay with a report to its reported release.
 func (u relayUpdates) RelayReleases(ctx context.Context) (map[string]string, error) {
-	ev := relayReleases{res: make(chan map[string]string, 1)}
-	if err := u.d.session(ctx, ev); err != nil {
+	r := &relayReleasesReq{}
+	if err := u.d.ask(ctx, r); err != nil {
 		return nil, err
 	}
-	return <-ev.res, nil
+	return r.releases, nil
 }
 
 // OpenRelease implements api.Releases for GET /v1/releases/<v>/vk-gitlab.
@@ -80,36 +77,25 @@ func (u relayUpdates) OpenRelease(ctx context.Context, version string) (*os.File
 	return f, rec.SHA256, nil
 }
 
-// releaseEvent is a session event of relay updates, handled on the
-// driver's goroutine.
-type releaseEvent interface {
-	sessionEvent
-	handle(d *Driver)
-}
-
-// relayUpdate asks the driver to send an update frame.
-type relayUpdate struct {
+// relayUpdateReq asks the owner loop to send an update frame.
+type relayUpdateReq struct {
+	reply
 	relay string
 	u     client.Update
-	res   chan error
 }
 
-// relayReleases asks the driver for every relay's reported release.
-type relayReleases struct{ res chan map[string]string }
+func (r *relayUpdateReq) run(d *Driver) { r.err = d.sendUpdate(r.relay, r.u) }
 
-func (relayUpdate) sessionEvent()   {}
-func (relayReleases) sessionEvent() {}
+// relayReleasesReq asks the owner loop for every relay's reported release.
+type relayReleasesReq struct{ releases map[string]string }
 
-func (e relayUpdate) handle(d *Driver) { e.res <- d.sendUpdate(e.relay, e.u) }
-
-func (e relayReleases) handle(d *Driver) {
-	m := make(map[string]string, len(d.relays))
-	for name, r := range d.relays {
-		if r.report != nil {
-			m[name] = r.report.Release
+func (r *relayReleasesReq) run(d *Driver) {
+	r.releases = make(map[string]string, len(d.relays))
+	for name, rel := range d.relays {
+		if rel.report != nil {
+			r.releases[name] = rel.report.Release
 		}
 	}
-	e.res <- m
 }
 
 // sendUpdate sends u on relay's session when its report allows updates.

@@ -10,39 +10,18 @@ import (
 	"github.com/vk-ci/vk/internal/edkey"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
-	"github.com/vk-ci/vk/proto/dispatch"
 )
 
-// sessionHandler adapts the driver to hub/session's NodeHandler and
-// RelayHandler: session events map onto the driver's exported node and
-// relay methods (which tests call directly to play a node or a relay).
+// sessionHandler adapts the driver to hub/session's RelayHandler: relay
+// session events map onto the driver's exported relay methods (which
+// tests call directly to play a relay). Node sessions go through the
+// node router (noderouter.go).
 type sessionHandler struct {
 	d   *Driver
 	ctx context.Context // the hub's; ends at shutdown
 }
 
-var (
-	_ session.NodeHandler  = sessionHandler{}
-	_ session.RelayHandler = sessionHandler{}
-)
-
-func (h sessionHandler) NodeUp(s *session.NodeSession, _ *dispatch.Hello, resumed bool) {
-	h.d.NodeConnected(h.ctx, s.Node(), s, resumed)
-}
-
-func (h sessionHandler) NodeMessage(s *session.NodeSession, m dispatch.Message) {
-	err := h.d.NodeFrame(h.ctx, s.Node(), m)
-	if errors.Is(err, ErrNodeProtocol) {
-		h.d.log.Warn("node session ended: protocol error", logkey.NodeID, s.Node(), logkey.Err, err)
-		s.End(dispatch.ErrorProtocol, err.Error())
-	} else if err != nil {
-		h.d.log.Warn("node frame not handled", logkey.NodeID, s.Node(), logkey.Err, err)
-	}
-}
-
-func (h sessionHandler) NodeDown(s *session.NodeSession, _ error) {
-	h.d.NodeDisconnected(h.ctx, s.Node())
-}
+var _ session.RelayHandler = sessionHandler{}
 
 func (h sessionHandler) RelayUp(s *session.RelaySession, _ *client.RelayHello) {
 	h.d.RelayConnected(h.ctx, s.Relay(), s)

@@ -23,67 +23,71 @@ var _ ui.Backend = (*Driver)(nil)
 // among the requests of its placement and estimated wait. It reads the
 // core on the driver's goroutine.
 func (d *Driver) Queue(ctx context.Context) ([]ui.Waiting, error) {
-	var out []ui.Waiting
-	err := d.do(ctx, func() {
-		for _, id := range d.core.WaitingTickets() {
-			t := d.tickets[id]
-			v, ok := d.core.Ticket(id)
-			if t == nil || !ok {
-				continue
-			}
-			w := ui.Waiting{Kind: ui.WaitTicket, ID: ticketWire(d.epoch, id), Relay: t.owner, Runner: t.runner, Reason: v.Wait.Text(),
-				Since: t.queued, Idle: v.Wait.Code == sched.ReasonBackoff}
-			if r := d.relays[t.owner]; r != nil {
-				if rr, ok := r.runners[t.runner]; ok {
-					w.Tenant, w.Placement = rr.tenant, placementText(rr.placement)
-					if v.Wait.Code == sched.ReasonNoRoom {
-						w.Reason += d.closedPoolNote(rr.placement.Pool)
-					}
-				}
-			}
-			pos, pok := d.core.TicketPosition(id)
-			d.withPosition(&w, pos, pok)
-			out = append(out, w)
+	r := &queueReq{}
+	err := d.ask(ctx, r)
+	return r.rows, err
+}
+
+type queueReq struct{ rows []ui.Waiting }
+
+func (q *queueReq) run(d *Driver) {
+	for _, id := range d.core.WaitingTickets() {
+		t := d.tickets[id]
+		v, ok := d.core.Ticket(id)
+		if t == nil || !ok {
+			continue
 		}
-		// Runners that ask for nothing because their server waits for
-		// approval hold no ticket: list them, or the queue reads empty.
-		for _, name := range sortedKeys(d.relays) {
-			r := d.relays[name]
-			if r.send == nil || r.report == nil {
-				continue
-			}
-			for _, rr := range r.report.Runners {
-				if r.states[rr.Name] != client.RunnerServerPending {
-					continue
+		w := ui.Waiting{Kind: ui.WaitTicket, ID: ticketWire(d.epoch, id), Relay: t.owner, Runner: t.runner, Reason: v.Wait.Text(),
+			Since: t.queued, Idle: v.Wait.Code == sched.ReasonBackoff}
+		if r := d.relays[t.owner]; r != nil {
+			if rr, ok := r.runners[t.runner]; ok {
+				w.Tenant, w.Placement = rr.tenant, ui.PlacementText(rr.placement)
+				if v.Wait.Code == sched.ReasonNoRoom {
+					w.Reason += d.closedPoolNote(rr.placement.Pool)
 				}
-				inst := instanceOf(r.report.GitLabURL)
-				reason := "waiting: its GitLab server is pending approval (vk-hub projects list)"
-				if inst != "" {
-					reason = "waiting: GitLab server " + inst + " is pending approval (vk-hub projects approve " + inst + " server)"
-				}
-				out = append(out, ui.Waiting{Kind: ui.WaitRunner, ID: rr.Name, Relay: name, Runner: rr.Name, Tenant: r.runners[rr.Name].tenant,
-					Instance: inst, Placement: placementText(rr.Placement), Reason: reason})
 			}
 		}
-		for _, sid := range d.core.Jobs() {
-			j := d.jobs[sid]
-			if j == nil || j.rec.State != store.JobQueued {
+		pos, pok := d.core.TicketPosition(id)
+		d.withPosition(&w, pos, pok)
+		q.rows = append(q.rows, w)
+	}
+	// Runners that ask for nothing because their server waits for
+	// approval hold no ticket: list them, or the queue reads empty.
+	for _, name := range sortedKeys(d.relays) {
+		r := d.relays[name]
+		if r.send == nil || r.report == nil {
+			continue
+		}
+		for _, rr := range r.report.Runners {
+			if r.states[rr.Name] != client.RunnerServerPending {
 				continue
 			}
-			w := ui.Waiting{Kind: ui.WaitJob, ID: j.rec.ID, Tenant: j.rec.Tenant, Relay: j.rec.Principal, Runner: j.rec.Runner,
-				Instance: store.InstanceKey(j.rec.Instance), Project: j.rec.Project, Placement: placementKeyText(j.rec.Placement), Since: j.rec.Created}
-			if v, ok := d.core.Job(sid); ok {
-				w.Reason = v.Wait.Text()
-				if p, ok := parsePlacementKey(j.rec.Placement); ok && v.Wait.Code == sched.ReasonNoRoom {
-					w.Reason += d.closedPoolNote(p.Pool)
-				}
+			inst := instanceOf(r.report.GitLabURL)
+			reason := "waiting: its GitLab server is pending approval (vk-hub projects list)"
+			if inst != "" {
+				reason = "waiting: GitLab server " + inst + " is pending approval (vk-hub projects approve " + inst + " server)"
 			}
-			pos, pok := d.core.JobPosition(sid)
-			d.withPosition(&w, pos, pok)
-			out = append(out, w)
+			q.rows = append(q.rows, ui.Waiting{Kind: ui.WaitRunner, ID: rr.Name, Relay: name, Runner: rr.Name, Tenant: r.runners[rr.Name].tenant,
+				Instance: inst, Placement: ui.PlacementText(rr.Placement), Reason: reason})
 		}
-	})
-	return out, err
+	}
+	for _, sid := range d.core.Jobs() {
+		j := d.jobs[sid]
+		if j == nil || j.rec.State != store.JobQueued {
+			continue
+		}
+		w := ui.Waiting{Kind: ui.WaitJob, ID: j.rec.ID, Tenant: j.rec.Tenant, Relay: j.rec.Principal, Runner: j.rec.Runner,
+			Instance: store.InstanceKey(j.rec.Instance), Project: j.rec.Project, Placement: ui.PlacementKeyText(j.rec.Placement), Since: j.rec.Created}
+		if v, ok := d.core.Job(sid); ok {
+			w.Reason = v.Wait.Text()
+			if p, ok := parsePlacementKey(j.rec.Placement); ok && v.Wait.Code == sched.ReasonNoRoom {
+				w.Reason += d.closedPoolNote(p.Pool)
+			}
+		}
+		pos, pok := d.core.JobPosition(sid)
+		d.withPosition(&w, pos, pok)
+		q.rows = append(q.rows, w)
+	}
 }
 
 // closedPoolNote says why a pool has no room when an operator closed it:
@@ -127,31 +131,38 @@ func (d *Driver) Relays(ctx context.Context) ([]ui.RelayRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []ui.RelayRow
-	err = d.do(ctx, func() {
-		for _, p := range ps {
-			if p.Kind != store.KindRelay || p.Removed {
-				continue
-			}
-			row := ui.RelayRow{ID: p.ID, Name: p.Name}
-			if r := d.relays[p.ID]; r != nil {
-				row.Connected = r.send != nil
-				if rep := r.report; rep != nil {
-					row.GitLab, row.Release, row.Host = rep.GitLabURL, rep.Release, rep.Host
-					row.AllowsUpdate = slices.Contains(rep.Allow, client.RelayAllowUpdate)
-					for _, rr := range rep.Runners {
-						rec := r.runners[rr.Name]
-						row.Runners = append(row.Runners, ui.RunnerRow{Name: rr.Name, Tenant: rec.tenant,
-							Placement: placementText(rr.Placement), RequestConcurrency: rr.RequestConcurrency, Limit: rr.Limit,
-							TokenAccepted: rr.TokenAccepted, State: string(r.states[rr.Name])})
-					}
+	r := &relaysReq{enrolled: ps}
+	err = d.ask(ctx, r)
+	slices.SortFunc(r.rows, func(a, b ui.RelayRow) int { return cmp.Compare(a.ID, b.ID) })
+	return r.rows, err
+}
+
+type relaysReq struct {
+	enrolled []store.Principal
+	rows     []ui.RelayRow
+}
+
+func (r *relaysReq) run(d *Driver) {
+	for _, p := range r.enrolled {
+		if p.Kind != store.KindRelay || p.Removed {
+			continue
+		}
+		row := ui.RelayRow{ID: p.ID, Name: p.Name}
+		if rel := d.relays[p.ID]; rel != nil {
+			row.Connected = rel.send != nil
+			if rep := rel.report; rep != nil {
+				row.GitLab, row.Release, row.Host = rep.GitLabURL, rep.Release, rep.Host
+				row.AllowsUpdate = slices.Contains(rep.Allow, client.RelayAllowUpdate)
+				for _, rr := range rep.Runners {
+					rec := rel.runners[rr.Name]
+					row.Runners = append(row.Runners, ui.RunnerRow{Name: rr.Name, Tenant: rec.tenant,
+						Placement: ui.PlacementText(rr.Placement), RequestConcurrency: rr.RequestConcurrency, Limit: rr.Limit,
+						TokenAccepted: rr.TokenAccepted, State: string(rel.states[rr.Name])})
 				}
 			}
-			out = append(out, row)
 		}
-	})
-	slices.SortFunc(out, func(a, b ui.RelayRow) int { return cmp.Compare(a.ID, b.ID) })
-	return out, err
+		r.rows = append(r.rows, row)
+	}
 }
 
 // Jobs implements ui.Backend: up to limit job records of the store,

@@ -18,7 +18,7 @@ import (
 // wins). Keyed writes of different keys queued together go to the store
 // together, up to maxBatch at a time, so a store that groups concurrent
 // commits makes them durable with one commit instead of one each (bbolt's
-// group commit) or commits them in parallel (PostgreSQL); a write without a key (do) waits
+// group commit) or commits them in parallel (PostgreSQL); a write without a key waits
 // for everything queued before it and holds back everything after. Each
 // write returns a channel that receives its error once it is durable
 // (buffered; reading it is optional): whoever must not answer or
@@ -58,11 +58,6 @@ func newRecWriter(ctx context.Context, st driverStore, log *slog.Logger) *recWri
 	w.cond = sync.NewCond(&w.mu)
 	go w.run()
 	return w
-}
-
-// do queues fn, ordered against every other write.
-func (w *recWriter) do(fn func(ctx context.Context) error) <-chan error {
-	return w.enqueue(&wop{fn: fn})
 }
 
 // doKey queues fn, ordered against the other writes of key.

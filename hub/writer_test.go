@@ -25,6 +25,11 @@ func (s *countingStore) UpdateJob(ctx context.Context, id string, fn func(*store
 	return s.Store.UpdateJob(ctx, id, fn)
 }
 
+// do queues fn without a key, ordered against every other write.
+func (w *recWriter) do(fn func(ctx context.Context) error) <-chan error {
+	return w.enqueue(&wop{fn: fn})
+}
+
 // TestRecWriterOrderAndCoalesce checks recWriter's contract: writes apply
 // in queue order; a second save of a job whose save has not started joins
 // it (one store write, the latest record, both waiters answered, the
