@@ -138,6 +138,11 @@ type LimitsConfig struct {
 	// HeaderTimeoutSecs bounds the TLS handshake and the read of a
 	// request's headers, on both listeners. Default 10.
 	HeaderTimeoutSecs int `toml:"header_timeout_secs"`
+	// IdleTimeoutSecs closes an API connection that has had no request in
+	// progress this long (clients keep signed connections alive, AUTH-14;
+	// an unauthenticated connection is closed after its one answer
+	// anyway). Default 90.
+	IdleTimeoutSecs int `toml:"idle_timeout_secs"`
 	// BodySecsPerMiB bounds the read of a request body: this many seconds
 	// per started MiB of its length (at least one MiB; a 2 MiB body gets
 	// 8 s by default). Default 4.
@@ -164,6 +169,7 @@ const (
 	DefaultMaxConns              = 40000
 	DefaultMaxUnauthPerPeer      = 64
 	DefaultHeaderTimeoutSecs     = 10
+	DefaultIdleTimeoutSecs       = 90
 	DefaultBodySecsPerMiB        = 4
 	DefaultUnauthBodyBudgetBytes = 16 << 20
 	DefaultUnauthBodyPerPeer     = 4 << 20
@@ -193,6 +199,10 @@ func (l LimitsConfig) budget() connlimit.BudgetLimits {
 
 func (l LimitsConfig) headerTimeout() time.Duration {
 	return time.Duration(orDefault(l.HeaderTimeoutSecs, DefaultHeaderTimeoutSecs)) * time.Second
+}
+
+func (l LimitsConfig) idleTimeout() time.Duration {
+	return time.Duration(orDefault(l.IdleTimeoutSecs, DefaultIdleTimeoutSecs)) * time.Second
 }
 
 func (l LimitsConfig) bodyPerMiB() time.Duration {
@@ -321,9 +331,9 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxBodyBytes < 1<<20 {
 		bad("limits.max_body_bytes must be at least 1 MiB")
 	}
-	if c.Limits.MaxConns < 0 || c.Limits.MaxUnauthPerPeer < 0 || c.Limits.HeaderTimeoutSecs < 0 || c.Limits.BodySecsPerMiB < 0 ||
+	if c.Limits.MaxConns < 0 || c.Limits.MaxUnauthPerPeer < 0 || c.Limits.HeaderTimeoutSecs < 0 || c.Limits.IdleTimeoutSecs < 0 || c.Limits.BodySecsPerMiB < 0 ||
 		c.Limits.UnauthBodyBudgetBytes < 0 || c.Limits.UnauthBodyPerPeerBytes < 0 || c.Limits.TrustedBodyBudgetBytes < 0 || c.Limits.MaxPendingHellos < 0 || c.UI.MaxConns < 0 || c.UI.MaxConnsPerPeer < 0 {
-		bad("limits.max_conns, max_unauth_per_peer, header_timeout_secs, body_secs_per_mib, unauth_body_budget_bytes, max_pending_hellos and ui.max_conns, max_conns_per_peer must not be negative")
+		bad("limits.max_conns, max_unauth_per_peer, header_timeout_secs, idle_timeout_secs, body_secs_per_mib, unauth_body_budget_bytes, max_pending_hellos and ui.max_conns, max_conns_per_peer must not be negative")
 	}
 	for name, b := range map[string]int64{"unauth_body_budget_bytes": c.Limits.UnauthBodyBudgetBytes,
 		"unauth_body_per_peer_bytes": c.Limits.UnauthBodyPerPeerBytes, "trusted_body_budget_bytes": c.Limits.TrustedBodyBudgetBytes} {

@@ -12,8 +12,10 @@
 // Choices where the spec is silent (docs/hub.md, docs/defaults.md):
 // listener 127.0.0.1:8443 by default; without tls.cert/tls.key the hub
 // makes its own CA in <state_dir>/pki and logs its fingerprint; a TLS
-// connection carries one request (keep-alives off: signatures bind to a
-// connection, AUTH-14); approvals (API-49, RSESS-07) are enforced only with
+// connection carries many requests, each signed over that connection's
+// exporter with a new sequence number (AUTH-14, docs/security.md), an
+// unauthenticated one a single request, an idle one limits.idle_timeout_secs;
+// approvals (API-49, RSESS-07) are enforced only with
 // approvals.required; API keys are not built, so POST /v1/clients refuses
 // every caller (API-09). The admin socket (hub/admin) and the enrolment
 // route (hub/enrol) are served too; the driver implements admin.Backend.
@@ -334,16 +336,14 @@ func (s *Server) serve(context.Context) error {
 		s.serveStandby(w, r)
 	})
 	s.http = &http.Server{
-		Handler:           api.JSONErrors(base),
+		Handler:           closeUnauthenticated(api.JSONErrors(base)),
 		TLSConfig:         s.tcfg,
 		ReadHeaderTimeout: s.cfg.Limits.headerTimeout(),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return s.runCtx },
-		ConnContext:       connlimit.ConnContext,
+		ConnContext:       apiConnContext,
+		IdleTimeout:       s.cfg.Limits.idleTimeout(),
 	}
-	// One request per TLS connection: signatures bind to the connection's
-	// exporter (AUTH-14).
-	s.http.SetKeepAlivesEnabled(false)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -9,9 +9,9 @@ import (
 	"github.com/vk-ci/vk/reqsign"
 )
 
-// BenchmarkSignedRequest measures one client API request end to end: a
-// new TCP + TLS 1.3 connection, signing, the server's verification, the
-// answer (AUTH-14's price per request).
+// BenchmarkSignedRequest measures one client API request end to end as
+// the client makes it: signing over the kept connection's exporter, the
+// server's verification, the answer (the connection is reused, AUTH-14).
 func BenchmarkSignedRequest(b *testing.B) {
 	h := newFakeHub(b)
 	h.fallback = &reply{status: http.StatusNoContent}
@@ -19,6 +19,7 @@ func BenchmarkSignedRequest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(c.CloseIdleConnections)
 	for b.Loop() {
 		if err := c.Claim(b.Context(), "adm1"); err != nil {
 			b.Fatal(err)
@@ -27,36 +28,36 @@ func BenchmarkSignedRequest(b *testing.B) {
 }
 
 // BenchmarkSignedRequestResumed measures the same signed no-op request
-// on a fresh connection with a full handshake and on a connection that
-// resumes the client's last TLS session, alternating blocks of the two in
-// one run so that both see the same machine load. It reports wall time
-// and the process's CPU time (client and hub side together, which a busy
-// machine distorts far less) per request for each, and the ratios
-// fresh/resumed.
+// three ways: on a fresh connection with a full handshake, on a new
+// connection that resumes the client's last TLS session, and on a kept
+// connection (the client's default), alternating blocks of the three in
+// one run so that all see the same machine load. It reports wall time and
+// the process's CPU time (client and hub side together, which a busy
+// machine distorts far less) per request for each, and the ratios to the
+// kept connection.
 func BenchmarkSignedRequestResumed(b *testing.B) {
 	h := newFakeHub(b)
 	h.fallback = &reply{status: http.StatusNoContent}
-	resumed, err := New(Config{HubURL: h.srv.URL, CAPEM: h.caPEM, Key: h.key, Principal: principal})
-	if err != nil {
-		b.Fatal(err)
+	mk := func(maxIdle int, cache bool) *Client {
+		c, err := New(Config{HubURL: h.srv.URL, CAPEM: h.caPEM, Key: h.key, Principal: principal, MaxIdleConns: maxIdle})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !cache {
+			c.http.Transport.(*reqsign.Pool).TLSConfig.ClientSessionCache = nil
+		}
+		b.Cleanup(c.CloseIdleConnections)
+		return c
 	}
-	fresh, err := New(Config{HubURL: h.srv.URL, CAPEM: h.caPEM, Key: h.key, Principal: principal})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fresh.http.Transport.(*reqsign.Transport).TLSConfig.ClientSessionCache = nil
+	clients := [3]*Client{mk(-1, false), mk(-1, true), mk(0, true)} // fresh, resumed, kept
 	const block = 10
-	var wall, cpu [2]time.Duration
-	var n [2]int
+	var wall, cpu [3]time.Duration
+	var n [3]int
 	i := 0
 	for b.Loop() {
-		k := i / block % 2 // 0 fresh, 1 resumed
-		c := fresh
-		if k == 1 {
-			c = resumed
-		}
+		k := i / block % 3
 		w0, c0 := time.Now(), cpuTime(b)
-		if err := c.Claim(b.Context(), "adm1"); err != nil {
+		if err := clients[k].Claim(b.Context(), "adm1"); err != nil {
 			b.Fatal(err)
 		}
 		wall[k] += time.Since(w0)
@@ -64,16 +65,16 @@ func BenchmarkSignedRequestResumed(b *testing.B) {
 		n[k]++
 		i++
 	}
-	if n[0] == 0 || n[1] == 0 {
+	if n[0] == 0 || n[1] == 0 || n[2] == 0 {
 		return // too few iterations to compare
 	}
 	per := func(d time.Duration, n int) float64 { return d.Seconds() * 1e6 / float64(n) }
-	b.ReportMetric(per(wall[0], n[0]), "fresh-µs")
-	b.ReportMetric(per(wall[1], n[1]), "resumed-µs")
-	b.ReportMetric(per(wall[0], n[0])/per(wall[1], n[1]), "wall-fresh/resumed")
-	b.ReportMetric(per(cpu[0], n[0]), "fresh-cpu-µs")
-	b.ReportMetric(per(cpu[1], n[1]), "resumed-cpu-µs")
-	b.ReportMetric(per(cpu[0], n[0])/per(cpu[1], n[1]), "cpu-fresh/resumed")
+	for k, name := range []string{"fresh", "resumed", "kept"} {
+		b.ReportMetric(per(wall[k], n[k]), name+"-µs")
+		b.ReportMetric(per(cpu[k], n[k]), name+"-cpu-µs")
+	}
+	b.ReportMetric(per(cpu[0], n[0])/per(cpu[2], n[2]), "cpu-fresh/kept")
+	b.ReportMetric(per(cpu[1], n[1])/per(cpu[2], n[2]), "cpu-resumed/kept")
 }
 
 // cpuTime is the process's user plus system CPU time so far.

@@ -77,6 +77,10 @@ type Config struct {
 	Timeout time.Duration
 	// Dialer dials TCP; nil means a net.Dialer with a 30 s timeout.
 	Dialer *net.Dialer
+	// MaxIdleConns bounds the idle connections kept for later requests
+	// (reqsign.Pool); 0 means reqsign.DefaultMaxIdle (16), negative keeps
+	// none: a new connection per request.
+	MaxIdleConns int
 }
 
 // Client talks to one hub as one principal. Create it with [New]. Safe for
@@ -116,7 +120,8 @@ func New(cfg Config) (*Client, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	tr := &reqsign.Transport{Key: cfg.Key, Principal: cfg.Principal, TLSConfig: tcfg, Dialer: cfg.Dialer, Now: clk.Now}
+	tr := &reqsign.Pool{Key: cfg.Key, Principal: cfg.Principal, TLSConfig: tcfg, Dialer: cfg.Dialer, Now: clk.Now,
+		MaxIdle: cfg.MaxIdleConns}
 	c := &Client{
 		base: u,
 		http: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -129,6 +134,10 @@ func New(cfg Config) (*Client, error) {
 	c.retrier = &Retrier{Clock: clk, Rand: cfg.Rand, Log: log}
 	return c, nil
 }
+
+// CloseIdleConnections closes the connections kept for later requests;
+// the next request dials anew.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // Retrier returns a [Retrier] sharing the client's clock, random source
 // and logger, with the spec's bounds (1–30 s).
@@ -155,10 +164,10 @@ func parseHubURL(s string) (*url.URL, error) {
 const sessionCacheSize = 16
 
 // tlsConfig returns a TLS 1.3-only configuration trusting only caPEM, with
-// a session cache so that the new connection of every request resumes the
-// hub's last session instead of a full handshake (the signature's binding
-// to its connection is unaffected: each resumed connection has its own
-// exporter, AUTH-14).
+// a session cache so that each new connection resumes the hub's last
+// session instead of a full handshake (the signature's binding to its
+// connection is unaffected: each resumed connection has its own exporter,
+// AUTH-14).
 func tlsConfig(caPEM []byte, serverName string) (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
 )
 
@@ -203,40 +204,79 @@ func TestRequestBodies(t *testing.T) {
 	}
 }
 
-// Every request, identical ones and retries included, goes over a new TLS
-// connection with a fresh signature (AUTH-14).
+// Requests one after another share one kept-alive connection, each with
+// its own signature (over that connection's exporter and its sequence
+// number, AUTH-14); with MaxIdleConns negative every request takes a new
+// connection, which resumes the client's TLS session.
 //
 // spec: AUTH-14
-func TestNewConnectionPerRequest(t *testing.T) {
-	h := newFakeHub(t)
-	c := h.client(t, nil)
+func TestConnectionReuse(t *testing.T) {
 	const n = 5
-	for range n {
-		h.answer(client.RouteClaim, reply{status: 204})
+	for _, tc := range []struct {
+		name              string
+		maxIdle           int
+		conns, resumedReq int
+	}{
+		{"kept alive", 0, 1, 0},
+		{"new per request", -1, n, n - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFakeHub(t)
+			c, err := New(Config{HubURL: h.srv.URL, CAPEM: h.caPEM, Key: h.key, Principal: principal, Log: testlog.New(t),
+				MaxIdleConns: tc.maxIdle})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.CloseIdleConnections)
+			for range n {
+				h.answer(client.RouteClaim, reply{status: 204})
+			}
+			before := h.connCount()
+			for range n {
+				if err := c.Claim(t.Context(), "adm1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := h.connCount() - before; got != tc.conns {
+				t.Errorf("%d requests used %d new connections, want %d", n, got, tc.conns)
+			}
+			sigs := map[string]bool{}
+			for _, r := range h.requests() {
+				sigs[r.sig] = true
+			}
+			if len(sigs) != n {
+				t.Errorf("%d requests carried %d distinct signatures, want %d", n, len(sigs), n)
+			}
+			h.mu.Lock()
+			resumed := h.resumed
+			h.mu.Unlock()
+			if resumed != tc.resumedReq {
+				t.Errorf("%d of %d requests on resumed TLS sessions, want %d", resumed, n, tc.resumedReq)
+			}
+		})
 	}
+}
+
+// A kept connection the hub closes is dropped, and the next request,
+// retried or not, goes over a new connection with a new signature.
+//
+// spec: AUTH-14
+func TestConnectionClosedByHub(t *testing.T) {
+	h := newFakeHub(t)
+	c := h.client(t, &instantClock{})
+	t.Cleanup(c.CloseIdleConnections)
+	h.answer(client.RouteClaim, reply{status: 204}, reply{status: 204})
+	if err := c.Claim(t.Context(), "adm1"); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.CloseClientConnections()
 	before := h.connCount()
-	for range n {
-		if err := c.Claim(t.Context(), "adm1"); err != nil {
-			t.Fatal(err)
-		}
+	err := c.Retrier().Do(t.Context(), "claim", func(ctx context.Context) error { return c.Claim(ctx, "adm1") })
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := h.connCount() - before; got != n {
-		t.Errorf("%d requests used %d new connections, want %d", n, got, n)
-	}
-	sigs := map[string]bool{}
-	for _, r := range h.requests() {
-		sigs[r.sig] = true
-	}
-	if len(sigs) != n {
-		t.Errorf("%d requests carried %d distinct signatures, want %d (one per connection)", n, len(sigs), n)
-	}
-	// The first connection makes a full handshake; every later one resumes
-	// its TLS session, and the hub verified each request's own signature.
-	h.mu.Lock()
-	resumed := h.resumed
-	h.mu.Unlock()
-	if resumed != n-1 {
-		t.Errorf("%d of %d requests resumed a TLS session, want %d", resumed, n, n-1)
+	if got := h.connCount() - before; got != 1 {
+		t.Errorf("after the hub closed the connection: %d new connections, want 1", got)
 	}
 }
 

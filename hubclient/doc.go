@@ -6,10 +6,18 @@
 //
 // [New] returns a [Client] with one typed method per endpoint, each taking
 // a context and returning (typed answer, error), the status → answer table
-// of each endpoint living in that method (STYLE C11). Every request goes
-// over its own new TLS 1.3 connection and is signed afresh on it by
-// [reqsign.Transport] (AUTH-11..14): nothing is pooled, so a retry is a new
-// connection with a new signature, and a TLS-terminating proxy in front of
+// of each endpoint living in that method (STYLE C11). Requests travel over
+// TLS 1.3 connections the client keeps ([reqsign.Pool]): each request is
+// signed afresh over the exporter of the connection it is written on, with
+// that connection's next sequence number (AUTH-11..14, docs/security.md),
+// and a connection carries many requests one after another. A connection
+// that breaks is dropped. A request that found its kept connection closed
+// before any answer is sent again at once on a new connection when nothing
+// of it can have been acted on (its write failed, or it is a GET);
+// otherwise it comes back as a transport error for the retry rules below
+// (and every retry is a new signature, on whatever connection it travels). Connections open are the
+// caller's requests in flight plus at most Config.MaxIdleConns (16) idle
+// ones, each closed after 30 s idle. A TLS-terminating proxy in front of
 // the hub cannot work (AUTH-14). The hub's CA is pinned: the system roots
 // are never consulted.
 //

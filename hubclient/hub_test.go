@@ -73,6 +73,7 @@ func newFakeHub(t testing.TB) *fakeHub {
 	}
 	h.srv = httptest.NewUnstartedServer(mux)
 	h.srv.TLS = pki.ServerConfig(b.Server)
+	h.srv.Config.ConnContext = reqsign.ConnContext
 	h.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {
 			h.mu.Lock()

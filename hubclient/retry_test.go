@@ -210,8 +210,9 @@ func TestDelayBounds(t *testing.T) {
 	})
 }
 
-// Over real TLS: a settle answered 409 twice is repeated on new
-// connections, each signed afresh, until accepted; a reservation answered
+// Over real TLS: a settle answered 409 twice is repeated, each attempt
+// signed afresh (on the kept connection: three signatures, one
+// connection), until accepted; a reservation answered
 // 503 with retry_after_secs waits that long.
 //
 // spec: RELAY-13, RELAY-16, AUTH-14
@@ -226,8 +227,15 @@ func TestRetryOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("settle = %v", err)
 	}
-	if n := h.connCount() - before; n != 3 {
-		t.Errorf("3 settle attempts used %d connections", n)
+	if n := h.connCount() - before; n != 1 {
+		t.Errorf("3 settle attempts used %d connections, want the kept one", n)
+	}
+	sigs := map[string]bool{}
+	for _, r := range h.requests() {
+		sigs[r.sig] = true
+	}
+	if len(sigs) != 3 {
+		t.Errorf("3 settle attempts carried %d distinct signatures, want 3", len(sigs))
 	}
 	h.answer(client.RouteReserve,
 		reply{status: http.StatusServiceUnavailable, body: `{"error":"queue full","code":"unavailable","retry_after_secs":7}`},

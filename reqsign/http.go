@@ -39,8 +39,11 @@ type KeyLookup func(ctx context.Context, principal string) (ed25519.PublicKey, e
 // present and well formed, the principal known to lookup, vk-time within
 // skew of now (skew <= 0 means [DefaultSkew]), and the signature valid over
 // this request's method, request-target, body and the exporter of the TLS
-// connection it arrived on. body is the request body the handler read (the
-// caller bounds its size). It returns the authenticated principal ID.
+// connection it arrived on, and its sequence number new on that connection
+// ([CheckSeq]; the request's context must come from a server that calls
+// [TrackConn] per connection for v2 requests to pass). body is the request
+// body the handler read (the caller bounds its size). It returns the
+// authenticated principal ID.
 func VerifyRequest(r *http.Request, body []byte, lookup KeyLookup, now time.Time, skew time.Duration) (string, error) {
 	h, err := ParseHeaders(r.Header)
 	if err != nil {
@@ -58,14 +61,17 @@ func VerifyRequest(r *http.Request, body []byte, lookup KeyLookup, now time.Time
 	if target == "" {
 		target = r.URL.RequestURI()
 	}
-	if err := Verify(pub, h.Principal, r.Method, target, body, h.Time, ekm, h.Signature, now, skew); err != nil {
+	if err := VerifySeq(pub, h.Principal, r.Method, target, body, h.Time, h.Seq, ekm, h.Signature, now, skew); err != nil {
+		return "", err
+	}
+	if err := CheckSeq(r.Context(), h.Seq); err != nil {
 		return "", err
 	}
 	return h.Principal, nil
 }
 
 // Transport is an [http.RoundTripper] that signs every request on its own,
-// new TLS connection (AUTH-14): for each RoundTrip it dials and completes a
+// new TLS connection (AUTH-14, message v1: no sequence number): for each RoundTrip it dials and completes a
 // TLS handshake, takes that connection's exporter, signs the request (now,
 // from Now), and sends it over that connection only, which is closed when
 // the response body is closed. A retry is a new RoundTrip, hence a new

@@ -23,21 +23,40 @@
 // two different requests produce the same message.
 //
 // Because the exporter differs for every TLS connection, a signature is good
-// on its own connection only (AUTH-14): a client opens a fresh connection for
-// every request and signs every retry afresh. [Transport] does exactly that.
-// TLS 1.3 session resumption does not change this (each resumed handshake
-// has its own exporter), so clients may resume to make those connections
-// cheap.
+// on its own connection only (AUTH-14). A client may send many requests,
+// one after another, on one connection it owns, signing each afresh over
+// that connection's exporter; or open a new connection per request.
+// [Pool] does the former (keep-alive), [Transport] the latter (what
+// WebSocket upgrades use: the session then owns the connection). TLS 1.3
+// session resumption does not change the binding either (each resumed
+// handshake has its own exporter), so clients may resume to make new
+// connections cheap.
+//
+// # Sequence numbers (message v2)
+//
+// A request sent on a kept-alive connection carries vk-seq: its ordinal on
+// that connection, decimal, 1 for the first, each later request's larger
+// than every earlier one's. Its signature is over client_request_message
+// v2 (tag "vk-client-request-v2\n"), which adds the sequence number as a
+// field between the time and the exporter. A request without vk-seq is
+// signed over v1 (tag "vk-client-request-v1\n", no sequence field) and
+// counts as sequence number 0. The verifier keeps, per connection, the
+// largest sequence number it accepted ([TrackConn], [CheckSeq]) and refuses
+// a request whose number is not larger: a request replayed on its own
+// connection (a misbehaving client resending the same bytes) is refused,
+// as is a second v1 request on one connection, so a v1 client keeps the
+// one-request-per-connection contract it was written for.
+//
 // A TLS-terminating proxy in front of the hub breaks the binding and is not
 // supported. WebSocket sessions authenticate the same way: the upgrade
 // request is a signed GET of the session path with an empty body (Transport
 // signs it like any other request).
 //
 // The hub accepts a signature whose time is within the skew window of its
-// own clock, [DefaultSkew] (300 s, DECISIONS 10) unless configured. Replay
-// within the window on the same connection is not prevented here: a TLS
-// connection carries a single request (the hub closes it after answering),
-// and creates are idempotent by request_id (API-42).
+// own clock, [DefaultSkew] (300 s, DECISIONS 10) unless configured. Within
+// the window a signature is still good on its own connection only, and there
+// only once (its sequence number); creates are idempotent by request_id
+// (API-42) as well.
 package reqsign
 
 import (
@@ -61,6 +80,9 @@ const (
 	HeaderTime = "vk-time"
 	// HeaderSignature carries the base64 (std, padded) ed25519 signature.
 	HeaderSignature = "vk-signature"
+	// HeaderSeq carries the request's sequence number on its connection
+	// (message v2); absent on v1 requests.
+	HeaderSeq = "vk-seq"
 )
 
 // ExporterLabel is the RFC 5705/8446 exporter label of client_request_message.
@@ -73,8 +95,12 @@ const ExporterLen = 32
 // verifier's clock, either way (DECISIONS 10).
 const DefaultSkew = 300 * time.Second
 
-// messageTag starts every client_request_message; it versions the format.
-const messageTag = "vk-client-request-v1\n"
+// messageTag starts every client_request_message; it versions the format:
+// v1 has no sequence number, v2 has one.
+const (
+	messageTag   = "vk-client-request-v1\n"
+	messageTagV2 = "vk-client-request-v2\n"
+)
 
 // maxPrincipalLen bounds the principal header; IDs are far shorter.
 const maxPrincipalLen = 256
@@ -96,24 +122,43 @@ var (
 	// ErrNoTLS: the request did not arrive over TLS, so there is no exporter
 	// to bind to.
 	ErrNoTLS = errors.New("reqsign: request not over TLS")
+	// ErrReplay: the request's sequence number is not larger than one the
+	// verifier already accepted on this connection (an in-stream replay),
+	// or the verifier tracks no sequence for the connection of a v2
+	// request.
+	ErrReplay = errors.New("reqsign: request sequence already used on this connection")
 )
 
-// Message returns the canonical client_request_message for the given
-// fields (AUTH-12). t is reduced to whole Unix seconds, as sent in vk-time.
+// Message returns the canonical client_request_message v1 for the given
+// fields (AUTH-12): the one request of its connection. t is reduced to
+// whole Unix seconds, as sent in vk-time.
 func Message(principal, method, pathQuery string, body []byte, t time.Time, exporter []byte) []byte {
-	sum := sha256.Sum256(body)
-	return message(principal, method, pathQuery, sum[:], t.Unix(), exporter)
+	return MessageSeq(principal, method, pathQuery, body, t, 0, exporter)
 }
 
-func message(principal, method, pathQuery string, bodySum []byte, unix int64, exporter []byte) []byte {
+// MessageSeq returns client_request_message for a request with sequence
+// number seq on its connection: v2 when seq > 0, v1 (as [Message]) when
+// seq is 0.
+func MessageSeq(principal, method, pathQuery string, body []byte, t time.Time, seq uint64, exporter []byte) []byte {
+	sum := sha256.Sum256(body)
+	return message(principal, method, pathQuery, sum[:], t.Unix(), seq, exporter)
+}
+
+func message(principal, method, pathQuery string, bodySum []byte, unix int64, seq uint64, exporter []byte) []byte {
 	ts := strconv.FormatInt(unix, 10)
+	tag := messageTag
 	fields := [][]byte{[]byte(principal), []byte(method), []byte(pathQuery), bodySum, []byte(ts), exporter}
-	n := len(messageTag)
+	if seq > 0 {
+		tag = messageTagV2
+		fields = [][]byte{[]byte(principal), []byte(method), []byte(pathQuery), bodySum, []byte(ts),
+			strconv.AppendUint(nil, seq, 10), exporter}
+	}
+	n := len(tag)
 	for _, f := range fields {
 		n += 4 + len(f)
 	}
 	m := make([]byte, 0, n)
-	m = append(m, messageTag...)
+	m = append(m, tag...)
 	for _, f := range fields {
 		m = binary.BigEndian.AppendUint32(m, uint32(len(f)))
 		m = append(m, f...)
@@ -121,19 +166,33 @@ func message(principal, method, pathQuery string, bodySum []byte, unix int64, ex
 	return m
 }
 
-// Sign returns the base64 vk-signature value for a request (AUTH-11/12).
-// exporter must be the connection's exporter value ([Exporter]).
+// Sign returns the base64 vk-signature value for a request (AUTH-11/12),
+// the only one of its connection (v1). exporter must be the connection's
+// exporter value ([Exporter]).
 func Sign(key ed25519.PrivateKey, principal, method, pathQuery string, body []byte, t time.Time, exporter []byte) string {
-	sig := ed25519.Sign(key, Message(principal, method, pathQuery, body, t, exporter))
+	return SignSeq(key, principal, method, pathQuery, body, t, 0, exporter)
+}
+
+// SignSeq is [Sign] for the request with sequence number seq on its
+// connection (v2 when seq > 0; send seq in vk-seq).
+func SignSeq(key ed25519.PrivateKey, principal, method, pathQuery string, body []byte, t time.Time, seq uint64, exporter []byte) string {
+	sig := ed25519.Sign(key, MessageSeq(principal, method, pathQuery, body, t, seq, exporter))
 	return base64.StdEncoding.EncodeToString(sig)
 }
 
 // Verify checks sig (the vk-signature value) over the request fields by
-// pub. It returns nil, or an error wrapping [ErrMissing] (empty sig),
-// [ErrMalformed], [ErrSkew] (|now - t| > skew; skew <= 0 means
-// [DefaultSkew]) or [ErrBadSignature]. The skew is checked before the
-// signature.
+// pub, for a v1 request (no sequence number). It returns nil, or an error
+// wrapping [ErrMissing] (empty sig), [ErrMalformed], [ErrSkew] (|now - t| >
+// skew; skew <= 0 means [DefaultSkew]) or [ErrBadSignature]. The skew is
+// checked before the signature.
 func Verify(pub ed25519.PublicKey, principal, method, pathQuery string, body []byte, t time.Time, exporter []byte, sig string, now time.Time, skew time.Duration) error {
+	return VerifySeq(pub, principal, method, pathQuery, body, t, 0, exporter, sig, now, skew)
+}
+
+// VerifySeq is [Verify] for a request with sequence number seq (0: v1). It
+// checks the signature only; whether seq is new on its connection is
+// [CheckSeq]'s.
+func VerifySeq(pub ed25519.PublicKey, principal, method, pathQuery string, body []byte, t time.Time, seq uint64, exporter []byte, sig string, now time.Time, skew time.Duration) error {
 	if sig == "" || principal == "" {
 		return fmt.Errorf("%w: empty signature or principal", ErrMissing)
 	}
@@ -150,7 +209,7 @@ func Verify(pub ed25519.PublicKey, principal, method, pathQuery string, body []b
 	if d := now.Sub(t); d > skew || d < -skew {
 		return fmt.Errorf("%w: %s off (allowed %s)", ErrSkew, d.Round(time.Second), skew)
 	}
-	if !ed25519.Verify(pub, Message(principal, method, pathQuery, body, t, exporter), raw) {
+	if !ed25519.Verify(pub, MessageSeq(principal, method, pathQuery, body, t, seq, exporter), raw) {
 		return ErrBadSignature
 	}
 	return nil
@@ -164,19 +223,34 @@ type Headers struct {
 	Time time.Time
 	// Signature is the vk-signature value, still base64.
 	Signature string
+	// Seq is the vk-seq value: the request's sequence number on its
+	// connection; 0 when absent (a v1 request).
+	Seq uint64
 }
 
-// SetHeaders writes the three signing headers onto h.
+// SetHeaders writes the three signing headers of a v1 request onto h.
 func SetHeaders(h http.Header, principal string, t time.Time, sig string) {
 	h.Set(HeaderPrincipal, principal)
 	h.Set(HeaderTime, strconv.FormatInt(t.Unix(), 10))
 	h.Set(HeaderSignature, sig)
 }
 
+// SetHeadersSeq writes the signing headers of a request with sequence
+// number seq onto h: those of [SetHeaders], and vk-seq when seq > 0.
+func SetHeadersSeq(h http.Header, principal string, t time.Time, seq uint64, sig string) {
+	SetHeaders(h, principal, t, sig)
+	if seq > 0 {
+		h.Set(HeaderSeq, strconv.FormatUint(seq, 10))
+	} else {
+		h.Del(HeaderSeq)
+	}
+}
+
 // ParseHeaders reads the signing headers from h. It returns an error
 // wrapping [ErrMissing] when any is absent or empty, and [ErrMalformed]
-// when the principal is over-long or contains control characters, or the
-// time is not decimal Unix seconds.
+// when the principal is over-long or contains control characters, the
+// time is not decimal Unix seconds, or a vk-seq present is not a decimal
+// number from 1 to 2^63-1 without leading zeros.
 func ParseHeaders(h http.Header) (Headers, error) {
 	p, ts, sig := h.Get(HeaderPrincipal), h.Get(HeaderTime), h.Get(HeaderSignature)
 	if p == "" || ts == "" || sig == "" {
@@ -192,5 +266,25 @@ func ParseHeaders(h http.Header) (Headers, error) {
 	if err != nil {
 		return Headers{}, fmt.Errorf("%w: %s: %v", ErrMalformed, HeaderTime, err)
 	}
-	return Headers{Principal: p, Time: time.Unix(unix, 0).UTC(), Signature: sig}, nil
+	var seq uint64
+	if vals := h.Values(HeaderSeq); len(vals) > 0 {
+		if seq, err = parseSeq(vals); err != nil {
+			return Headers{}, err
+		}
+	}
+	return Headers{Principal: p, Time: time.Unix(unix, 0).UTC(), Signature: sig, Seq: seq}, nil
+}
+
+// parseSeq reads the vk-seq values: exactly one, decimal, no leading zero,
+// at least 1 and at most 2^63-1.
+func parseSeq(vals []string) (uint64, error) {
+	s := vals[0]
+	if len(vals) != 1 || s == "" || len(s) > 19 || s[0] == '0' || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%w: %s is not one decimal number from 1", ErrMalformed, HeaderSeq)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %v", ErrMalformed, HeaderSeq, err)
+	}
+	return uint64(n), nil
 }

@@ -54,6 +54,7 @@ func newSignedServer(t *testing.T, keys map[string]ed25519.PublicKey, now time.T
 		}
 		fmt.Fprintf(w, "hello %s", p)
 	}))
+	s.srv.Config.ConnContext = ConnContext
 	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {
 			s.conns.Add(1)

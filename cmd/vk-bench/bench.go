@@ -74,6 +74,7 @@ you can throw away).`,
 	f.DurationVar(&o.Duration, "duration", 60*time.Second, "the measured window")
 	f.DurationVar(&o.FloorDuration, "floor-duration", 3*time.Second, "how long each floor measure runs")
 	f.IntVar(&o.OutputBytes, "output-bytes", 4<<10, "output each job writes")
+	f.BoolVar(&o.ConnPerRequest, "conn-per-request", false, "relays open a new (resumed) TLS connection per request instead of keeping connections alive")
 	f.StringVar(&hubURL, "hub", "", "drive this running hub (https://host:port) instead of starting one")
 	f.StringVar(&caFile, "ca", "", "the running hub's CA certificate (with --hub)")
 	f.StringVar(&keep, "keep", "", "start the hub with its state in this `DIR` and keep it (default: a temporary directory, removed)")

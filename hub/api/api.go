@@ -302,7 +302,12 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) error
 	if target == "" {
 		target = r.URL.RequestURI()
 	}
-	if err := reqsign.Verify(pub, hdr.Principal, r.Method, target, body, hdr.Time, ekm, hdr.Signature, now, a.cfg.Skew); err != nil {
+	if err := reqsign.VerifySeq(pub, hdr.Principal, r.Method, target, body, hdr.Time, hdr.Seq, ekm, hdr.Signature, now, a.cfg.Skew); err != nil {
+		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
+	}
+	// A request resent on its own kept-alive connection is refused
+	// (AUTH-14).
+	if err := reqsign.CheckSeq(r.Context(), hdr.Seq); err != nil {
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
 	}
 	connlimit.Authenticated(r.Context())

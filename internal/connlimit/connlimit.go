@@ -205,6 +205,19 @@ func Authenticated(ctx context.Context) {
 	}
 }
 
+// IsAuthenticated reports whether the connection serving the request of
+// ctx has been marked [Authenticated]; true for a connection not from a
+// [Listener] (nothing counts it).
+func IsAuthenticated(ctx context.Context) bool {
+	c, ok := ctx.Value(ctxKey{}).(*Conn)
+	if !ok {
+		return true
+	}
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.authed
+}
+
 // Budget bounds the bytes of request bodies read before their request
 // is authenticated. Requests arriving from an address that recently sent
 // a request whose signature verified (a trusted peer: a relay's host)

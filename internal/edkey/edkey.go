@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"sync"
 )
 
 // Errors returned by [Check] (wrapped with detail).
@@ -45,10 +46,42 @@ var (
 // Check returns nil when pub is the canonical encoding of a curve point
 // whose order does not divide 8, else an error wrapping one of ErrSize,
 // ErrNonCanonical, ErrNotOnCurve or ErrSmallOrder.
+//
+// The verdict depends on the 32 bytes only, and the hub checks the same
+// few stored keys on every signed request, so verdicts are remembered
+// (up to [maxVerdicts] keys; the table starts over when full): a key is
+// worked out once (about 0.1 ms of big-number arithmetic), then looked up.
 func Check(pub []byte) error {
 	if len(pub) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w (got %d)", ErrSize, len(pub))
 	}
+	k := [ed25519.PublicKeySize]byte(pub)
+	verdicts.RLock()
+	err, ok := verdicts.m[k]
+	verdicts.RUnlock()
+	if ok {
+		return err
+	}
+	err = check(pub)
+	verdicts.Lock()
+	if len(verdicts.m) >= maxVerdicts {
+		clear(verdicts.m)
+	}
+	verdicts.m[k] = err
+	verdicts.Unlock()
+	return err
+}
+
+// maxVerdicts bounds the remembered verdicts (about 60 B each).
+const maxVerdicts = 1 << 14
+
+var verdicts = struct {
+	sync.RWMutex
+	m map[[ed25519.PublicKeySize]byte]error
+}{m: map[[ed25519.PublicKeySize]byte]error{}}
+
+// check is Check's arithmetic, on 32 bytes.
+func check(pub []byte) error {
 	x, y, err := decode(pub)
 	if err != nil {
 		return err

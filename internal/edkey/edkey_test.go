@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 func mustHex(s string) []byte {
@@ -53,9 +55,11 @@ func TestCheck(t *testing.T) {
 		{"short", pub[:31], ErrSize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Check(tc.key)
-			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
-				t.Fatalf("Check = %v, want %v", err, tc.want)
+			for pass := range 2 { // worked out, then remembered
+				err := Check(tc.key)
+				if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+					t.Fatalf("pass %d: Check = %v, want %v", pass, err, tc.want)
+				}
 			}
 		})
 	}
@@ -92,6 +96,57 @@ func FuzzCheck(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if Check(b) == nil && len(b) != 32 {
 			t.Fatalf("accepted %d bytes", len(b))
+		}
+	})
+}
+
+// A remembered verdict is the computed one, for any 32 bytes, also after
+// the table started over.
+func TestCheckRemembers(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b := rapid.SliceOfN(rapid.Byte(), 32, 32).Draw(t, "key")
+		want := check(b)
+		for range 2 {
+			if got := Check(b); got != want {
+				t.Fatalf("Check(%x) = %v, want %v", b, got, want)
+			}
+		}
+	})
+	verdicts.Lock()
+	for i := range maxVerdicts {
+		var k [32]byte
+		k[0], k[1], k[2] = byte(i), byte(i>>8), 0xaa
+		verdicts.m[k] = ErrNotOnCurve // not what check says: only to fill it
+	}
+	verdicts.Unlock()
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	if err := Check(pub); err != nil {
+		t.Fatalf("a real key after the table filled: %v", err)
+	}
+	verdicts.RLock()
+	n := len(verdicts.m)
+	verdicts.RUnlock()
+	if n != 1 {
+		t.Fatalf("%d verdicts after the table started over, want 1", n)
+	}
+}
+
+// BenchmarkCheck: a key's first check (the arithmetic) against a
+// remembered one (what the hub pays per signed request).
+func BenchmarkCheck(b *testing.B) {
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	b.Run("first", func(b *testing.B) {
+		for b.Loop() {
+			if err := check(pub); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remembered", func(b *testing.B) {
+		for b.Loop() {
+			if err := Check(pub); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

@@ -25,13 +25,24 @@ import (
 // Floor is what the machine allows, measured in the same run as the
 // lifecycles: the cheapest signed request the hub answers, with as many
 // concurrent loops as the lifecycle run, on a fresh TLS connection per
-// request and on a resumed one, and bbolt's durable commits per second
-// in the hub's file system from one writer.
+// request, on a new connection resuming a TLS session, and on kept-alive
+// connections (what hubclient does); and bbolt's durable commits per
+// second in the hub's file system from one writer.
 type Floor struct {
 	FreshPerSec   float64 `json:"fresh_requests_per_sec"`
 	ResumedPerSec float64 `json:"resumed_requests_per_sec"`
+	KeptPerSec    float64 `json:"kept_requests_per_sec"`
 	CommitsPerSec float64 `json:"bbolt_commits_per_sec"`
 }
+
+// connMode is how the floor's no-op requests travel.
+type connMode int
+
+const (
+	connFresh   connMode = iota // a new connection, full handshake, per request
+	connResumed                 // a new connection per request, resuming
+	connKept                    // kept-alive connections (reqsign.Pool)
+)
 
 // noopPath is the signed request that does no work: a relay's client
 // hello, which the hub authenticates and then refuses (403, API-09).
@@ -42,10 +53,13 @@ const noopPath = "/v1/clients"
 func measureFloor(ctx context.Context, t *Target, r relay, loops int, d time.Duration) (Floor, error) {
 	var f Floor
 	var err error
-	if f.FreshPerSec, err = noopRate(ctx, t, r, loops, d, false); err != nil {
+	if f.FreshPerSec, err = noopRate(ctx, t, r, loops, d, connFresh); err != nil {
 		return f, err
 	}
-	if f.ResumedPerSec, err = noopRate(ctx, t, r, loops, d, true); err != nil {
+	if f.ResumedPerSec, err = noopRate(ctx, t, r, loops, d, connResumed); err != nil {
+		return f, err
+	}
+	if f.KeptPerSec, err = noopRate(ctx, t, r, loops, d, connKept); err != nil {
 		return f, err
 	}
 	f.CommitsPerSec, err = commitRate(t.Dir, d)
@@ -53,7 +67,7 @@ func measureFloor(ctx context.Context, t *Target, r relay, loops int, d time.Dur
 }
 
 // noopRate is signed no-op requests per second from loops goroutines.
-func noopRate(ctx context.Context, t *Target, r relay, loops int, d time.Duration, resume bool) (float64, error) {
+func noopRate(ctx context.Context, t *Target, r relay, loops int, d time.Duration, mode connMode) (float64, error) {
 	u, err := url.Parse(t.URL)
 	if err != nil {
 		return 0, err
@@ -62,10 +76,16 @@ func noopRate(ctx context.Context, t *Target, r relay, loops int, d time.Duratio
 	if err != nil {
 		return 0, err
 	}
-	if resume {
+	var tr http.RoundTripper = &reqsign.Transport{Key: r.key, Principal: r.id, TLSConfig: tcfg}
+	switch mode {
+	case connResumed:
 		tcfg.ClientSessionCache = tls.NewLRUClientSessionCache(loops)
+	case connKept:
+		tcfg.ClientSessionCache = tls.NewLRUClientSessionCache(loops)
+		tr = &reqsign.Pool{Key: r.key, Principal: r.id, TLSConfig: tcfg, MaxIdle: loops}
 	}
-	hc := &http.Client{Transport: &reqsign.Transport{Key: r.key, Principal: r.id, TLSConfig: tcfg}}
+	hc := &http.Client{Transport: tr}
+	defer hc.CloseIdleConnections()
 	body, _ := json.Marshal(client.ClientHello{})
 	var n atomic.Int64
 	var first error

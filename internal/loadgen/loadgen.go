@@ -33,6 +33,11 @@ type Options struct {
 	FloorDuration time.Duration
 	// OutputBytes is each job's output; default 4 KiB.
 	OutputBytes int
+	// ConnPerRequest makes the relays' clients open a new (resumed) TLS
+	// connection for every request instead of keeping connections alive,
+	// as hubclient did before keep-alive: to compare the two on one
+	// machine.
+	ConnPerRequest bool
 	// Target is a running hub to drive. Nil starts one with HubCommand
 	// in Dir.
 	Target *Target
@@ -119,7 +124,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	relays := make([]relay, o.Relays)
 	for i := range relays {
 		var err error
-		if relays[i], err = enrolRelay(ctx, t, fmt.Sprintf("bench-relay-%d", i)); err != nil {
+		if relays[i], err = enrolRelay(ctx, t, fmt.Sprintf("bench-relay-%d", i), o.ConnPerRequest); err != nil {
 			return nil, err
 		}
 	}
@@ -151,6 +156,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.Floor, err = measureFloor(ctx, t, relays[0], o.Loops, o.FloorDuration); err != nil {
 		return nil, err
 	}
+	rep.ConnPerRequest = o.ConnPerRequest
 	rep.finish()
 	return rep, nil
 }

@@ -71,7 +71,7 @@ func TestRunAgainstChildHub(t *testing.T) {
 	if rep.HubCPUPerLifeMs <= 0 || rep.HubRSS <= 0 || rep.HubMaxRSS < rep.HubRSS {
 		t.Errorf("hub usage not read: cpu %.3f ms/lifecycle, rss %d, peak %d", rep.HubCPUPerLifeMs, rep.HubRSS, rep.HubMaxRSS)
 	}
-	if rep.Floor.FreshPerSec <= 0 || rep.Floor.ResumedPerSec <= 0 || rep.Floor.CommitsPerSec <= 0 {
+	if rep.Floor.FreshPerSec <= 0 || rep.Floor.ResumedPerSec <= 0 || rep.Floor.KeptPerSec <= 0 || rep.Floor.CommitsPerSec <= 0 {
 		t.Errorf("floor not measured: %+v", rep.Floor)
 	}
 	if rep.FractionOfFloor <= 0 {
@@ -131,8 +131,10 @@ func TestReadProc(t *testing.T) {
 
 // BenchmarkFleet is the go test wrapper of `vk-bench`: 4 relays with
 // 8 loops each and 16 nodes against a child hub, for -benchtime (as a
-// duration; default 10 s here). It reports lifecycles/s, each step's
-// p50/p99 and the fraction of the floor.
+// duration; default 10 s here), once with the relays' connections kept
+// alive (kept, hubclient's default) and once with a new connection per
+// request (per-request, as before keep-alive), so one run compares them.
+// It reports lifecycles/s, each step's p99 and the fraction of the floor.
 func BenchmarkFleet(b *testing.B) {
 	d := 10 * time.Second
 	if f := flag.Lookup("test.benchtime"); f != nil {
@@ -140,18 +142,26 @@ func BenchmarkFleet(b *testing.B) {
 			d = v
 		}
 	}
-	for b.Loop() {
-		rep, err := Run(context.Background(), Options{Relays: 4, Nodes: 16, Warmup: 2 * time.Second, Duration: d,
-			FloorDuration: 2 * time.Second, Dir: b.TempDir(), HubCommand: selfHub(b), HubEnv: []string{childEnv + "=1"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(rep.PerSec, "lifecycles/s")
-		b.ReportMetric(rep.FractionOfFloor, "of-floor")
-		b.ReportMetric(rep.HubCPUPerLifeMs, "hub-cpu-ms/lifecycle")
-		b.ReportMetric(float64(rep.HubMaxRSS)/(1<<20), "hub-peak-MiB")
-		for _, s := range rep.Steps {
-			b.ReportMetric(s.P99Ms, s.Step+"-p99-ms")
-		}
+	for _, mode := range []struct {
+		name           string
+		connPerRequest bool
+	}{{"kept", false}, {"per-request", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			for b.Loop() {
+				rep, err := Run(context.Background(), Options{Relays: 4, Nodes: 16, Warmup: 2 * time.Second, Duration: d,
+					FloorDuration: 2 * time.Second, Dir: b.TempDir(), HubCommand: selfHub(b), HubEnv: []string{childEnv + "=1"},
+					ConnPerRequest: mode.connPerRequest})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(rep.PerSec, "lifecycles/s")
+				b.ReportMetric(rep.FractionOfFloor, "of-floor")
+				b.ReportMetric(rep.HubCPUPerLifeMs, "hub-cpu-ms/lifecycle")
+				b.ReportMetric(float64(rep.HubMaxRSS)/(1<<20), "hub-peak-MiB")
+				for _, s := range rep.Steps {
+					b.ReportMetric(s.P99Ms, s.Step+"-p99-ms")
+				}
+			}
+		})
 	}
 }

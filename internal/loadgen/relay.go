@@ -26,8 +26,9 @@ type relay struct {
 	c   *hubclient.Client
 }
 
-// enrolRelay joins one relay with a fresh token.
-func enrolRelay(ctx context.Context, t *Target, name string) (relay, error) {
+// enrolRelay joins one relay with a fresh token; its client keeps
+// connections alive unless connPerRequest.
+func enrolRelay(ctx context.Context, t *Target, name string, connPerRequest bool) (relay, error) {
 	tok, err := t.Admin().CreateToken(ctx, hubclient.KindGitLab, 0)
 	if err != nil {
 		return relay{}, fmt.Errorf("loadgen: token create --kind gitlab: %w", err)
@@ -36,7 +37,11 @@ func enrolRelay(ctx context.Context, t *Target, name string) (relay, error) {
 	if err != nil {
 		return relay{}, fmt.Errorf("loadgen: relay %s join: %w", name, err)
 	}
-	c, err := hubclient.New(hubclient.Config{HubURL: t.URL, CAPEM: t.CAPEM, Key: key, Principal: res.ID})
+	cfg := hubclient.Config{HubURL: t.URL, CAPEM: t.CAPEM, Key: key, Principal: res.ID}
+	if connPerRequest {
+		cfg.MaxIdleConns = -1
+	}
+	c, err := hubclient.New(cfg)
 	return relay{id: res.ID, key: key, c: c}, err
 }
 

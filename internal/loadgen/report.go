@@ -15,6 +15,9 @@ type Report struct {
 	Nodes       int `json:"nodes"`
 	Loops       int `json:"loops"`
 	OutputBytes int `json:"output_bytes"`
+	// ConnPerRequest: the relays' clients opened a connection per request
+	// (Options.ConnPerRequest).
+	ConnPerRequest bool `json:"conn_per_request"`
 	// Window is the measured window's length.
 	Window time.Duration `json:"-"`
 	// Lifecycles is the number of lifecycles begun and finished in it.
@@ -67,11 +70,15 @@ func (r *Report) finish() {
 		r.RequestsEach = float64(total) / float64(r.Lifecycles)
 		r.HubCPUPerLifeMs = float64(r.HubCPU.Microseconds()) / 1e3 / float64(r.Lifecycles)
 	}
-	// The floor allows as many lifecycles as the resumed no-op rate
+	// The floor allows as many lifecycles as the no-op rate of the
+	// clients' way of connecting (kept-alive, or resumed per request)
 	// divided by the requests a lifecycle makes: what the hub could do if
 	// each request cost no more than authenticating it.
 	if r.RequestsEach > 0 {
-		r.FloorLifecycles = r.Floor.ResumedPerSec / r.RequestsEach
+		r.FloorLifecycles = r.Floor.KeptPerSec / r.RequestsEach
+		if r.ConnPerRequest {
+			r.FloorLifecycles = r.Floor.ResumedPerSec / r.RequestsEach
+		}
 	}
 	if r.FloorLifecycles > 0 {
 		r.FractionOfFloor = r.PerSec / r.FloorLifecycles
@@ -80,8 +87,12 @@ func (r *Report) finish() {
 
 // WriteText writes the report as a table for a terminal.
 func (r *Report) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "vk-bench: %d relays, %d loops, %d nodes, %d B output per job, %.1f s measured\n\n",
-		r.Relays, r.Loops, r.Nodes, r.OutputBytes, r.WindowSecs)
+	conns := "kept-alive connections"
+	if r.ConnPerRequest {
+		conns = "a connection per request"
+	}
+	fmt.Fprintf(w, "vk-bench: %d relays, %d loops, %d nodes, %d B output per job, %s, %.1f s measured\n\n",
+		r.Relays, r.Loops, r.Nodes, r.OutputBytes, conns, r.WindowSecs)
 	fmt.Fprintf(w, "lifecycles     %d (%.1f/s, %.1f requests each)\n", r.Lifecycles, r.PerSec, r.RequestsEach)
 	if r.HubCPUPerLifeMs > 0 {
 		fmt.Fprintf(w, "hub CPU        %.2f ms per lifecycle\n", r.HubCPUPerLifeMs)
@@ -94,8 +105,8 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t\n", s.Step, s.Requests, s.P50Ms, s.P99Ms)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nfloor: signed no-op %.0f/s fresh, %.0f/s resumed; bbolt %.0f commits/s\n",
-		r.Floor.FreshPerSec, r.Floor.ResumedPerSec, r.Floor.CommitsPerSec)
+	fmt.Fprintf(w, "\nfloor: signed no-op %.0f/s fresh, %.0f/s resumed, %.0f/s kept-alive; bbolt %.0f commits/s\n",
+		r.Floor.FreshPerSec, r.Floor.ResumedPerSec, r.Floor.KeptPerSec, r.Floor.CommitsPerSec)
 	_, err := fmt.Fprintf(w, "the floor allows %.0f lifecycles/s at %.1f requests each: this run reached %.0f%% of it\n",
 		r.FloorLifecycles, r.RequestsEach, 100*r.FractionOfFloor)
 	return err

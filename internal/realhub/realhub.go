@@ -162,6 +162,28 @@ func (h *Hub) RestartNode() {
 	h.runNode()
 }
 
+// StopNode shuts the node down and waits until the hub no longer sees it
+// ready: a request sent afterwards, on however fast a connection, reaches
+// a hub that knows the node is gone.
+func (h *Hub) StopNode() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.Agent.Shutdown(ctx)
+	h.WaitFor("the hub to see node "+h.NodeID+" gone", func() bool {
+		ns, err := h.Admin().Nodes(ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range ns {
+			if n.ID == h.NodeID && n.State == "ready" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // runNode starts the enrolled node and waits until the hub sees it ready.
 func (h *Hub) runNode() {
 	t := h.t

@@ -2,7 +2,6 @@ package loop
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -323,11 +322,9 @@ func TestCancelReplacesAndSettleWaits(t *testing.T) {
 // spec: GL-09, FAIL-10, TRACE-07, ARB-37, ARB-38
 func TestNoCapacity(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	e.hub.OnSubmit = func(client.JobSubmission) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		e.real.Agent.Shutdown(ctx)
-	}
+	// The submission must reach a hub that has seen the node go (a kept
+	// connection gets it there before the node's session close otherwise).
+	e.hub.OnSubmit = func(client.JobSubmission) { e.real.StopNode() }
 	glID := e.pipeline([]string{"echo never"})
 	m := e.manager(0, 10)
 	m.cfg.PlaceWithinSecs = 1
