@@ -57,7 +57,7 @@ type poolStat struct {
 	// its starved placement of the lowest share, the candidate for one;
 	// fairRetry: no fairness drain is looked for before then (Unix ns)
 	fairDrains int
-	fairWant   *pq
+	fairWant   *placementQueue
 	fairRetry  int64
 	// drained lists its nodes under an automatic drain, wide or fairness,
 	// in the order drained (backfill.go)
@@ -112,7 +112,7 @@ func (c *Core) Utilization(pool string) float64 {
 // packing reports whether p's work goes to the most loaded node first:
 // while wide work of its pool waits for a node, or at or above
 // PackAboveUtilization of the pool (BS-21).
-func (c *Core) packing(p *pq) bool {
+func (c *Core) packing(p *placementQueue) bool {
 	ps := p.ps
 	if ps.wideWaits > 0 {
 		return true
@@ -123,7 +123,7 @@ func (c *Core) packing(p *pq) bool {
 // noteWideWait records, at the end of p's pass, whether p is wide work of
 // its pool waiting for a node: starved with an envelope wide on some node
 // shape of the pool. While any placement of a pool is, the pool packs.
-func (c *Core) noteWideWait(p *pq) {
+func (c *Core) noteWideWait(p *placementQueue) {
 	want := p.starved && p.nwait > 0 && c.wideSomewhere(p.ps, p.pl.Envelope)
 	if want != p.wideWait {
 		p.wideWait = want
@@ -152,7 +152,7 @@ func (c *Core) intern(name string) uint32 {
 // jobRunning records that jb's node accepted it.
 func (c *Core) jobRunning(jb *job) {
 	jb.state = jobRunning
-	jb.deadline = c.now.UnixNano() // now the time it started (see job.deadline)
+	jb.at, jb.started = c.now.UnixNano(), true // its deadline is spent (see job.at)
 }
 
 // wideOn reports whether env is wide on n (BS-20) and n could hold it when
@@ -168,13 +168,13 @@ func (c *Core) wideOnCap(capacity, env Resources) bool {
 		capacity.MemBytes > 0 && float64(env.MemBytes) >= f*float64(capacity.MemBytes)
 }
 
-// shapeOut and shapeIn keep poolStat.shapes: call shapeOut before a
-// node's capacity, pools or serving state change and shapeIn after.
+// shapeOut and inShapes keep poolStat.shapes: call shapeOut before a
+// node's capacity, pools or serving state change and inShapes after.
 func (c *Core) shapeOut(n *node) {
-	if !n.shapeIn {
+	if !n.inShapes {
 		return
 	}
-	n.shapeIn = false
+	n.inShapes = false
 	for _, pool := range n.pools {
 		ps := c.poolStat(pool)
 		if ps.shapes[n.capacity]--; ps.shapes[n.capacity] <= 0 {
@@ -184,11 +184,11 @@ func (c *Core) shapeOut(n *node) {
 	}
 }
 
-func (c *Core) shapeIn(n *node) {
-	if n.shapeIn || !n.serving() {
+func (c *Core) inShapes(n *node) {
+	if n.inShapes || !n.serving() {
 		return
 	}
-	n.shapeIn = true
+	n.inShapes = true
 	for _, pool := range n.pools {
 		ps := c.poolStat(pool)
 		if ps.shapes == nil {
@@ -213,7 +213,7 @@ func (c *Core) wideSomewhere(ps *poolStat, env Resources) bool {
 // autoDrainFits returns a node drained for p that w may take now: the
 // first of p's drains, in the order they were placed, where p's envelope
 // fits and w's refusals and rules allow.
-func (c *Core) autoDrainFits(p *pq, w *waiter) *node {
+func (c *Core) autoDrainFits(p *placementQueue, w *waiter) *node {
 	for _, n := range p.drains {
 		if w.skip[n.id] {
 			continue
@@ -236,7 +236,7 @@ func (c *Core) autoDrainFits(p *pq, w *waiter) *node {
 
 // headroomBlocksUndrained is headroomBlocks for p's envelope on n as if
 // n's automatic drain were lifted (a drained node counts no headroom room).
-func (c *Core) headroomBlocksUndrained(n *node, p *pq) bool {
+func (c *Core) headroomBlocksUndrained(n *node, p *placementQueue) bool {
 	c.nodeChanging(n)
 	n.autoDrain = nil
 	c.nodeChanged(n)
@@ -267,7 +267,7 @@ func (c *Core) drainCap(ps *poolStat) int {
 // pool at most drainCap; one drain is added per pass, so a drain choice
 // (a scan of the pool) is made at most once per starved placement and
 // pass.
-func (c *Core) maybeDrain(p *pq, w *waiter) {
+func (c *Core) maybeDrain(p *placementQueue, w *waiter) {
 	if p.nodes.Len() > 0 || len(p.drains) >= p.nwait {
 		return
 	}
@@ -309,7 +309,7 @@ func (c *Core) liftDrain(n *node) {
 	n.autoDrain, n.drainEnd, n.fairDrain, n.drainReady = nil, 0, false, 0
 	c.nodeChanged(n)
 	// the pool may drain for another starved placement now
-	for _, q := range c.poolPQs[p.pl.Pool] {
+	for _, q := range c.poolQueues[p.pl.Pool] {
 		if q.starved && q != p {
 			c.markDirty(q)
 		}
@@ -317,7 +317,7 @@ func (c *Core) liftDrain(n *node) {
 }
 
 // liftAutoDrains ends every automatic drain of p.
-func (c *Core) liftAutoDrains(p *pq) {
+func (c *Core) liftAutoDrains(p *placementQueue) {
 	for len(p.drains) > 0 {
 		c.liftDrain(p.drains[len(p.drains)-1])
 	}
@@ -325,7 +325,7 @@ func (c *Core) liftAutoDrains(p *pq) {
 
 // trimDrains lifts the drains of p beyond its waiting demand, the latest
 // first: wide demand bounds the drains.
-func (c *Core) trimDrains(p *pq) {
+func (c *Core) trimDrains(p *placementQueue) {
 	for p.fairHeld == 0 && len(p.drains) > p.nwait {
 		c.liftDrain(p.drains[len(p.drains)-1])
 	}
@@ -372,8 +372,8 @@ func (c *Core) fireDrain(id NodeID) {
 // liftAllDrains ends every automatic drain (policy change); they are chosen
 // again under the new policy.
 func (c *Core) liftAllDrains() {
-	for _, k := range sortedKeys(c.pqs) {
-		if p := c.pqs[k]; len(p.drains) > 0 {
+	for _, k := range sortedKeys(c.queues) {
+		if p := c.queues[k]; len(p.drains) > 0 {
 			c.liftAutoDrains(p)
 			c.markDirty(p)
 		}
@@ -385,7 +385,7 @@ func (c *Core) liftAllDrains() {
 // wide and which could hold it empty (and which w's rules and refusals
 // allow), the one predicted to empty first. It looks at every node of the
 // pool and every job on them: O(pool) once per drain, not per placement.
-func (c *Core) drainTarget(p *pq, w *waiter) *node {
+func (c *Core) drainTarget(p *placementQueue, w *waiter) *node {
 	env := p.pl.Envelope
 	var rules []PlacementRule
 	if jb := w.jb; jb != nil {
