@@ -331,10 +331,8 @@ func (c *Core) leavePass(i int) {
 	c.pass = c.pass[:last]
 	p.inPass = false
 	// (fairness drains stay: they end when taken or after their time)
-	if p.fairHeld == 0 && !p.starved && !p.headroomBlocked && len(p.drains) > 0 {
-		// nobody of the placement may go and waits for room any more
-		c.liftAutoDrains(p)
-	}
+	// nobody of the placement may go and waits for room any more
+	unwantAll := p.fairHeld == 0 && !p.starved && !p.headroomBlocked && len(p.drains) > 0
 	aside := p.aside
 	p.aside = nil
 	for _, w := range aside {
@@ -342,7 +340,11 @@ func (c *Core) leavePass(i int) {
 	}
 	clear(aside)
 	p.aside = aside[:0]
-	c.trimDrains(p)
+	if unwantAll {
+		c.keepDrains(p, 0)
+	} else {
+		c.trimDrains(p)
+	}
 	c.noteWideWait(p)
 	// The aside waiters made p dirty again; nothing changed for them.
 	if p.dirty {
@@ -428,6 +430,8 @@ func (c *Core) serveOne(p *placementQueue, w *waiter, cls int) (stuck bool) {
 			p.headroomBlocked = true
 			p.skipNormal = true
 			return false
+		case keptForWide:
+			return true // room frees elsewhere soon; not starved, so no drain
 		}
 		p.starved = true
 		c.maybeDrain(p, w)

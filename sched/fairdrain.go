@@ -68,7 +68,7 @@ func (c *Core) maybeFairDrain(p *placementQueue, w *waiter, cls int) bool {
 	if c.allStats.Count == 0 {
 		return false // no finished job yet: no prediction to hold a node on
 	}
-	if ps.fairDrains >= fairDrainCap(ps) || ps.wideWaits > 0 && ps.drains < c.drainCap(ps) || c.now.UnixNano() < ps.fairRetry {
+	if ps.fairDrains >= fairDrainCap(ps) || len(ps.wideWaiting) > 0 && ps.drains < c.drainCap(ps) || c.now.UnixNano() < ps.fairRetry {
 		return false
 	}
 	qw, qcls := c.pick(q, q.skipNormal)

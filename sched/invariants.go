@@ -246,7 +246,13 @@ func (c *Core) checkWide() []string {
 		if fair != p.fairHeld {
 			errs = append(errs, "placement "+k+" counts "+strconv.Itoa(p.fairHeld)+" fairness drains, recomputed "+strconv.Itoa(fair))
 		}
-		if fair == 0 && len(p.drains) > p.nwait {
+		wanted := 0
+		for _, n := range p.drains {
+			if !n.drainUnwanted {
+				wanted++
+			}
+		}
+		if fair == 0 && wanted > p.nwait {
 			errs = append(errs, "placement "+k+" holds more drains than waiters")
 		}
 		n := 0

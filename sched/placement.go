@@ -247,12 +247,14 @@ const (
 	allTried                      // every node with room already refused this waiter
 	onlyHeadroom                  // the nodes with room are kept for headroom
 	rulesForbid                   // the job's placement rules refuse the nodes with room
+	keptForWide                   // the nodes with room are kept whole for waiting wide work
 )
 
 // pickNode returns the node for waiter w of class cls in p, or why none.
 func (c *Core) pickNode(p *placementQueue, w *waiter, cls int) (*node, whyNoNode) {
 	var found *node
-	skipped, hd, rules, scanned := 0, 0, 0, 0
+	skipped, hd, rules, whole, scanned := 0, 0, 0, 0, 0
+	keep := isNormalClass(cls) && len(p.ps.wideWaiting) > 0
 	var jb *job
 	var rs []PlacementRule
 	if w.jb != nil {
@@ -277,6 +279,10 @@ func (c *Core) pickNode(p *placementQueue, w *waiter, cls int) (*node, whyNoNode
 			hd++
 			return true
 		}
+		if keep && c.keptWhole(e.n, p) {
+			whole++
+			return true
+		}
 		found = e.n
 		return false
 	}
@@ -294,6 +300,8 @@ func (c *Core) pickNode(p *placementQueue, w *waiter, cls int) (*node, whyNoNode
 		return nil, rulesForbid
 	case hd > 0:
 		return nil, onlyHeadroom
+	case whole > 0:
+		return nil, keptForWide
 	}
 	return nil, noRoom
 }

@@ -127,6 +127,11 @@ type node struct {
 	// says it is a fairness drain (fairdrain.go), not one for wide work
 	drainEnd  int64
 	fairDrain bool
+	// drainStart is when the automatic drain was placed (Unix ns);
+	// drainUnwanted: its placement's demand no longer counts it, and it
+	// ends at drainEnd, drainGrace after that, unless demand returns
+	drainStart    int64
+	drainUnwanted bool
 	// drainReady is when the drain is predicted to complete (Unix ns):
 	// work predicted to end before it may backfill the node (backfill.go)
 	drainReady    int64

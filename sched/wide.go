@@ -49,9 +49,10 @@ type poolStat struct {
 	// shapes), so "is this envelope wide on any node" costs no node scan
 	shapes map[Resources]int
 
-	// serving counts the pool's serving nodes; wideWaits its placements
-	// whose wide work waits for a node (noteWideWait)
-	serving, wideWaits int
+	// serving counts the pool's serving nodes; wideWaiting lists its
+	// placements whose wide work waits for a node (noteWideWait)
+	serving     int
+	wideWaiting []*placementQueue
 
 	// fairDrains counts its fairness drains (fairdrain.go); fairWant is
 	// its starved placement of the lowest share, the candidate for one;
@@ -114,7 +115,7 @@ func (c *Core) Utilization(pool string) float64 {
 // PackAboveUtilization of the pool (BS-21).
 func (c *Core) packing(p *placementQueue) bool {
 	ps := p.ps
-	if ps.wideWaits > 0 {
+	if len(ps.wideWaiting) > 0 {
 		return true
 	}
 	return c.pol.PackAboveUtilization > 0 && ps.utilization() >= c.pol.PackAboveUtilization
@@ -127,12 +128,36 @@ func (c *Core) noteWideWait(p *placementQueue) {
 	want := p.starved && p.nwait > 0 && c.wideSomewhere(p.ps, p.pl.Envelope)
 	if want != p.wideWait {
 		p.wideWait = want
+		ps := p.ps
 		if want {
-			p.ps.wideWaits++
-		} else {
-			p.ps.wideWaits--
+			ps.wideWaiting = append(ps.wideWaiting, p)
+		} else if i := slices.Index(ps.wideWaiting, p); i >= 0 {
+			ps.wideWaiting = slices.Delete(ps.wideWaiting, i, i+1)
 		}
 	}
+}
+
+// keptWhole reports whether n's room is kept from a normal-class waiter of
+// p for the wide work of p's pool that waits for a node: a placement of
+// the pool with a larger envelope than p's, wide on n, whose wide work
+// found no node with room in its last pass and still waits, and which n
+// now has room for. So a node a wide job leaves whole goes to the next wide job rather
+// than the first small request of the pass splitting it (only drains
+// would make another one), and a node a drain emptied is not split
+// either. Small work takes every other node's room first; it waits only
+// while room is left nowhere but on such nodes (BS-20..22).
+func (c *Core) keptWhole(n *node, p *placementQueue) bool {
+	env := p.pl.Envelope
+	for _, q := range p.ps.wideWaiting {
+		qe := q.pl.Envelope
+		if q == p || q.nwait == 0 || !larger(qe, env) {
+			continue
+		}
+		if c.wideOn(n, qe) && matches(n, &q.pl) && roomFor(n, qe, n.used, n.placed) >= 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // intern returns the index of a job name, 0 for "".
@@ -271,6 +296,12 @@ func (c *Core) maybeDrain(p *placementQueue, w *waiter) {
 	if p.nodes.Len() > 0 || len(p.drains) >= p.nwait {
 		return
 	}
+	if w.tk != nil && c.backedOff(w.tk.runner) {
+		// the lead request of a runner whose last requests found GitLab
+		// empty: its demand is a guess, and emptying a node for every
+		// such guess, once a second, idles a node for nothing
+		return
+	}
 	ps := p.ps
 	if ps.drains >= c.drainCap(ps) || !c.wideSomewhere(ps, p.pl.Envelope) {
 		return
@@ -281,6 +312,7 @@ func (c *Core) maybeDrain(p *placementQueue, w *waiter) {
 	}
 	c.nodeChanging(n)
 	n.autoDrain, n.drainEnd = p, c.now.Add(c.pol.DrainMaxHold).UnixNano()
+	n.drainStart, n.drainUnwanted = c.now.UnixNano(), false
 	n.drainReady = c.now.Add(c.expectedEmpty(n)).UnixNano()
 	c.nodeChanged(n)
 	ps.drainedAdd(n)
@@ -307,6 +339,7 @@ func (c *Core) liftDrain(n *node) {
 	p.ps.drainedDrop(n)
 	c.nodeChanging(n)
 	n.autoDrain, n.drainEnd, n.fairDrain, n.drainReady = nil, 0, false, 0
+	n.drainStart, n.drainUnwanted = 0, false
 	c.nodeChanged(n)
 	// the pool may drain for another starved placement now
 	for _, q := range c.poolQueues[p.pl.Pool] {
@@ -323,11 +356,38 @@ func (c *Core) liftAutoDrains(p *placementQueue) {
 	}
 }
 
-// trimDrains lifts the drains of p beyond its waiting demand, the latest
-// first: wide demand bounds the drains.
+// trimDrains lets the drains of p beyond its waiting demand go, the
+// latest first: wide demand bounds the drains.
 func (c *Core) trimDrains(p *placementQueue) {
-	for p.fairHeld == 0 && len(p.drains) > p.nwait {
-		c.liftDrain(p.drains[len(p.drains)-1])
+	if p.fairHeld == 0 {
+		c.keepDrains(p, p.nwait)
+	}
+}
+
+// drainGrace is how long a drain outlives the wide demand it was placed
+// for. A runner's request loop that took a node comes back with a new
+// request a GitLab round trip later when GitLab has more of its work;
+// lifting the drain at once threw away the emptying it had done each time
+// a placement's waiting requests dipped.
+const drainGrace = 10 * time.Second
+
+// keepDrains keeps the first k of p's automatic drains and lets the rest
+// go after drainGrace unless demand returns first (a waiter comes back and
+// keepDrains counts it again).
+func (c *Core) keepDrains(p *placementQueue, k int) {
+	now := c.now.UnixNano()
+	for i, n := range p.drains {
+		switch {
+		case i < k && n.drainUnwanted:
+			n.drainUnwanted = false
+			n.drainEnd = n.drainStart + int64(c.pol.DrainMaxHold)
+		case i >= k && !n.drainUnwanted:
+			n.drainUnwanted = true
+			if end := now + int64(drainGrace); end < n.drainEnd {
+				n.drainEnd = end
+				c.addTimer(time.Unix(0, end), tmDrain, uint64(n.id))
+			}
+		}
 	}
 }
 
@@ -380,6 +440,31 @@ func (c *Core) liftAllDrains() {
 	}
 }
 
+// larger reports whether e is larger than than in vCPUs or memory.
+func larger(e, than Resources) bool { return e.CPUs > than.CPUs || e.MemBytes > than.MemBytes }
+
+// holdsLargerWide reports whether n runs or holds work of an envelope
+// larger than env and wide on n. Such a node is not drained for env: it
+// is where wider work runs, and when that work ends the room it leaves is
+// kept for more of it while it waits (keptWhole); a drain for env would
+// split it. (Skipping such nodes only while wider work waits served the
+// 32-vCPU jobs of reference-110 less: 0.94 of their demanded share
+// against 0.98, seed 1.)
+func (c *Core) holdsLargerWide(n *node, env Resources) bool {
+	larger := func(e Resources) bool { return larger(e, env) && c.wideOn(n, e) }
+	for _, jb := range n.jobs {
+		if larger(jb.env()) {
+			return true
+		}
+	}
+	for _, rs := range n.res {
+		if larger(rs.env) {
+			return true
+		}
+	}
+	return false
+}
+
 // drainTarget picks the node to drain for p (BS-22..24): among the pool's
 // serving, undrained nodes carrying p's labels on which p's envelope is
 // wide and which could hold it empty (and which w's rules and refusals
@@ -398,6 +483,9 @@ func (c *Core) drainTarget(p *placementQueue, w *waiter) *node {
 	for _, n := range c.poolNodes[p.pl.Pool] {
 		if !n.serving() || n.drainFor != 0 || n.autoDrain != nil || !matches(n, &p.pl) || w.skip[n.id] || !c.wideOn(n, env) {
 			continue
+		}
+		if c.holdsLargerWide(n, env) {
+			continue // it serves wider work, which takes it over when it frees
 		}
 		if len(rules) > 0 && !rulesAllow(rules, w.jb.ref, n.id, n.pools) {
 			continue
