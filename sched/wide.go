@@ -27,9 +27,13 @@ import (
 //     it holds drains, the next waiter's drain is chosen in the same
 //     decision, before other work takes what is left), when the placement
 //     has fewer waiters than
-//     drains (the latest goes) or none that waits for room, when the node
-//     stops serving or matching, or after Policy.DrainMaxHold (then it is
-//     chosen again from fresh predictions).
+//     drains (the latest goes) or none that waits for room and demand does
+//     not return within drainGrace, when the node stops serving or
+//     matching, or after Policy.DrainMaxHold (then it is chosen again from
+//     fresh predictions). No drain is placed for a backed-off runner's
+//     lead request, and none on a node running larger wide work.
+//   - Kept whole (keptWhole): room that fits waiting wide work stays whole
+//     for it; smaller normal work takes every other node's room first.
 //   - Prediction (BS-23, BS-24): a node empties when its last job ends; a
 //     job's remaining time comes from the wall-time distribution of its name
 //     (RuntimeStats, updated on every finish rather than hourly), else from
