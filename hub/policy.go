@@ -153,6 +153,7 @@ func policyToSched(p *PolicyConfig, ids *idTable) sched.Policy {
 	}
 	out.PackAboveUtilization, out.DrainsPerPool, out.WideFraction = p.PackAboveUtilization, p.DrainsPerPool, p.WideFraction
 	out.DrainMaxHold = time.Duration(p.DrainMaxHoldSecs) * time.Second
+	out.FairDrainMaxWait = time.Duration(p.FairDrainMaxWaitSecs) * time.Second // -1 s: off
 	out.BusySecs, out.ProbeLimit = p.BusySecs, p.ProbeLimit
 	out.BackoffInitialSecs, out.BackoffMaxSecs = p.BackoffInitialSecs, p.BackoffMaxSecs
 	out.ProductionProbeBurst, out.LeaseSecs = p.ProductionProbeBurst, p.LeaseSecs

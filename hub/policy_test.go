@@ -13,6 +13,7 @@ import (
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/sched"
 )
 
 // one set of rules for the policy in hub.toml, in
@@ -96,12 +97,14 @@ func TestPolicyKnobsToSched(t *testing.T) {
 		pack, wide   float64
 		drains       int
 		hold         time.Duration
+		fairWait     time.Duration // what the core is given; 0 is its default
 		nilPolicyToo bool
 	}{
 		{name: "defaults", body: "version = 1\n", renewals: 1, nilPolicyToo: true},
 		{name: "no bound", body: "version = 1\nclaim_renewals = -1\n", renewals: 0},
-		{name: "all set", body: "version = 1\nclaim_renewals = 3\npack_above_utilization = 0.7\ndrains_per_pool = 1\nwide_fraction = 0.4\ndrain_max_hold_secs = 600\n",
-			renewals: 3, pack: 0.7, drains: 1, wide: 0.4, hold: 10 * time.Minute},
+		{name: "all set", body: "version = 1\nclaim_renewals = 3\npack_above_utilization = 0.7\ndrains_per_pool = 1\nwide_fraction = 0.4\ndrain_max_hold_secs = 600\nfair_drain_max_wait_secs = 120\n",
+			renewals: 3, pack: 0.7, drains: 1, wide: 0.4, hold: 10 * time.Minute, fairWait: 2 * time.Minute},
+		{name: "no fairness drains", body: "version = 1\nfair_drain_max_wait_secs = -1\n", renewals: 1, fairWait: -time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "capacity.toml")
@@ -118,6 +121,9 @@ func TestPolicyKnobsToSched(t *testing.T) {
 			}
 			if err := sp.Validate(); err != nil {
 				t.Error(err)
+			}
+			if got := sp.FairDrainMaxWait; got != tc.fairWait {
+				t.Errorf("fair drain max wait = %v, want %v", got, tc.fairWait)
 			}
 			if tc.nilPolicyToo {
 				var none *PolicyConfig
@@ -160,7 +166,8 @@ func TestClaimRenewalsDefaultOne(t *testing.T) {
 	// The knobs travel through the admin socket's policy: get shows them,
 	// set replaces them with the rest (`vk-hub capacity-policy`).
 	d := h.srv.Driver()
-	want := admin.Policy{ProbeLimit: 3, ClaimRenewals: -1, DrainsPerPool: 1, PackAboveUtilization: 0.7, WideFraction: 0.25, DrainMaxHoldSecs: 600}
+	want := admin.Policy{ProbeLimit: 3, ClaimRenewals: -1, DrainsPerPool: 1, PackAboveUtilization: 0.7, WideFraction: 0.25, DrainMaxHoldSecs: 600,
+		FairDrainMaxWaitSecs: 120}
 	if err := d.SetPolicy(t.Context(), want); err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +176,14 @@ func TestClaimRenewalsDefaultOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cur.ProbeLimit != 3 || cur.ClaimRenewals != -1 || cur.DrainsPerPool != 1 || cur.PackAboveUtilization != 0.7 ||
-		cur.WideFraction != 0.25 || cur.DrainMaxHoldSecs != 600 {
+		cur.WideFraction != 0.25 || cur.DrainMaxHoldSecs != 600 || cur.FairDrainMaxWaitSecs != 120 {
 		t.Errorf("policy after SetPolicy = %+v, want %+v", cur, want)
+	}
+	// and reach the core itself
+	var inCore sched.Policy
+	d.do(t.Context(), func() { inCore = d.core.Policy() })
+	if inCore.FairDrainMaxWait != 2*time.Minute || inCore.DrainMaxHold != 10*time.Minute {
+		t.Errorf("core's fair drain max wait %v, drain max hold %v; want 2m0s, 10m0s", inCore.FairDrainMaxWait, inCore.DrainMaxHold)
 	}
 	if got, err := d.Policy(t.Context()); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("Policy() = %+v, %v; want %+v", got, err, want)

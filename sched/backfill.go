@@ -41,7 +41,7 @@ func (ps *poolStat) drainedDrop(n *node) {
 
 // backfillNode returns a drained node of p's pool on which w may run now
 // and is predicted to end before the drain completes, nil when none.
-func (c *Core) backfillNode(p *pq, w *waiter, cls int) *node {
+func (c *Core) backfillNode(p *placementQueue, w *waiter, cls int) *node {
 	ps := p.ps
 	if len(ps.drained) == 0 || c.allStats.Count == 0 {
 		return nil

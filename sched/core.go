@@ -33,11 +33,11 @@ type Core struct {
 	// record itself is dropped then (memory: one per running job).
 	admJobs map[AdmissionID]JobID
 
-	pqs       map[string]*pq
-	poolPQs   map[string][]*pq   // sorted by key
-	poolNodes map[string][]*node // nodes of each pool, in report order
-	headroom  []hentry
-	heldJobs  []*job // jobs held unindexed (ARB-41), by seq
+	queues     map[string]*placementQueue
+	poolQueues map[string][]*placementQueue // sorted by key
+	poolNodes  map[string][]*node           // nodes of each pool, in report order
+	headroom   []hentry
+	heldJobs   []*job // jobs held unindexed (ARB-41), by seq
 
 	timers   *btree.BTreeG[timer]
 	timerSeq uint64
@@ -50,8 +50,8 @@ type Core struct {
 	probesSinceNormal int
 	normalOwed        bool
 
-	dirty *btree.BTreeG[*pq]
-	pass  []*pq // placements in the current arbitration pass
+	dirty *btree.BTreeG[*placementQueue]
+	pass  []*placementQueue // placements in the current arbitration pass
 	// rekeys lists pools whose fair-share reference changed (share.go)
 	rekeys []*poolStat
 	out    []Action
@@ -122,11 +122,11 @@ func New(policy Policy, seed uint64) *Core {
 		names:      []string{""},
 		nameIdx:    map[string]uint32{},
 		pstat:      map[string]*poolStat{},
-		pqs:        map[string]*pq{},
-		poolPQs:    map[string][]*pq{},
+		queues:     map[string]*placementQueue{},
+		poolQueues: map[string][]*placementQueue{},
 		poolNodes:  map[string][]*node{},
 		timers:     btree.NewBTreeGOptions(timerLess, btOpts),
-		dirty:      btree.NewBTreeGOptions(pqLess, btOpts),
+		dirty:      btree.NewBTreeGOptions(queueLess, btOpts),
 		normalOwed: true,
 	}
 	c.setPolicy(policy)
@@ -294,16 +294,16 @@ func (c *Core) schedule() {
 			p.dirty = false
 			if !p.inPass {
 				p.inPass, p.skipNormal = true, false
-				p.starved, p.hdBlock, p.rulesNo = false, false, false
+				p.starved, p.headroomBlocked, p.rulesRefused = false, false, false
 				c.pass = append(c.pass, p)
 			}
 		}
 		if len(c.pass) == 0 {
 			return
 		}
-		var bp *pq
-		var bw *waiter
-		bcls, brank := 0, 0
+		var bestQ *placementQueue
+		var bestW *waiter
+		bestCls, bestRank := 0, 0
 		for i := 0; i < len(c.pass); {
 			p := c.pass[i]
 			w, cls := c.pick(p, p.skipNormal)
@@ -311,13 +311,13 @@ func (c *Core) schedule() {
 				c.leavePass(i)
 				continue
 			}
-			if r := c.rank(cls); bw == nil || r < brank || r == brank && before(w, bw) {
-				bp, bw, bcls, brank = p, w, cls, r
+			if r := c.rank(cls); bestW == nil || r < bestRank || r == bestRank && before(w, bestW) {
+				bestQ, bestW, bestCls, bestRank = p, w, cls, r
 			}
 			i++
 		}
-		if bw != nil && c.serveOne(bp, bw, bcls) {
-			c.leavePass(slices.Index(c.pass, bp))
+		if bestW != nil && c.serveOne(bestQ, bestW, bestCls) {
+			c.leavePass(slices.Index(c.pass, bestQ))
 		}
 	}
 }
@@ -331,10 +331,8 @@ func (c *Core) leavePass(i int) {
 	c.pass = c.pass[:last]
 	p.inPass = false
 	// (fairness drains stay: they end when taken or after their time)
-	if p.fairHeld == 0 && !p.starved && !p.hdBlock && len(p.drains) > 0 {
-		// nobody of the placement may go and waits for room any more
-		c.liftAutoDrains(p)
-	}
+	// nobody of the placement may go and waits for room any more
+	unwantAll := p.fairHeld == 0 && !p.starved && !p.headroomBlocked && len(p.drains) > 0
 	aside := p.aside
 	p.aside = nil
 	for _, w := range aside {
@@ -342,7 +340,11 @@ func (c *Core) leavePass(i int) {
 	}
 	clear(aside)
 	p.aside = aside[:0]
-	c.trimDrains(p)
+	if unwantAll {
+		c.keepDrains(p, 0)
+	} else {
+		c.trimDrains(p)
+	}
 	c.noteWideWait(p)
 	// The aside waiters made p dirty again; nothing changed for them.
 	if p.dirty {
@@ -354,7 +356,7 @@ func (c *Core) leavePass(i int) {
 // serveOne tries to place waiter w of internal class cls of p, first in
 // line across the pass. It returns true when p is stuck: w found no node
 // with room, so nothing more of p goes this pass.
-func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
+func (c *Core) serveOne(p *placementQueue, w *waiter, cls int) (stuck bool) {
 	if jb := w.jb; jb != nil && jb.admID == 0 && !jb.legacy {
 		// ARB-13: a job without an admission waits on its tenant's cap.
 		if cp := c.pol.tenantCap(jb.runnerTenant()); cp > 0 && jb.runner.tenant.held >= cp {
@@ -399,7 +401,7 @@ func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
 		return false // a node was held for a starved placement: decide again
 	}
 	n, why := c.pickNode(p, w, cls)
-	if n == nil && why == nnRoom {
+	if n == nil && why == noRoom {
 		if bn := c.backfillNode(p, w, cls); bn != nil {
 			// no node has room: a drained node's idle room, for work
 			// predicted to end before the drain completes (backfill.go)
@@ -411,23 +413,25 @@ func (c *Core) serveOne(p *pq, w *waiter, cls int) (stuck bool) {
 	}
 	if n == nil {
 		switch why {
-		case nnAllTried:
+		case allTried:
 			c.unindexWaiter(w)
 			clear(w.skip)
 			at := c.now.Add(c.pol.RetryAfterAllTried)
 			w.retryAt = at.UnixNano()
 			c.addTimer(at, tmRetry, c.waiterTimerID(w))
 			return false
-		case nnRules:
+		case rulesForbid:
 			w.jb.rulesHit = true
-			p.rulesNo = true
+			p.rulesRefused = true
 			c.unindexWaiter(w)
 			p.aside = append(p.aside, w)
 			return false
-		case nnHeadroom:
-			p.hdBlock = true
+		case onlyHeadroom:
+			p.headroomBlocked = true
 			p.skipNormal = true
 			return false
+		case keptForWide:
+			return true // room frees elsewhere soon; not starved, so no drain
 		}
 		p.starved = true
 		c.maybeDrain(p, w)
@@ -470,7 +474,7 @@ func (c *Core) reindex(w *waiter) {
 }
 
 // place sends the offer or start for w on n.
-func (c *Core) place(p *pq, w *waiter, cls int, n *node) {
+func (c *Core) place(p *placementQueue, w *waiter, cls int, n *node) {
 	c.unindexWaiter(w)
 	env := p.pl.Envelope
 	if isNormalClass(cls) {
@@ -518,7 +522,7 @@ func (c *Core) place(p *pq, w *waiter, cls int, n *node) {
 				c.violate("probe placed over the probe limit")
 			}
 		}
-		tk.charged, tk.chp = true, p
+		tk.charged, tk.chargedTo = true, p
 		c.hold(r, p, +1)
 		c.charge(r, +1)
 		rs.tm = c.addTimer(c.now.Add(c.pol.OfferTimeout), tmOffer, uint64(rs.id))

@@ -31,6 +31,14 @@
 // other goroutines get point-in-time views through [Core.Snapshot], cloned
 // copy-on-write from the node indexes (BS-05).
 //
+// Inside, a placementQueue is one placement's arbitration queue and node
+// index; a tenantQ is one tenant's waiters in one class of it; a waiter is
+// a ticket or a queued job in line; a node's queues are the placement
+// queues whose labels it has, with its entry in each one's index, and its
+// headroomEntries the headroom entries it counts towards. A job keeps its
+// place_within deadline until its node accepts it and its start time from
+// then on in one slot, read through placeBy and startedAt.
+//
 // See README.md in this directory for the pipeline, the vocabulary (ticket,
 // offer, grant, claim, admission, reservation, envelope, lease), the state
 // diagrams, the scenario language of testdata/*.txt and the choices made

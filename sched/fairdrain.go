@@ -38,7 +38,7 @@ func fairDrainCap(ps *poolStat) int { return max(1, ps.serving/4) }
 // noteStarved records p, whose first waiter w found no node with room, as
 // its pool's candidate for a fairness drain when p's envelope is not wide
 // and p's waiter has a lower share than the candidate's.
-func (c *Core) noteStarved(p *pq, w *waiter) {
+func (c *Core) noteStarved(p *placementQueue, w *waiter) {
 	ps := p.ps
 	if c.pol.FairDrainMaxWait < 0 || c.wideSomewhere(ps, p.pl.Envelope) {
 		return
@@ -55,7 +55,7 @@ func (c *Core) noteStarved(p *pq, w *waiter) {
 // of placement p and internal class cls, takes room, when the starved
 // placement's first waiter has a lower share and a class ranked no lower.
 // It reports whether it placed a drain (the node index changed).
-func (c *Core) maybeFairDrain(p *pq, w *waiter, cls int) bool {
+func (c *Core) maybeFairDrain(p *placementQueue, w *waiter, cls int) bool {
 	ps := p.ps
 	q := ps.fairWant
 	if q == nil || q == p {
@@ -68,7 +68,7 @@ func (c *Core) maybeFairDrain(p *pq, w *waiter, cls int) bool {
 	if c.allStats.Count == 0 {
 		return false // no finished job yet: no prediction to hold a node on
 	}
-	if ps.fairDrains >= fairDrainCap(ps) || ps.wideWaits > 0 && ps.drains < c.drainCap(ps) || c.now.UnixNano() < ps.fairRetry {
+	if ps.fairDrains >= fairDrainCap(ps) || len(ps.wideWaiting) > 0 && ps.drains < c.drainCap(ps) || c.now.UnixNano() < ps.fairRetry {
 		return false
 	}
 	qw, qcls := c.pick(q, q.skipNormal)
@@ -101,7 +101,7 @@ func (c *Core) maybeFairDrain(p *pq, w *waiter, cls int) bool {
 // predicted to fit it soonest, within FairDrainMaxWait, and the predicted
 // wait; nil when none.
 // It scans the pool: O(pool) once per fairness drain placed.
-func (c *Core) fairTarget(q *pq, w *waiter) (*node, time.Duration) {
+func (c *Core) fairTarget(q *placementQueue, w *waiter) (*node, time.Duration) {
 	env := q.pl.Envelope
 	var rules []PlacementRule
 	if jb := w.jb; jb != nil {
@@ -180,8 +180,8 @@ func (c *Core) jobLeft(jb *job) time.Duration { return expectedLeft(c.statOf(jb)
 
 // jobRan is how long a running job has run, 0 for one not yet running.
 func (c *Core) jobRan(jb *job) time.Duration {
-	if now := c.now.UnixNano(); jb.state == jobRunning && jb.deadline > 0 && jb.deadline <= now {
-		return time.Duration(now - jb.deadline)
+	if now, at := c.now.UnixNano(), jb.startedAt(); jb.state == jobRunning && at > 0 && at <= now {
+		return time.Duration(now - at)
 	}
 	return 0
 }

@@ -56,8 +56,11 @@ func (m *fsModel) start(a sched.Start) string {
 		if j == a.Job {
 			continue
 		}
-		ou := m.runnerTenant[m.jobRunner[j]]
-		if ou == t || !m.fits(a.Node, m.runnerEnv[m.jobRunner[j]]) {
+		ou, jenv := m.runnerTenant[m.jobRunner[j]], m.runnerEnv[m.jobRunner[j]]
+		if ou == t || !m.fits(a.Node, jenv) {
+			continue
+		}
+		if m.keptWhole(a.Node, env, jenv) {
 			continue
 		}
 		if su := m.share(ou); su < st-1e-9 {
@@ -72,6 +75,16 @@ func (m *fsModel) start(a sched.Start) string {
 	m.heldCPU[t] += env.CPUs
 	m.heldMem[t] += env.MemBytes
 	return bad
+}
+
+// keptWhole reports whether a job of envelope env, larger than jenv in
+// vCPUs or memory and wide on node n (half its vCPUs or memory, the
+// default WideFraction), may take n ahead of a waiting job of jenv of any
+// share: room that fits waiting wide work is kept whole for it (BS-20).
+func (m *fsModel) keptWhole(n sched.NodeID, env, jenv sched.Resources) bool {
+	c := m.nodeCap[n]
+	wide := 2*env.CPUs >= c.CPUs || 2*env.MemBytes >= c.MemBytes
+	return wide && (env.CPUs > jenv.CPUs || env.MemBytes > jenv.MemBytes)
 }
 
 func (m *fsModel) finish(j sched.JobID) {
@@ -93,7 +106,9 @@ func (m *fsModel) finish(j sched.JobID) {
 // lower weighted dominant share (computed by the test from what it saw
 // start and finish) had a waiting job that fitted on that node, and the
 // Core's invariants hold after every step (DECISIONS 13). A node drained
-// for wide work (BS-22) is exempt: it is held for its placement's waiters.
+// for wide work (BS-22) is exempt: it is held for its placement's waiters;
+// so is a wide job taking a node ahead of smaller work, whatever its
+// tenant's share: room that fits waiting wide work is kept whole for it.
 func TestPropertyFairShareAcrossPlacements(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		m := &fsModel{

@@ -73,7 +73,7 @@ func (c *Core) recountHeld() (open, probes int, bare map[*relay]int) {
 	for _, t := range c.tenants {
 		t.chk.held, t.chk.holds = 0, t.chk.holds[:0]
 	}
-	addHold := func(r *runner, p *pq, k int64) {
+	addHold := func(r *runner, p *placementQueue, k int64) {
 		if p != nil && k != 0 {
 			r.chk.holds = holdsAdd(r.chk.holds, p.ps, p.pl.Envelope, k)
 		}
@@ -81,7 +81,7 @@ func (c *Core) recountHeld() (open, probes int, bare map[*relay]int) {
 	for _, tk := range c.tickets {
 		if tk.charged {
 			tk.runner.chk.held++
-			addHold(tk.runner, tk.chp, 1)
+			addHold(tk.runner, tk.chargedTo, 1)
 		}
 		if tk.state != tkClaimed && tk.state != tkEnded {
 			open++
@@ -98,7 +98,7 @@ func (c *Core) recountHeld() (open, probes int, bare map[*relay]int) {
 		}
 		if a.charged {
 			a.runner.chk.held++
-			addHold(a.runner, a.chp, 1)
+			addHold(a.runner, a.chargedTo, 1)
 		}
 		if a.ticket != nil && a.ticket.probe && c.tickets[a.ticket.id] != a.ticket {
 			probes++
@@ -113,7 +113,7 @@ func (c *Core) recountHeld() (open, probes int, bare map[*relay]int) {
 		}
 	}
 	for _, r := range c.runners {
-		addHold(r, r.unadmP, int64(r.unadmitted))
+		addHold(r, r.unadmittedQ, int64(r.unadmitted))
 	}
 	return open, probes, bare
 }
@@ -176,10 +176,10 @@ func (c *Core) checkWide() []string {
 	var errs []string
 	want := map[string]*poolStat{}
 	for id, n := range c.nodes {
-		if n.uIn != n.serving() {
+		if n.inUtilization != n.serving() {
 			errs = append(errs, "node "+u(id)+" utilization membership stale")
 		}
-		if n.shapeIn != n.serving() {
+		if n.inShapes != n.serving() {
 			errs = append(errs, "node "+u(id)+" shape membership stale")
 		}
 		if n.serving() {
@@ -231,7 +231,7 @@ func (c *Core) checkWide() []string {
 			errs = append(errs, "pool "+pool+" holds more fairness drains than its cap")
 		}
 	}
-	for k, p := range c.pqs {
+	for k, p := range c.queues {
 		for _, n := range p.drains {
 			if n.autoDrain != p {
 				errs = append(errs, "placement "+k+" names a drain its node does not hold")
@@ -246,7 +246,13 @@ func (c *Core) checkWide() []string {
 		if fair != p.fairHeld {
 			errs = append(errs, "placement "+k+" counts "+strconv.Itoa(p.fairHeld)+" fairness drains, recomputed "+strconv.Itoa(fair))
 		}
-		if fair == 0 && len(p.drains) > p.nwait {
+		wanted := 0
+		for _, n := range p.drains {
+			if !n.drainUnwanted {
+				wanted++
+			}
+		}
+		if fair == 0 && wanted > p.nwait {
 			errs = append(errs, "placement "+k+" holds more drains than waiters")
 		}
 		n := 0
@@ -280,7 +286,7 @@ func (c *Core) checkShareKeys() []string {
 	if len(c.rekeys) > 0 {
 		return errs // keys are refreshed at the next pass
 	}
-	for k, p := range c.pqs {
+	for k, p := range c.queues {
 		for _, q := range p.tqList {
 			if q.inTree && q.kShare != c.share(q.t, p.ps) {
 				errs = append(errs, "placement "+k+" keys tenant "+u(q.t.id)+" by a stale share")

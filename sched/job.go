@@ -24,11 +24,11 @@ func (c *Core) onJobSubmitted(e JobSubmitted) {
 		name: c.intern(e.Name)}
 	jb.waiter.seq, jb.waiter.jb = c.seq, jb
 	if e.PlaceWithin > 0 {
-		jb.deadline = c.now.Add(e.PlaceWithin).UnixNano()
+		jb.at = c.now.Add(e.PlaceWithin).UnixNano() // its deadline, until it starts
 	}
 	pp, _ := c.pol.project(r.tenant.id, e.Project)
 	switch {
-	case jb.deadline != 0:
+	case jb.placeBy() != 0:
 		jb.cls = uint8(clsDeadline)
 	case r.production || pp.Production:
 		jb.cls = uint8(clsProd)
@@ -39,13 +39,13 @@ func (c *Core) onJobSubmitted(e JobSubmitted) {
 		a.job = jb
 		jb.admID = a.id
 		jb.charged, a.charged = a.charged, false
-		if jb.charged && a.chp != jb.p {
+		if jb.charged && a.chargedTo != jb.p {
 			// held under the ticket's placement until now
-			c.hold(r, a.chp, -1)
+			c.hold(r, a.chargedTo, -1)
 			c.hold(r, jb.p, +1)
 			c.tenantChanged(r.tenant)
 		}
-		a.chp = nil
+		a.chargedTo = nil
 		delete(c.adms, a.id)
 		delete(c.liveAdms, a.id)
 		c.bareGone(a)
@@ -163,7 +163,7 @@ func (c *Core) placeJob(jb *job) {
 // its deadline already passed.
 func (c *Core) requeueJob(jb *job) {
 	jb.state, jb.node = jobQueued, nil
-	if jb.deadline != 0 && c.now.UnixNano() >= jb.deadline {
+	if by := jb.placeBy(); by != 0 && c.now.UnixNano() >= by {
 		msg := MsgNoCapacity
 		if jb.rulesHit {
 			msg = MsgPlacementRules
@@ -177,16 +177,16 @@ func (c *Core) requeueJob(jb *job) {
 
 // armDeadline sets the job's place_within timer while it waits.
 func (c *Core) armDeadline(jb *job) {
-	if jb.deadline != 0 && jb.dlSeq == 0 {
-		jb.dlSeq = c.addTimer(time.Unix(0, jb.deadline), tmDeadline, uint64(jb.id)).seq
+	if by := jb.placeBy(); by != 0 && jb.deadlineSeq == 0 {
+		jb.deadlineSeq = c.addTimer(time.Unix(0, by), tmDeadline, uint64(jb.id)).seq
 	}
 }
 
 // dropDeadline removes the job's place_within timer.
 func (c *Core) dropDeadline(jb *job) {
-	if jb.dlSeq != 0 {
-		c.timers.Delete(timer{at: jb.deadline, seq: jb.dlSeq, id: uint64(jb.id), kind: tmDeadline})
-		jb.dlSeq = 0
+	if jb.deadlineSeq != 0 {
+		c.timers.Delete(timer{at: jb.placeBy(), seq: jb.deadlineSeq, id: uint64(jb.id), kind: tmDeadline})
+		jb.deadlineSeq = 0
 	}
 }
 
@@ -255,8 +255,8 @@ func (c *Core) onJobFinished(e JobFinished) {
 		c.noteRuntime(e.Name, e.Wall, r)
 	case jb != nil && jb.name != 0 && (jb.state == jobStarting || jb.state == jobRunning):
 		wall := e.Wall
-		if wall == 0 && jb.state == jobRunning && jb.deadline > 0 {
-			wall = c.now.Sub(time.Unix(0, jb.deadline))
+		if at := jb.startedAt(); wall == 0 && jb.state == jobRunning && at > 0 {
+			wall = c.now.Sub(time.Unix(0, at))
 		}
 		c.noteRuntime(c.names[jb.name], wall, jb.runner)
 	}

@@ -34,7 +34,7 @@ func (c *Core) onNodeReport(e NodeReport) {
 	n.known, n.reachable = true, true
 	n.imageIdle = max(e.ImageCacheIdle, 0)
 	c.attachNode(n)
-	c.shapeIn(n)
+	c.inShapes(n)
 	if e.Held != nil {
 		c.reconcileHeld(n, e.Held)
 	}

@@ -95,20 +95,20 @@ func matches(n *node, pl *Placement) bool {
 // nodeChanging takes n out of every index and headroom sum; call before
 // mutating anything room or load depends on, then nodeChanged.
 func (c *Core) nodeChanging(n *node) {
-	for i := range n.ix {
-		x := &n.ix[i]
+	for i := range n.queues {
+		x := &n.queues[i]
 		if x.in {
 			x.p.nodes.Delete(x.ent)
 			x.p.fits -= x.ent.room
 			x.in = false
 		}
 	}
-	for i, e := range n.hent {
-		c.headroom[e].fleetRoom -= n.hroom[i]
-		n.hroom[i] = 0
+	for i, e := range n.headroomEntries {
+		c.headroom[e].fleetRoom -= n.headroomRoom[i]
+		n.headroomRoom[i] = 0
 	}
-	if n.uIn {
-		n.uIn = false
+	if n.inUtilization {
+		n.inUtilization = false
 		for _, pool := range n.pools {
 			c.poolStat(pool).add(n, -1)
 		}
@@ -118,8 +118,8 @@ func (c *Core) nodeChanging(n *node) {
 // nodeChanged puts n back into its indexes with fresh keys and marks the
 // placements it has room for as needing a pass.
 func (c *Core) nodeChanged(n *node) {
-	for i := range n.ix {
-		x := &n.ix[i]
+	for i := range n.queues {
+		x := &n.queues[i]
 		p := x.p
 		room := roomFor(n, p.pl.Envelope, n.used, n.placed)
 		if room <= 0 {
@@ -131,9 +131,9 @@ func (c *Core) nodeChanged(n *node) {
 		p.fits += room
 		c.markDirty(p)
 	}
-	for i, e := range n.hent {
+	for i, e := range n.headroomEntries {
 		r := roomFor(n, c.headroom[e].pl.Envelope, n.used, n.placed)
-		n.hroom[i] = r
+		n.headroomRoom[i] = r
 		c.headroom[e].fleetRoom += r
 	}
 	if n.drainFor != 0 {
@@ -146,7 +146,7 @@ func (c *Core) nodeChanged(n *node) {
 		c.markDirty(n.autoDrain) // for the placement's first waiter only
 	}
 	if n.serving() {
-		n.uIn = true
+		n.inUtilization = true
 		for _, pool := range n.pools {
 			c.poolStat(pool).add(n, +1)
 		}
@@ -162,43 +162,43 @@ func (c *Core) nodeChanged(n *node) {
 // attachNode recomputes which placements and headroom entries n belongs to.
 func (c *Core) attachNode(n *node) {
 	c.nodeChanging(n)
-	n.ix = n.ix[:0]
+	n.queues = n.queues[:0]
 	for _, pool := range n.pools {
-		for _, p := range c.poolPQs[pool] {
-			if matches(n, &p.pl) && !slices.ContainsFunc(n.ix, func(x nodeIx) bool { return x.p == p }) {
-				n.ix = append(n.ix, nodeIx{p: p})
+		for _, p := range c.poolQueues[pool] {
+			if matches(n, &p.pl) && !slices.ContainsFunc(n.queues, func(x queueMembership) bool { return x.p == p }) {
+				n.queues = append(n.queues, queueMembership{p: p})
 			}
 		}
 	}
-	n.hent, n.hroom = n.hent[:0], n.hroom[:0]
+	n.headroomEntries, n.headroomRoom = n.headroomEntries[:0], n.headroomRoom[:0]
 	for i := range c.headroom {
 		if matches(n, &c.headroom[i].pl) {
-			n.hent = append(n.hent, i)
-			n.hroom = append(n.hroom, 0)
+			n.headroomEntries = append(n.headroomEntries, i)
+			n.headroomRoom = append(n.headroomRoom, 0)
 		}
 	}
 	c.nodeChanged(n)
 }
 
-// pqFor returns (creating) the queue of a placement; a new placement is
+// queueFor returns (creating) the queue of a placement; a new placement is
 // attached to every node of its pool once.
-func (c *Core) pqFor(pl Placement) *pq {
+func (c *Core) queueFor(pl Placement) *placementQueue {
 	pl.Labels = sortedSet(pl.Labels)
 	key := pl.Key()
-	if p := c.pqs[key]; p != nil {
+	if p := c.queues[key]; p != nil {
 		return p
 	}
-	p := newPQ(key, pl)
+	p := newPlacementQueue(key, pl)
 	p.ps = c.poolStat(pl.Pool)
-	c.pqs[key] = p
-	list := append(c.poolPQs[pl.Pool], p)
-	slices.SortFunc(list, func(a, b *pq) int {
+	c.queues[key] = p
+	list := append(c.poolQueues[pl.Pool], p)
+	slices.SortFunc(list, func(a, b *placementQueue) int {
 		if a.key < b.key {
 			return -1
 		}
 		return 1
 	})
-	c.poolPQs[pl.Pool] = list
+	c.poolQueues[pl.Pool] = list
 	for _, n := range c.poolNodes[pl.Pool] {
 		c.attachNode(n)
 	}
@@ -221,8 +221,8 @@ func (c *Core) alloc(n *node, env Resources, sign int) {
 // headroomBlocks reports whether placing env on n as normal work would eat
 // into some headroom entry (ARB-15..17).
 func (c *Core) headroomBlocks(n *node, env Resources) bool {
-	for i, e := range n.hent {
-		r0 := n.hroom[i]
+	for i, e := range n.headroomEntries {
+		r0 := n.headroomRoom[i]
 		if r0 == 0 {
 			continue // ARB-17: no room for the entry here, no restriction
 		}
@@ -239,19 +239,22 @@ func (c *Core) headroomBlocks(n *node, env Resources) bool {
 // (refused nodes, headroom, rules) before it gives up for this pass.
 const maxScan = 256
 
-type noNode uint8
+// whyNoNode says why pickNode found no node for a waiter.
+type whyNoNode uint8
 
 const (
-	nnRoom noNode = iota
-	nnAllTried
-	nnHeadroom
-	nnRules
+	noRoom       whyNoNode = iota // no indexed node has room (or one was found)
+	allTried                      // every node with room already refused this waiter
+	onlyHeadroom                  // the nodes with room are kept for headroom
+	rulesForbid                   // the job's placement rules refuse the nodes with room
+	keptForWide                   // the nodes with room are kept whole for waiting wide work
 )
 
 // pickNode returns the node for waiter w of class cls in p, or why none.
-func (c *Core) pickNode(p *pq, w *waiter, cls int) (*node, noNode) {
+func (c *Core) pickNode(p *placementQueue, w *waiter, cls int) (*node, whyNoNode) {
 	var found *node
-	skipped, hd, rules, scanned := 0, 0, 0, 0
+	skipped, hd, rules, whole, scanned := 0, 0, 0, 0, 0
+	keep := isNormalClass(cls) && len(p.ps.wideWaiting) > 0
 	var jb *job
 	var rs []PlacementRule
 	if w.jb != nil {
@@ -276,6 +279,10 @@ func (c *Core) pickNode(p *pq, w *waiter, cls int) (*node, noNode) {
 			hd++
 			return true
 		}
+		if keep && c.keptWhole(e.n, p) {
+			whole++
+			return true
+		}
 		found = e.n
 		return false
 	}
@@ -286,13 +293,15 @@ func (c *Core) pickNode(p *pq, w *waiter, cls int) (*node, noNode) {
 	}
 	switch {
 	case found != nil:
-		return found, nnRoom
+		return found, noRoom
 	case skipped > 0 && scanned <= maxScan:
-		return nil, nnAllTried
+		return nil, allTried
 	case rules > 0:
-		return nil, nnRules
+		return nil, rulesForbid
 	case hd > 0:
-		return nil, nnHeadroom
+		return nil, onlyHeadroom
+	case whole > 0:
+		return nil, keptForWide
 	}
-	return nil, nnRoom
+	return nil, noRoom
 }

@@ -91,7 +91,7 @@ func (c *Core) JobPosition(id JobID) (Position, bool) {
 	return c.position(&jb.waiter, jb.p, cls, c.jobReason(jb)), true
 }
 
-func (c *Core) position(w *waiter, p *pq, cls int, why Reason) Position {
+func (c *Core) position(w *waiter, p *placementQueue, cls int, why Reason) Position {
 	queued := 0
 	for _, o := range p.tqList {
 		if o.inTree {
@@ -198,7 +198,7 @@ func (c *Core) servedBefore(o *tenantQ, bar float64, seq uint64) int {
 
 // shareAfter is tenant t's weighted dominant share in p's pool once it
 // holds k more envelopes of p.
-func (c *Core) shareAfter(t *tenant, p *pq, k int) float64 {
+func (c *Core) shareAfter(t *tenant, p *placementQueue, k int) float64 {
 	cpu, mem := holdIn(t.holds, p.ps)
 	env := p.pl.Envelope
 	cpu += int64(k) * env.CPUs
@@ -212,7 +212,7 @@ func (c *Core) shareAfter(t *tenant, p *pq, k int) float64 {
 
 // estimateWait estimates when room for one more envelope of p is free
 // after ahead requests took theirs (see [Core.TicketPosition]).
-func (c *Core) estimateWait(p *pq, ahead int) (time.Duration, bool) {
+func (c *Core) estimateWait(p *placementQueue, ahead int) (time.Duration, bool) {
 	if ahead > maxEstimateAhead {
 		return 0, false
 	}
@@ -278,8 +278,8 @@ func (c *Core) nodeSlots(n *node, env Resources, need int, mean time.Duration, k
 			continue
 		}
 		var ran time.Duration
-		if jb.state == jobRunning && jb.deadline > 0 && jb.deadline <= now {
-			ran = time.Duration(now - jb.deadline)
+		if at := jb.startedAt(); jb.state == jobRunning && at > 0 && at <= now {
+			ran = time.Duration(now - at)
 		}
 		ends = append(ends, end{expectedLeft(st, ran), jb.env()})
 	}

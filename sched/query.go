@@ -158,7 +158,7 @@ func (c *Core) Job(id JobID) (JobView, bool) {
 // placement no runner uses it scans the pool's nodes.
 func (c *Core) Fits(pl Placement) int {
 	pl.Labels = sortedSet(pl.Labels)
-	if p := c.pqs[pl.Key()]; p != nil {
+	if p := c.queues[pl.Key()]; p != nil {
 		return p.fits
 	}
 	total := 0
@@ -227,12 +227,12 @@ func (c *Core) ticketReason(tk *ticket) Reason {
 	if isProbeClass(cls) && c.probesOut >= c.pol.ProbeLimit {
 		return Reason{Code: ReasonProbeLimit, N: c.pol.ProbeLimit}
 	}
-	return c.pqReason(r.p, cls)
+	return c.queueReason(r.p, cls)
 }
 
-func (c *Core) pqReason(p *pq, cls int) Reason {
+func (c *Core) queueReason(p *placementQueue, cls int) Reason {
 	switch {
-	case p.hdBlock && isNormalClass(cls):
+	case p.headroomBlocked && isNormalClass(cls):
 		return Reason{Code: ReasonHeadroom}
 	case len(p.drains) > 0 && (p.starved || p.nodes.Len() == 0):
 		return Reason{Code: ReasonDrain, N: int(p.drains[0].id)}
@@ -263,7 +263,7 @@ func (c *Core) jobReason(jb *job) Reason {
 			return Reason{Code: ReasonTenantCap, N: cp}
 		}
 	}
-	return c.pqReason(jb.p, int(jb.cls))
+	return c.queueReason(jb.p, int(jb.cls))
 }
 
 // WaitingTickets returns the IDs of unended, unclaimed tickets, sorted; for

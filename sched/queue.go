@@ -2,23 +2,23 @@ package sched
 
 import "github.com/tidwall/btree"
 
-// pq is the arbitration queue and node index of one placement (ARB-05):
+// placementQueue is the arbitration queue and node index of one placement (ARB-05):
 // waiting tickets and queued jobs of the placement, per class, ordered by
 // tenant share then age, and the nodes with room for one envelope, ordered
 // by placement preference (PLACE-11).
-type pq struct {
-	key     string
-	pl      Placement // labels sorted
-	classes [nClasses]*btree.BTreeG[*tenantQ]
-	tqs     map[tqKey]*tenantQ
-	tqList  []*tenantQ // the same, in creation order
-	ps      *poolStat  // its pool's
-	nodes   *btree.BTreeG[nodeEntry]
-	fits    int  // sum of room over indexed nodes (API-13)
-	dirty   bool // in Core.dirty
-	starved bool // last pass found no node with room
-	hdBlock bool // last pass found only headroom for normal work
-	rulesNo bool // last pass: a job's rules refused nodes with room
+type placementQueue struct {
+	key             string
+	pl              Placement // labels sorted
+	classes         [nClasses]*btree.BTreeG[*tenantQ]
+	tqs             map[tqKey]*tenantQ
+	tqList          []*tenantQ // the same, in creation order
+	ps              *poolStat  // its pool's
+	nodes           *btree.BTreeG[nodeEntry]
+	fits            int  // sum of room over indexed nodes (API-13)
+	dirty           bool // in Core.dirty
+	starved         bool // last pass found no node with room
+	headroomBlocked bool // last pass found only headroom for normal work
+	rulesRefused    bool // last pass: a job's rules refused nodes with room
 	// drains are the automatic drain reservations held for its waiters,
 	// in the order placed, at most one per waiter indexed (BS-22)
 	drains []*node
@@ -42,7 +42,7 @@ type tqKey struct {
 // tenantQ is one tenant's waiters in one class of one placement.
 type tenantQ struct {
 	t       *tenant
-	p       *pq
+	p       *placementQueue
 	cls     int
 	waiters *btree.BTreeG[*waiter]
 	inTree  bool
@@ -65,8 +65,8 @@ func tqLess(a, b *tenantQ) bool {
 
 func waiterLess(a, b *waiter) bool { return a.seq < b.seq }
 
-func newPQ(key string, pl Placement) *pq {
-	p := &pq{key: key, pl: pl, tqs: map[tqKey]*tenantQ{}}
+func newPlacementQueue(key string, pl Placement) *placementQueue {
+	p := &placementQueue{key: key, pl: pl, tqs: map[tqKey]*tenantQ{}}
 	for i := range p.classes {
 		p.classes[i] = btree.NewBTreeGOptions(tqLess, btOpts)
 	}
@@ -75,7 +75,7 @@ func newPQ(key string, pl Placement) *pq {
 }
 
 // tenantQ returns (creating) the queue of tenant t in class cls of p.
-func (c *Core) tenantQ(p *pq, t *tenant, cls int) *tenantQ {
+func (c *Core) tenantQ(p *placementQueue, t *tenant, cls int) *tenantQ {
 	k := tqKey{t.id, cls}
 	if q := p.tqs[k]; q != nil {
 		return q
@@ -132,7 +132,7 @@ func (c *Core) tenantChanged(t *tenant) {
 	}
 }
 
-func (c *Core) indexWaiter(w *waiter, p *pq, t *tenant, cls int) {
+func (c *Core) indexWaiter(w *waiter, p *placementQueue, t *tenant, cls int) {
 	if w.tq != nil {
 		return
 	}
@@ -161,7 +161,7 @@ func (c *Core) unindexWaiter(w *waiter) {
 }
 
 // head returns the first waiter of class cls in p.
-func head(p *pq, cls int) *waiter {
+func head(p *placementQueue, cls int) *waiter {
 	q, ok := p.classes[cls].Min()
 	if !ok {
 		return nil
@@ -208,7 +208,7 @@ var (
 
 // pick returns the next waiter of p and the internal class it is in, nil
 // when none may go. skipNormal drops normal work (headroom found).
-func (c *Core) pick(p *pq, skipNormal bool) (*waiter, int) {
+func (c *Core) pick(p *placementQueue, skipNormal bool) (*waiter, int) {
 	probesOK := c.probesOut < c.pol.ProbeLimit
 	for _, cls := range c.classOrder() {
 		switch cls {
@@ -245,11 +245,11 @@ func (c *Core) pick(p *pq, skipNormal bool) (*waiter, int) {
 	return nil, 0
 }
 
-func (c *Core) markDirty(p *pq) {
+func (c *Core) markDirty(p *placementQueue) {
 	if !p.dirty {
 		p.dirty = true
 		c.dirty.Set(p)
 	}
 }
 
-func pqLess(a, b *pq) bool { return a.key < b.key }
+func queueLess(a, b *placementQueue) bool { return a.key < b.key }

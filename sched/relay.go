@@ -86,7 +86,7 @@ func (c *Core) onRelayInventory(e RelayInventory) {
 			t.held += r.held
 			c.tenantChanged(t)
 		}
-		r.p = c.pqFor(ri.Placement)
+		r.p = c.queueFor(ri.Placement)
 		r.limit = max(ri.Limit, 0)
 		r.reqConc = max(ri.RequestConcurrency, 0)
 		r.production = c.pol.ProductionRunners[r.id]
@@ -110,11 +110,11 @@ func (c *Core) onRelayHeartbeat(e RelayHeartbeat) {
 		}
 		if r := c.runners[b.Runner]; r != nil && r.relay == rl {
 			n := max(b.UnadmittedJobs, 0)
-			if d := n - r.unadmitted; d != 0 || n > 0 && r.unadmP != r.p {
+			if d := n - r.unadmitted; d != 0 || n > 0 && r.unadmittedQ != r.p {
 				// held under the runner's placement (its envelope)
-				c.hold(r, r.unadmP, -int64(r.unadmitted))
-				r.unadmP = r.p
-				c.hold(r, r.unadmP, int64(n))
+				c.hold(r, r.unadmittedQ, -int64(r.unadmitted))
+				r.unadmittedQ = r.p
+				c.hold(r, r.unadmittedQ, int64(n))
 				r.unadmitted = n
 				c.charge(r, d)
 			}
@@ -179,7 +179,7 @@ func (c *Core) setPolicy(p Policy) {
 	slices.SortFunc(hs, func(a, b hentry) int { return cmp.Compare(a.pl.Key(), b.pl.Key()) })
 	for _, n := range c.nodes {
 		c.nodeChanging(n)
-		n.hent, n.hroom = n.hent[:0], n.hroom[:0]
+		n.headroomEntries, n.headroomRoom = n.headroomEntries[:0], n.headroomRoom[:0]
 	}
 	c.headroom = hs
 	c.liftAllDrains()
@@ -238,13 +238,13 @@ func (c *Core) onRestore(e Restore) {
 			rl.runners = slices.Insert(rl.runners, i, r)
 		}
 		a := &admission{id: ra.Admission, runner: r, state: admClaimed, claimedAt: c.now, restored: true, charged: true,
-			chp: c.pqFor(ra.Placement)}
+			chargedTo: c.queueFor(ra.Placement)}
 		c.adms[a.id] = a
 		c.liveAdms[a.id] = a
 		r.relay.adms[a.id] = a
 		c.bare++
 		r.relay.bare++
-		c.hold(r, a.chp, +1)
+		c.hold(r, a.chargedTo, +1)
 		c.charge(r, +1)
 		c.nextID = max(c.nextID, uint64(ra.Admission), uint64(ra.Reservation))
 		if ra.Reservation != 0 {
@@ -272,9 +272,9 @@ func (c *Core) onRestore(e Restore) {
 		}
 		p := r.p
 		if p == nil || p.pl.Envelope != rj.Envelope {
-			p = c.pqFor(Placement{Envelope: rj.Envelope})
+			p = c.queueFor(Placement{Envelope: rj.Envelope})
 		}
-		jb := &job{id: rj.Job, runner: r, p: p, admID: rj.Admission, state: jobRunning, node: n, charged: true, nodeIdx: -1}
+		jb := &job{id: rj.Job, runner: r, p: p, admID: rj.Admission, state: jobRunning, started: true, node: n, charged: true, nodeIdx: -1}
 		jb.waiter.jb = jb
 		c.jobs[jb.id] = jb
 		if rj.Admission != 0 {

@@ -173,7 +173,7 @@ func (c *Core) probeDone(tk *ticket) {
 }
 
 func (c *Core) markAllDirty() {
-	for _, p := range c.pqs {
+	for _, p := range c.queues {
 		c.markDirty(p)
 	}
 }

@@ -46,7 +46,7 @@ func holdIn(hs []poolHold, ps *poolStat) (cpu, mem int64) {
 // hold adds sign envelopes of placement p (negative: removes) to what
 // runner r and its tenant hold for fair share. The caller re-keys the
 // tenant's queues (charge or tenantChanged).
-func (c *Core) hold(r *runner, p *pq, sign int64) {
+func (c *Core) hold(r *runner, p *placementQueue, sign int64) {
 	if p == nil || sign == 0 {
 		return
 	}
@@ -132,7 +132,7 @@ func (c *Core) rekeyPools() {
 		ps := c.rekeys[0]
 		c.rekeys = c.rekeys[1:]
 		ps.rekey = false
-		for _, p := range c.poolPQs[ps.name] {
+		for _, p := range c.poolQueues[ps.name] {
 			for _, q := range p.tqList {
 				c.tqSync(q)
 			}

@@ -57,8 +57,8 @@ func (c *Core) Snapshot() *Snapshot {
 		}
 	}
 	s := &Snapshot{At: c.now, nodes: c.snapNodes.Copy(),
-		pls: make(map[string]placementSnap, len(c.pqs)), util: make(map[string]float64, len(c.pstat))}
-	for k, p := range c.pqs {
+		pls: make(map[string]placementSnap, len(c.queues)), util: make(map[string]float64, len(c.pstat))}
+	for k, p := range c.queues {
 		s.pls[k] = placementSnap{pl: p.pl, nodes: p.nodes.Copy(), fits: p.fits}
 	}
 	for pool, ps := range c.pstat {

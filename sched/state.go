@@ -112,25 +112,33 @@ type node struct {
 	res    []*reservation
 	jobs   []*job
 
-	// per-placement index membership, parallel slices
-	ix []nodeIx
-	// headroom entries matching the node and the room cached for each
-	hent  []int
-	hroom []int
+	// queues are the placement queues of its pools whose labels it has,
+	// each with its entry in that queue's node index
+	queues []queueMembership
+	// headroomEntries index the headroom entries (Core.headroom) it
+	// matches; headroomRoom, parallel, is the room for each entry's
+	// envelope it adds to that entry's fleetRoom
+	headroomEntries []int
+	headroomRoom    []int
 
-	drainFor  JobID // drain reservation: only this job may start here
-	autoDrain *pq   // automatic drain: held for this placement's first waiter (BS-22)
+	drainFor  JobID           // drain reservation: only this job may start here
+	autoDrain *placementQueue // automatic drain: held for this placement's first waiter (BS-22)
 	// drainEnd is when the automatic drain is lifted (Unix ns); fairDrain
 	// says it is a fairness drain (fairdrain.go), not one for wide work
 	drainEnd  int64
 	fairDrain bool
+	// drainStart is when the automatic drain was placed (Unix ns);
+	// drainUnwanted: its placement's demand no longer counts it, and it
+	// ends at drainEnd, drainGrace after that, unless demand returns
+	drainStart    int64
+	drainUnwanted bool
 	// drainReady is when the drain is predicted to complete (Unix ns):
 	// work predicted to end before it may backfill the node (backfill.go)
-	drainReady int64
-	uIn        bool          // counted in its pools' utilization (poolStat)
-	shapeIn    bool          // counted in its pools' shapes (poolStat)
-	imageIdle  time.Duration // image_cache_idle_secs; 0 means the default
-	sent       sentWindow    // vCPUs of starts in the last minute (PLACE-16)
+	drainReady    int64
+	inUtilization bool          // counted in its pools' utilization (poolStat)
+	inShapes      bool          // counted in its pools' shapes (poolStat)
+	imageIdle     time.Duration // image_cache_idle_secs; 0 means the default
+	sent          sentWindow    // vCPUs of starts in the last minute (PLACE-16)
 }
 
 type tenant struct {
@@ -161,18 +169,18 @@ type relay struct {
 }
 
 type runner struct {
-	id         RunnerID
-	relay      *relay
-	tenant     *tenant
-	p          *pq
-	limit      int
-	reqConc    int // request_concurrency; 0 means no bound here
-	open       int // unclaimed tickets (API-20)
-	held       int
-	unadmitted int
-	unadmP     *pq        // placement its unadmitted jobs are held under
-	holds      []poolHold // what it holds for fair share, per pool
-	chk        struct {   // scratch of CheckInvariants
+	id          RunnerID
+	relay       *relay
+	tenant      *tenant
+	p           *placementQueue
+	limit       int
+	reqConc     int // request_concurrency; 0 means no bound here
+	open        int // unclaimed tickets (API-20)
+	held        int
+	unadmitted  int
+	unadmittedQ *placementQueue // placement its unadmitted jobs are held under
+	holds       []poolHold      // what it holds for fair share, per pool
+	chk         struct {        // scratch of CheckInvariants
 		held, open int
 		holds      []poolHold
 	}
@@ -205,18 +213,18 @@ type waiter struct {
 
 type ticket struct {
 	waiter
-	id       TicketID
-	runner   *runner
-	state    ticketState
-	lastPoll time.Time
-	probe    bool
-	lead     bool // the runner's lead request while it is backed off
-	charged  bool
-	chp      *pq // placement it is charged under while charged
-	res      *reservation
-	adm      *admission
-	endWhy   string
-	idleTm   timer
+	id        TicketID
+	runner    *runner
+	state     ticketState
+	lastPoll  time.Time
+	probe     bool
+	lead      bool // the runner's lead request while it is backed off
+	charged   bool
+	chargedTo *placementQueue // placement it is charged under while charged
+	res       *reservation
+	adm       *admission
+	endWhy    string
+	idleTm    timer
 	// immediate: offered in the Step that queued it, and no offer of it
 	// failed since (API-17)
 	immediate bool
@@ -248,7 +256,7 @@ type admission struct {
 	claimedAt time.Time
 	session   uint64
 	charged   bool
-	chp       *pq // placement it is charged under while charged
+	chargedTo *placementQueue // placement it is charged under while charged
 	restored  bool
 	renewals  int32 // renewals asked since the claim (ARB-32)
 }
@@ -258,27 +266,30 @@ type job struct {
 	waiter
 	id     JobID
 	runner *runner
-	p      *pq // its placement; the envelope is p.pl.Envelope
+	p      *placementQueue // its placement; the envelope is p.pl.Envelope
 	admID  AdmissionID
 	res    *reservation
 	node   *node
-	// deadline is the place_within deadline (Unix ns; 0 none) while the
-	// job is queued or starting; once its node accepted it, the time it
-	// did (Unix ns), for runtime predictions (BS-23). One field serves
-	// both: a running job is never queued again, and 200,000 jobs must
-	// stay within 160 bytes each.
-	deadline int64
-	dlSeq    uint64 // pending deadline timer's seq, 0 none
-	project  string
-	ref      string
-	nodeIdx  int32
-	name     uint32 // interned job name (Core.names), 0 none
-	state    jobState
-	cls      uint8
-	legacy   bool
-	charged  bool
-	held     bool // waiting unindexed: project not listed (ARB-41)
-	rulesHit bool // was refused a node with room by placement rules
+	// at is one of two instants (Unix ns), told apart by started: until
+	// the job's node accepts it, its place_within deadline (0 none; read
+	// it through placeBy); from then on, when it started (startedAt), for
+	// runtime predictions (BS-23). One slot serves both because 200,000
+	// jobs must stay within 160 bytes each (a second int64 moves a job
+	// into the next allocation size class, 3 MiB more at that count), and
+	// a started job is never queued again, so its deadline is spent.
+	at          int64
+	deadlineSeq uint64 // pending deadline timer's seq, 0 none
+	project     string
+	ref         string
+	nodeIdx     int32
+	name        uint32 // interned job name (Core.names), 0 none
+	state       jobState
+	cls         uint8
+	legacy      bool
+	charged     bool
+	held        bool // waiting unindexed: project not listed (ARB-41)
+	rulesHit    bool // was refused a node with room by placement rules
+	started     bool // its node accepted it: at is its start, not its deadline
 	// idle: the job finished but is still charged until settled (ARB-35);
 	// it holds no node room, so fair share leaves it out (ARB-09).
 	idle bool
@@ -286,9 +297,26 @@ type job struct {
 
 func (j *job) env() Resources { return j.p.pl.Envelope }
 
-// nodeIx is a node's membership in one placement's index.
-type nodeIx struct {
-	p   *pq
+// placeBy is the job's place_within deadline (Unix ns): 0 when it has none
+// or has started.
+func (j *job) placeBy() int64 {
+	if j.started {
+		return 0
+	}
+	return j.at
+}
+
+// startedAt is when the job's node accepted it (Unix ns), 0 before.
+func (j *job) startedAt() int64 {
+	if !j.started {
+		return 0
+	}
+	return j.at
+}
+
+// queueMembership is a node's membership in one placement's index.
+type queueMembership struct {
+	p   *placementQueue
 	ent nodeEntry
 	in  bool
 }

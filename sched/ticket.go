@@ -95,8 +95,8 @@ func (c *Core) endTicket(tk *ticket, why string) {
 	c.dropTimer(&tk.idleTm)
 	if tk.charged {
 		tk.charged = false
-		c.hold(tk.runner, tk.chp, -1)
-		tk.chp = nil
+		c.hold(tk.runner, tk.chargedTo, -1)
+		tk.chargedTo = nil
 		c.charge(tk.runner, -1)
 	}
 	c.probeDone(tk)
@@ -136,8 +136,8 @@ func (c *Core) offerFailed(rs *reservation) {
 	tk.state, tk.immediate = tkQueued, false
 	if tk.charged {
 		tk.charged = false
-		c.hold(tk.runner, tk.chp, -1)
-		tk.chp = nil
+		c.hold(tk.runner, tk.chargedTo, -1)
+		tk.chargedTo = nil
 		c.charge(tk.runner, -1)
 	}
 	if tk.skip == nil {
@@ -208,7 +208,7 @@ func (c *Core) onClaimed(id AdmissionID) {
 			c.dropTimer(&tk.idleTm)
 			if tk.charged {
 				tk.charged, a.charged = false, true
-				a.chp, tk.chp = tk.chp, nil
+				a.chargedTo, tk.chargedTo = tk.chargedTo, nil
 			}
 		}
 		c.verdict(VerdictOK, "")
@@ -295,8 +295,8 @@ func (c *Core) endAdmission(a *admission, why string) {
 	c.admissionEnded(a)
 	if a.charged {
 		a.charged = false
-		c.hold(a.runner, a.chp, -1)
-		a.chp = nil
+		c.hold(a.runner, a.chargedTo, -1)
+		a.chargedTo = nil
 		c.charge(a.runner, -1)
 	}
 	if tk := a.ticket; tk != nil {

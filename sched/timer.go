@@ -122,10 +122,10 @@ func (c *Core) fire(t timer) {
 		c.fireDrain(NodeID(t.id))
 	case tmDeadline:
 		jb := c.jobs[JobID(t.id)]
-		if jb == nil || jb.dlSeq != t.seq {
+		if jb == nil || jb.deadlineSeq != t.seq {
 			return
 		}
-		jb.dlSeq = 0
+		jb.deadlineSeq = 0
 		if jb.state != jobQueued {
 			return
 		}

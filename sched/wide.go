@@ -27,9 +27,13 @@ import (
 //     it holds drains, the next waiter's drain is chosen in the same
 //     decision, before other work takes what is left), when the placement
 //     has fewer waiters than
-//     drains (the latest goes) or none that waits for room, when the node
-//     stops serving or matching, or after Policy.DrainMaxHold (then it is
-//     chosen again from fresh predictions).
+//     drains (the latest goes) or none that waits for room and demand does
+//     not return within drainGrace, when the node stops serving or
+//     matching, or after Policy.DrainMaxHold (then it is chosen again from
+//     fresh predictions). No drain is placed for a backed-off runner's
+//     lead request, and none on a node running larger wide work.
+//   - Kept whole (keptWhole): room that fits waiting wide work stays whole
+//     for it; smaller normal work takes every other node's room first.
 //   - Prediction (BS-23, BS-24): a node empties when its last job ends; a
 //     job's remaining time comes from the wall-time distribution of its name
 //     (RuntimeStats, updated on every finish rather than hourly), else from
@@ -49,15 +53,16 @@ type poolStat struct {
 	// shapes), so "is this envelope wide on any node" costs no node scan
 	shapes map[Resources]int
 
-	// serving counts the pool's serving nodes; wideWaits its placements
-	// whose wide work waits for a node (noteWideWait)
-	serving, wideWaits int
+	// serving counts the pool's serving nodes; wideWaiting lists its
+	// placements whose wide work waits for a node (noteWideWait)
+	serving     int
+	wideWaiting []*placementQueue
 
 	// fairDrains counts its fairness drains (fairdrain.go); fairWant is
 	// its starved placement of the lowest share, the candidate for one;
 	// fairRetry: no fairness drain is looked for before then (Unix ns)
 	fairDrains int
-	fairWant   *pq
+	fairWant   *placementQueue
 	fairRetry  int64
 	// drained lists its nodes under an automatic drain, wide or fairness,
 	// in the order drained (backfill.go)
@@ -112,9 +117,9 @@ func (c *Core) Utilization(pool string) float64 {
 // packing reports whether p's work goes to the most loaded node first:
 // while wide work of its pool waits for a node, or at or above
 // PackAboveUtilization of the pool (BS-21).
-func (c *Core) packing(p *pq) bool {
+func (c *Core) packing(p *placementQueue) bool {
 	ps := p.ps
-	if ps.wideWaits > 0 {
+	if len(ps.wideWaiting) > 0 {
 		return true
 	}
 	return c.pol.PackAboveUtilization > 0 && ps.utilization() >= c.pol.PackAboveUtilization
@@ -123,16 +128,40 @@ func (c *Core) packing(p *pq) bool {
 // noteWideWait records, at the end of p's pass, whether p is wide work of
 // its pool waiting for a node: starved with an envelope wide on some node
 // shape of the pool. While any placement of a pool is, the pool packs.
-func (c *Core) noteWideWait(p *pq) {
+func (c *Core) noteWideWait(p *placementQueue) {
 	want := p.starved && p.nwait > 0 && c.wideSomewhere(p.ps, p.pl.Envelope)
 	if want != p.wideWait {
 		p.wideWait = want
+		ps := p.ps
 		if want {
-			p.ps.wideWaits++
-		} else {
-			p.ps.wideWaits--
+			ps.wideWaiting = append(ps.wideWaiting, p)
+		} else if i := slices.Index(ps.wideWaiting, p); i >= 0 {
+			ps.wideWaiting = slices.Delete(ps.wideWaiting, i, i+1)
 		}
 	}
+}
+
+// keptWhole reports whether n's room is kept from a normal-class waiter of
+// p for the wide work of p's pool that waits for a node: a placement of
+// the pool with a larger envelope than p's, wide on n, whose wide work
+// found no node with room in its last pass and still waits, and which n
+// now has room for. So a node a wide job leaves whole goes to the next wide job rather
+// than the first small request of the pass splitting it (only drains
+// would make another one), and a node a drain emptied is not split
+// either. Small work takes every other node's room first; it waits only
+// while room is left nowhere but on such nodes (BS-20..22).
+func (c *Core) keptWhole(n *node, p *placementQueue) bool {
+	env := p.pl.Envelope
+	for _, q := range p.ps.wideWaiting {
+		qe := q.pl.Envelope
+		if q == p || q.nwait == 0 || !larger(qe, env) {
+			continue
+		}
+		if c.wideOn(n, qe) && matches(n, &q.pl) && roomFor(n, qe, n.used, n.placed) >= 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // intern returns the index of a job name, 0 for "".
@@ -152,7 +181,7 @@ func (c *Core) intern(name string) uint32 {
 // jobRunning records that jb's node accepted it.
 func (c *Core) jobRunning(jb *job) {
 	jb.state = jobRunning
-	jb.deadline = c.now.UnixNano() // now the time it started (see job.deadline)
+	jb.at, jb.started = c.now.UnixNano(), true // its deadline is spent (see job.at)
 }
 
 // wideOn reports whether env is wide on n (BS-20) and n could hold it when
@@ -168,13 +197,13 @@ func (c *Core) wideOnCap(capacity, env Resources) bool {
 		capacity.MemBytes > 0 && float64(env.MemBytes) >= f*float64(capacity.MemBytes)
 }
 
-// shapeOut and shapeIn keep poolStat.shapes: call shapeOut before a
-// node's capacity, pools or serving state change and shapeIn after.
+// shapeOut and inShapes keep poolStat.shapes: call shapeOut before a
+// node's capacity, pools or serving state change and inShapes after.
 func (c *Core) shapeOut(n *node) {
-	if !n.shapeIn {
+	if !n.inShapes {
 		return
 	}
-	n.shapeIn = false
+	n.inShapes = false
 	for _, pool := range n.pools {
 		ps := c.poolStat(pool)
 		if ps.shapes[n.capacity]--; ps.shapes[n.capacity] <= 0 {
@@ -184,11 +213,11 @@ func (c *Core) shapeOut(n *node) {
 	}
 }
 
-func (c *Core) shapeIn(n *node) {
-	if n.shapeIn || !n.serving() {
+func (c *Core) inShapes(n *node) {
+	if n.inShapes || !n.serving() {
 		return
 	}
-	n.shapeIn = true
+	n.inShapes = true
 	for _, pool := range n.pools {
 		ps := c.poolStat(pool)
 		if ps.shapes == nil {
@@ -213,7 +242,7 @@ func (c *Core) wideSomewhere(ps *poolStat, env Resources) bool {
 // autoDrainFits returns a node drained for p that w may take now: the
 // first of p's drains, in the order they were placed, where p's envelope
 // fits and w's refusals and rules allow.
-func (c *Core) autoDrainFits(p *pq, w *waiter) *node {
+func (c *Core) autoDrainFits(p *placementQueue, w *waiter) *node {
 	for _, n := range p.drains {
 		if w.skip[n.id] {
 			continue
@@ -236,7 +265,7 @@ func (c *Core) autoDrainFits(p *pq, w *waiter) *node {
 
 // headroomBlocksUndrained is headroomBlocks for p's envelope on n as if
 // n's automatic drain were lifted (a drained node counts no headroom room).
-func (c *Core) headroomBlocksUndrained(n *node, p *pq) bool {
+func (c *Core) headroomBlocksUndrained(n *node, p *placementQueue) bool {
 	c.nodeChanging(n)
 	n.autoDrain = nil
 	c.nodeChanged(n)
@@ -267,8 +296,14 @@ func (c *Core) drainCap(ps *poolStat) int {
 // pool at most drainCap; one drain is added per pass, so a drain choice
 // (a scan of the pool) is made at most once per starved placement and
 // pass.
-func (c *Core) maybeDrain(p *pq, w *waiter) {
+func (c *Core) maybeDrain(p *placementQueue, w *waiter) {
 	if p.nodes.Len() > 0 || len(p.drains) >= p.nwait {
+		return
+	}
+	if w.tk != nil && c.backedOff(w.tk.runner) {
+		// the lead request of a runner whose last requests found GitLab
+		// empty: its demand is a guess, and emptying a node for every
+		// such guess, once a second, idles a node for nothing
 		return
 	}
 	ps := p.ps
@@ -281,6 +316,7 @@ func (c *Core) maybeDrain(p *pq, w *waiter) {
 	}
 	c.nodeChanging(n)
 	n.autoDrain, n.drainEnd = p, c.now.Add(c.pol.DrainMaxHold).UnixNano()
+	n.drainStart, n.drainUnwanted = c.now.UnixNano(), false
 	n.drainReady = c.now.Add(c.expectedEmpty(n)).UnixNano()
 	c.nodeChanged(n)
 	ps.drainedAdd(n)
@@ -307,9 +343,10 @@ func (c *Core) liftDrain(n *node) {
 	p.ps.drainedDrop(n)
 	c.nodeChanging(n)
 	n.autoDrain, n.drainEnd, n.fairDrain, n.drainReady = nil, 0, false, 0
+	n.drainStart, n.drainUnwanted = 0, false
 	c.nodeChanged(n)
 	// the pool may drain for another starved placement now
-	for _, q := range c.poolPQs[p.pl.Pool] {
+	for _, q := range c.poolQueues[p.pl.Pool] {
 		if q.starved && q != p {
 			c.markDirty(q)
 		}
@@ -317,17 +354,44 @@ func (c *Core) liftDrain(n *node) {
 }
 
 // liftAutoDrains ends every automatic drain of p.
-func (c *Core) liftAutoDrains(p *pq) {
+func (c *Core) liftAutoDrains(p *placementQueue) {
 	for len(p.drains) > 0 {
 		c.liftDrain(p.drains[len(p.drains)-1])
 	}
 }
 
-// trimDrains lifts the drains of p beyond its waiting demand, the latest
-// first: wide demand bounds the drains.
-func (c *Core) trimDrains(p *pq) {
-	for p.fairHeld == 0 && len(p.drains) > p.nwait {
-		c.liftDrain(p.drains[len(p.drains)-1])
+// trimDrains lets the drains of p beyond its waiting demand go, the
+// latest first: wide demand bounds the drains.
+func (c *Core) trimDrains(p *placementQueue) {
+	if p.fairHeld == 0 {
+		c.keepDrains(p, p.nwait)
+	}
+}
+
+// drainGrace is how long a drain outlives the wide demand it was placed
+// for. A runner's request loop that took a node comes back with a new
+// request a GitLab round trip later when GitLab has more of its work;
+// lifting the drain at once threw away the emptying it had done each time
+// a placement's waiting requests dipped.
+const drainGrace = 10 * time.Second
+
+// keepDrains keeps the first k of p's automatic drains and lets the rest
+// go after drainGrace unless demand returns first (a waiter comes back and
+// keepDrains counts it again).
+func (c *Core) keepDrains(p *placementQueue, k int) {
+	now := c.now.UnixNano()
+	for i, n := range p.drains {
+		switch {
+		case i < k && n.drainUnwanted:
+			n.drainUnwanted = false
+			n.drainEnd = n.drainStart + int64(c.pol.DrainMaxHold)
+		case i >= k && !n.drainUnwanted:
+			n.drainUnwanted = true
+			if end := now + int64(drainGrace); end < n.drainEnd {
+				n.drainEnd = end
+				c.addTimer(time.Unix(0, end), tmDrain, uint64(n.id))
+			}
+		}
 	}
 }
 
@@ -372,12 +436,37 @@ func (c *Core) fireDrain(id NodeID) {
 // liftAllDrains ends every automatic drain (policy change); they are chosen
 // again under the new policy.
 func (c *Core) liftAllDrains() {
-	for _, k := range sortedKeys(c.pqs) {
-		if p := c.pqs[k]; len(p.drains) > 0 {
+	for _, k := range sortedKeys(c.queues) {
+		if p := c.queues[k]; len(p.drains) > 0 {
 			c.liftAutoDrains(p)
 			c.markDirty(p)
 		}
 	}
+}
+
+// larger reports whether e is larger than than in vCPUs or memory.
+func larger(e, than Resources) bool { return e.CPUs > than.CPUs || e.MemBytes > than.MemBytes }
+
+// holdsLargerWide reports whether n runs or holds work of an envelope
+// larger than env and wide on n. Such a node is not drained for env: it
+// is where wider work runs, and when that work ends the room it leaves is
+// kept for more of it while it waits (keptWhole); a drain for env would
+// split it. (Skipping such nodes only while wider work waits served the
+// 32-vCPU jobs of reference-110 less: 0.94 of their demanded share
+// against 0.98, seed 1.)
+func (c *Core) holdsLargerWide(n *node, env Resources) bool {
+	larger := func(e Resources) bool { return larger(e, env) && c.wideOn(n, e) }
+	for _, jb := range n.jobs {
+		if larger(jb.env()) {
+			return true
+		}
+	}
+	for _, rs := range n.res {
+		if larger(rs.env) {
+			return true
+		}
+	}
+	return false
 }
 
 // drainTarget picks the node to drain for p (BS-22..24): among the pool's
@@ -385,7 +474,7 @@ func (c *Core) liftAllDrains() {
 // wide and which could hold it empty (and which w's rules and refusals
 // allow), the one predicted to empty first. It looks at every node of the
 // pool and every job on them: O(pool) once per drain, not per placement.
-func (c *Core) drainTarget(p *pq, w *waiter) *node {
+func (c *Core) drainTarget(p *placementQueue, w *waiter) *node {
 	env := p.pl.Envelope
 	var rules []PlacementRule
 	if jb := w.jb; jb != nil {
@@ -398,6 +487,9 @@ func (c *Core) drainTarget(p *pq, w *waiter) *node {
 	for _, n := range c.poolNodes[p.pl.Pool] {
 		if !n.serving() || n.drainFor != 0 || n.autoDrain != nil || !matches(n, &p.pl) || w.skip[n.id] || !c.wideOn(n, env) {
 			continue
+		}
+		if c.holdsLargerWide(n, env) {
+			continue // it serves wider work, which takes it over when it frees
 		}
 		if len(rules) > 0 && !rulesAllow(rules, w.jb.ref, n.id, n.pools) {
 			continue

@@ -186,3 +186,29 @@ func TestGoalWeightedShareSizes(t *testing.T) {
 		t.Errorf("shares %.1f%% / %.1f%%, Jain %.3f; want 25/75 within 5%% and Jain ≥ 0.99", 100*sh[0], 100*sh[1], vk.Jain)
 	}
 }
+
+// At 1.1 of capacity the fleet stays at least 97 % busy, and within a
+// point of greedy-backfill's utilization: overload is no excuse for idle
+// room (wide work keeps the whole nodes it frees, drains are few and
+// kept).
+//
+// spec: BS-21, BS-22
+func TestGoal110Utilization(t *testing.T) {
+	rep := goalReport(t, "reference-110")
+	vk, greedy := result(t, rep, "vk"), result(t, rep, "greedy-backfill")
+	if vk.Util < 0.97 || vk.Util < greedy.Util-0.01 {
+		t.Errorf("utilization %.1f%% (greedy-backfill %.1f%%), want ≥ 97%% and ≥ greedy-backfill's - 1 point", 100*vk.Util, 100*greedy.Util)
+	}
+}
+
+// At 1.1 of capacity the overload is spread over every size: the 16- and
+// 32-vCPU jobs get at least 0.9 of their share of the vCPU·s demanded.
+//
+// spec: BS-20, BS-22, BS-25
+func TestGoal110OverloadSpread(t *testing.T) {
+	rep := goalReport(t, "reference-110")
+	c := goalClass(t, rep, result(t, rep, "vk"), "wide")
+	if c.RunShare < 0.9*c.DemandShare {
+		t.Errorf("wide jobs ran %.1f%% of the vCPU·s against %.1f%% demanded (%.2f), want ≥ 0.9 of it", 100*c.RunShare, 100*c.DemandShare, c.RunShare/c.DemandShare)
+	}
+}

@@ -84,6 +84,11 @@ type Policy struct {
 	// DrainMaxHoldSecs: an automatic drain held this long is chosen again
 	// from fresh predictions; 0 means 900.
 	DrainMaxHoldSecs int `toml:"drain_max_hold_secs,omitempty"`
+	// FairDrainMaxWaitSecs bounds fairness drains: a node is held for a
+	// starved tenant under its share only when it is predicted to fit
+	// that tenant's work within this long, and never held longer; 0
+	// means 300, -1 places no fairness drains.
+	FairDrainMaxWaitSecs int `toml:"fair_drain_max_wait_secs,omitempty"`
 }
 
 // Headroom is one headroom entry: Slots envelopes of a placement kept
@@ -183,6 +188,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.DrainsPerPool < 0 || p.DrainMaxHoldSecs < 0 {
 		bad("drains_per_pool and drain_max_hold_secs must be >= 0")
+	}
+	if p.FairDrainMaxWaitSecs < -1 {
+		bad("fair_drain_max_wait_secs is %d; want >= 0 (0: 300) or -1 (no fairness drains)", p.FairDrainMaxWaitSecs)
 	}
 	if len(p.Headroom) > MaxHeadroom {
 		bad("%d headroom entries; at most %d", len(p.Headroom), MaxHeadroom)

@@ -86,6 +86,8 @@ func TestPolicyValidate(t *testing.T) {
 		}}, []string{`project 7: placement rules differ between tenants "a" and "b"`}},
 		{"knobs", Policy{BusySecs: -1, BackoffInitialSecs: 9, BackoffMaxSecs: 3, LeaseSecs: 601},
 			[]string{"busy_secs is -1", "backoff_initial_secs 9 is above", "lease_secs 601"}},
+		{"fairness drains off", Policy{FairDrainMaxWaitSecs: -1}, nil},
+		{"fair drain wait below -1", Policy{FairDrainMaxWaitSecs: -2}, []string{"fair_drain_max_wait_secs is -2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
