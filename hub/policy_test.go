@@ -180,8 +180,11 @@ func TestClaimRenewalsDefaultOne(t *testing.T) {
 		t.Errorf("policy after SetPolicy = %+v, want %+v", cur, want)
 	}
 	// and reach the core itself
-	var inCore sched.Policy
-	d.do(t.Context(), func() { inCore = d.core.Policy() })
+	r := &corePolicyReq{}
+	if err := d.ask(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	inCore := r.p
 	if inCore.FairDrainMaxWait != 2*time.Minute || inCore.DrainMaxHold != 10*time.Minute {
 		t.Errorf("core's fair drain max wait %v, drain max hold %v; want 2m0s, 10m0s", inCore.FairDrainMaxWait, inCore.DrainMaxHold)
 	}
@@ -225,3 +228,8 @@ func TestIgnoredPolicyFileLogged(t *testing.T) {
 		t.Errorf("policy in force = %+v, %v; want the one set", got, err)
 	}
 }
+
+// corePolicyReq reads the policy the core runs under, on the owner loop.
+type corePolicyReq struct{ p sched.Policy }
+
+func (r *corePolicyReq) run(d *Driver) { r.p = d.core.Policy() }
