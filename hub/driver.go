@@ -99,6 +99,9 @@ type Driver struct {
 	// their ending sessions are dropped (their keys are refused anyway).
 	removed map[string]bool
 	trace   tracer // the workload trace (hub/trace.go)
+	// beforeStart is Options.BeforeStart (tests), called before a start
+	// goes out.
+	beforeStart func(job string)
 }
 
 // driverStore is what the driver asks of the hub's store: job records and
@@ -448,6 +451,9 @@ func (d *Driver) onStart(s sched.Start) {
 	if j.spec == nil {
 		d.log.Error("start without a spec in memory", logkey.JobID, j.rec.ID)
 		return
+	}
+	if d.beforeStart != nil {
+		d.beforeStart(j.rec.ID)
 	}
 	d.sendNode(s.Node, startFromSched(s, j.rec.ID, *j.spec))
 }

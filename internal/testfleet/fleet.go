@@ -74,6 +74,11 @@ type Options struct {
 	// copied), and every node also holds a session to it ([node] hubs)
 	// through its own link.
 	Standby func(*hub.Config)
+	// HubBeforeStart is the first hub's hub.Options.BeforeStart: called
+	// on its driver's goroutine before a start goes to a node (to lose
+	// the leader between a job's 201 and the node's accept). It must not
+	// wait for the hub.
+	HubBeforeStart func(job string)
 	// Hub and Node adjust the generated configurations last.
 	Hub  func(*hub.Config)
 	Node func(i int, c *node.Config)

@@ -103,6 +103,9 @@ func (h *Hub) start(ctx context.Context) error {
 		}
 		opt.Output = out
 	}
+	if !h.standby {
+		opt.BeforeStart = h.f.opts.HubBeforeStart
+	}
 	srv, err := hub.Start(ctx, h.cfg, log, opt)
 	if err != nil {
 		if opt.Output != nil {
