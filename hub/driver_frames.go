@@ -118,5 +118,7 @@ func (d *Driver) onSession(ev sessionEvent) {
 		d.onRelayDown(e)
 	case relayMsg:
 		d.onRelayMsg(e)
+	case takeoverNodes:
+		d.onTookOver(e)
 	}
 }
