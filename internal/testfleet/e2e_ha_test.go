@@ -2,8 +2,12 @@ package testfleet_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/relay/state"
 )
 
 // TestHAFailoverMidJob runs two hub instances on one throwaway
@@ -24,17 +29,7 @@ import (
 //
 // spec: BS-10, BS-12, BS-13, BS-14, BS-15, BS-16, FAIL-18, NSESS-24, DECISIONS 6
 func TestHAFailoverMidJob(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewSchema(t)
-	_, schema, _ := strings.Cut(dsn, "search_path=")
-	db := pgtest.NewProxy(t, pg.Addr())
-	f := newFleet(t, testfleet.Options{
-		Hub: func(c *hub.Config) {
-			c.Store = hub.StoreConfig{Kind: hub.StorePostgres, DSN: pgtest.DSNAt(db.Addr(), "postgres") + " search_path=" + schema,
-				Lease: true, LeaseTTLMillis: 1500, Instance: "hub-a"}
-		},
-		Standby: func(c *hub.Config) { c.Store.DSN, c.Store.Instance = dsn, "hub-b" },
-	})
+	f, db := haFleet(t, testfleet.Options{})
 	tn := f.Tenants()[0]
 	ctx := timeout(t, 2*time.Minute)
 	dir := t.TempDir()
@@ -51,30 +46,7 @@ func TestHAFailoverMidJob(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	standby := f.Standby().Server()
-	killedAt := time.Now()
-	db.Blackhole(true)
-	killed := make(chan error, 1)
-	go func() { killed <- f.Hub().Kill() }()
-	rl := tn.Relay.HubLink()
-	for !rl.Blocked() {
-		pause(time.Millisecond) // Kill blocks its links first, on its own goroutine
-	}
-	// The relay's hub name now reaches the standby, as a name resolving
-	// to every instance (or a load balancer) would.
-	rl.SetTarget(f.Standby().Addr())
-	rl.Heal()
-	select {
-	case <-standby.Leading():
-		t.Logf("standby leading %v after the leader was lost", time.Since(killedAt).Round(time.Millisecond))
-	case <-ctx.Done():
-		t.Fatal("the standby never took over")
-	}
-	db.Blackhole(false) // the deposed leader's last writes are fenced; its shutdown can end
-	if err := <-killed; err != nil {
-		t.Logf("kill: %v", err)
-	}
-
+	killedAt := loseLeader(t, ctx, f, db)
 	states, err := tn.WaitFinished(ctx, pl)
 	if err != nil {
 		t.Fatal(err)
@@ -104,4 +76,157 @@ func TestHAFailoverMidJob(t *testing.T) {
 		t.Errorf("GitLab handed out %d jobs, want 1", handed)
 	}
 	checkTraces(t, ctx, tn, pl)
+}
+
+// haFleet starts a fleet of two hub instances on one throwaway
+// PostgreSQL under the lease (TTL 1.5 s), the first leading; the first
+// reaches the database through the returned proxy.
+func haFleet(t *testing.T, o testfleet.Options) (*testfleet.Fleet, *pgtest.Proxy) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewSchema(t)
+	_, schema, _ := strings.Cut(dsn, "search_path=")
+	db := pgtest.NewProxy(t, pg.Addr())
+	o.Hub = func(c *hub.Config) {
+		c.Store = hub.StoreConfig{Kind: hub.StorePostgres, DSN: pgtest.DSNAt(db.Addr(), "postgres") + " search_path=" + schema,
+			Lease: true, LeaseTTLMillis: 1500, Instance: "hub-a"}
+	}
+	o.Standby = func(c *hub.Config) { c.Store.DSN, c.Store.Instance = dsn, "hub-b" }
+	return newFleet(t, o), db
+}
+
+// loseLeader loses the leader's machine: its database black-holed (the
+// lease must expire), every peer's link to it cut; the relay's hub name
+// then reaches the standby, as a name resolving to every instance (or a
+// load balancer) would. It returns when the standby leads, and when the
+// leader was lost.
+func loseLeader(t *testing.T, ctx context.Context, f *testfleet.Fleet, db *pgtest.Proxy) time.Time {
+	t.Helper()
+	standby := f.Standby().Server()
+	killedAt := time.Now()
+	db.Blackhole(true)
+	killed := make(chan error, 1)
+	go func() { killed <- f.Hub().Kill() }()
+	rl := f.Tenants()[0].Relay.HubLink()
+	for !rl.Blocked() {
+		pause(time.Millisecond) // Kill blocks its links first, on its own goroutine
+	}
+	rl.SetTarget(f.Standby().Addr())
+	rl.Heal()
+	select {
+	case <-standby.Leading():
+		t.Logf("standby leading %v after the leader was lost", time.Since(killedAt).Round(time.Millisecond))
+	case <-ctx.Done():
+		t.Fatal("the standby never took over")
+	}
+	db.Blackhole(false) // the deposed leader's last writes are fenced; its shutdown can end
+	if err := <-killed; err != nil {
+		t.Logf("kill: %v", err)
+	}
+	return killedAt
+}
+
+// TestHAFailoverBeforeAccept loses the leader between its 201 for a job
+// and any node's accept: the start it sent never reaches the node (the
+// node's link to it is blocked just before). The new leader restores the
+// job as undecided, waits for the held of the node whose session was up
+// at the takeover, which does not list it, and forgets it; the relay,
+// which kept GitLab's job response, reads 404 and submits the job again
+// under the same GitLab job. It runs once, in success, its trace whole
+// (without the takeover's handling it ended lost: "hub restarted before a
+// node accepted the job").
+//
+// spec: BS-16, DECISIONS 16
+func TestHAFailoverBeforeAccept(t *testing.T) {
+	var (
+		once    sync.Once
+		started = make(chan string, 1)
+		f       *testfleet.Fleet
+		ready   = make(chan struct{})
+	)
+	f, db := haFleet(t, testfleet.Options{HubBeforeStart: func(job string) {
+		once.Do(func() {
+			<-ready
+			f.Nodes()[0].Partition() // the start goes into a dead link
+			started <- job
+		})
+	}})
+	close(ready)
+	tn := f.Tenants()[0]
+	ctx := timeout(t, 2*time.Minute)
+	dir := t.TempDir()
+	pl, err := tn.CreatePipeline("acme/ha", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "work", Variables: pidVar(dir),
+		Script: append([]string{`echo run >> "$PIDDIR/runs"`}, ticker(5, "0.1")...)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pl.Jobs["work"]
+	var first string
+	select {
+	case first = <-started:
+	case <-ctx.Done():
+		t.Fatal("the leader never started the job")
+	}
+	// The old leader answered 201: the relay recorded the hub's job.
+	for relayHubJob(t, tn, id) != first {
+		pause(5 * time.Millisecond)
+	}
+	killedAt := loseLeader(t, ctx, f, db)
+
+	states, err := tn.WaitFinished(ctx, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tn.GitLab.Trace(id)
+	if states["work"] != gitlabfake.StateSuccess {
+		ji, _ := tn.GitLab.Job(id)
+		t.Fatalf("work = %s (%s), want success; trace:\n%s", states["work"], ji.FailureReason, tr)
+	}
+	t.Logf("job finished %v after the leader was lost", time.Since(killedAt).Round(time.Millisecond))
+	if runs, _ := os.ReadFile(dir + "/runs"); string(runs) != "run\n" {
+		t.Errorf("the job's script ran %d times, want once", bytes.Count(runs, []byte("run")))
+	}
+	if n := bytes.Count(tr, []byte("Running with vk")); n != 1 {
+		t.Errorf("trace shows %d runs, want 1", n)
+	}
+	if !bytes.Contains(tr, []byte("line 4 of work")) {
+		t.Errorf("trace incomplete:\n%s", tr)
+	}
+	handed := 0
+	for _, r := range tn.GitLab.RequestsTo(gitlabfake.RouteJobRequest) {
+		if r.Status == 201 {
+			handed++
+		}
+	}
+	if handed != 1 {
+		t.Errorf("GitLab handed out %d jobs, want 1", handed)
+	}
+	if second := relayHubJob(t, tn, id); second == first {
+		t.Errorf("the relay still follows hub job %s, want a new submission", first)
+	}
+	checkTraces(t, ctx, tn, pl)
+}
+
+// relayHubJob is the hub job the relay's state file records for GitLab
+// job id ("" while none, or once the record is gone).
+func relayHubJob(t *testing.T, tn *testfleet.Tenant, id int64) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(tn.Relay.Dir, "*.json"))
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var sf struct {
+			Jobs []state.Job `json:"jobs"`
+		}
+		if json.Unmarshal(b, &sf) != nil {
+			continue // written by rename, but read defensively
+		}
+		for _, j := range sf.Jobs {
+			if j.GitLabID == id {
+				return j.HubJob
+			}
+		}
+	}
+	return ""
 }
