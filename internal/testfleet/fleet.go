@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -79,6 +80,14 @@ type Options struct {
 	// the leader between a job's 201 and the node's accept). It must not
 	// wait for the hub.
 	HubBeforeStart func(job string)
+	// HubProcess, when set, runs the first hub as a child process, so it
+	// can be SIGKILLed as a machine is lost ([Hub.Kill]): it returns the
+	// command re-executing a binary that calls [RunHubChildIfAsked] first
+	// (the fleet adds the environment and pipes). The hub's store must be
+	// PostgreSQL under the lease, with a [Options.Standby] (through which
+	// [Hub.Jobs] and output reads go while the child runs). The child has
+	// no BeforeStart hook and no output archive.
+	HubProcess func() *exec.Cmd
 	// Hub and Node adjust the generated configurations last.
 	Hub  func(*hub.Config)
 	Node func(i int, c *node.Config)
