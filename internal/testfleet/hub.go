@@ -240,6 +240,17 @@ func (h *Hub) Restart(ctx context.Context) error {
 	return nil
 }
 
+// RestartAsStandby starts a killed instance of an HA fleet again as a
+// standby: another instance leads now, so it contends for the lease
+// instead of waiting to lead (as its supervisor restarting a deposed
+// leader would).
+func (h *Hub) RestartAsStandby(ctx context.Context) error {
+	h.mu.Lock()
+	h.standby = true
+	h.mu.Unlock()
+	return h.Restart(ctx)
+}
+
 // CutSessions cuts every client's connections to the hub once; they
 // reconnect at once (a network blip).
 func (h *Hub) CutSessions() {
