@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/hub"
+	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/internal/testfleet"
@@ -210,6 +212,13 @@ func TestHAFailoverBeforeAccept(t *testing.T) {
 // job id ("" while none, or once the record is gone).
 func relayHubJob(t *testing.T, tn *testfleet.Tenant, id int64) string {
 	t.Helper()
+	return relayJob(t, tn, id).HubJob
+}
+
+// relayJob is the relay's state-file record of GitLab job id (zero when
+// none).
+func relayJob(t *testing.T, tn *testfleet.Tenant, id int64) state.Job {
+	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(tn.Relay.Dir, "*.json"))
 	for _, p := range files {
 		b, err := os.ReadFile(p)
@@ -224,9 +233,107 @@ func relayHubJob(t *testing.T, tn *testfleet.Tenant, id int64) string {
 		}
 		for _, j := range sf.Jobs {
 			if j.GitLabID == id {
-				return j.HubJob
+				return j
 			}
 		}
 	}
-	return ""
+	return state.Job{}
+}
+
+// TestHAFailoverLostAnswer loses the leader after it created a job but
+// before its 201 reached the relay: the node's link and the relay's are
+// blocked just before the start goes out. The new leader forgets the
+// job (no held lists it); only then does the relay reach it, repeating
+// the submission under the same request_id, whose job left the hub's
+// history (410 not_found). The relay submits the job again as a new one:
+// it runs once, in success, its trace whole.
+//
+// spec: BS-16, API-43, DECISIONS 16
+func TestHAFailoverLostAnswer(t *testing.T) {
+	var (
+		once    sync.Once
+		started = make(chan string, 1)
+		f       *testfleet.Fleet
+		ready   = make(chan struct{})
+	)
+	f, db := haFleet(t, testfleet.Options{HubBeforeStart: func(job string) {
+		once.Do(func() {
+			<-ready
+			f.Nodes()[0].Partition()
+			f.Tenants()[0].Relay.HubLink().Block() // the 201 is lost with the leader
+			started <- job
+		})
+	}})
+	close(ready)
+	tn := f.Tenants()[0]
+	ctx := timeout(t, 2*time.Minute)
+	dir := t.TempDir()
+	pl, err := tn.CreatePipeline("acme/ha", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "work", Variables: pidVar(dir),
+		Script: append([]string{`echo run >> "$PIDDIR/runs"`}, ticker(5, "0.1")...)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pl.Jobs["work"]
+	var first string
+	select {
+	case first = <-started:
+	case <-ctx.Done():
+		t.Fatal("the leader never started the job")
+	}
+	standby := f.Standby()
+	// The old leader stored its answer to the submission (and the
+	// admission's job) before its 201 was lost.
+	reqID := relayJob(t, tn, id).SubmitRequestID
+	for {
+		_, aerr := standby.Server().Store().GetAnswer(ctx, tn.Relay.ID, reqID, time.Now())
+		adm, merr := standby.Server().Store().GetAdmission(ctx, relayJob(t, tn, id).Admission)
+		if aerr == nil && merr == nil && adm.Job == first {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the leader never stored its answer: %v, %v", aerr, merr)
+		}
+		pause(10 * time.Millisecond)
+	}
+	db.Blackhole(true)
+	killed := make(chan error, 1)
+	go func() { killed <- f.Hub().Kill() }()
+	select {
+	case <-standby.Server().Leading():
+	case <-ctx.Done():
+		t.Fatal("the standby never took over")
+	}
+	db.Blackhole(false)
+	<-killed
+	// The relay reaches the new leader only once it forgot the job.
+	for {
+		_, err := standby.Server().Store().GetJob(ctx, first)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the new leader never forgot job %s: %v", first, err)
+		}
+		pause(10 * time.Millisecond)
+	}
+	rl := tn.Relay.HubLink()
+	rl.SetTarget(standby.Addr())
+	rl.Heal()
+
+	states, err := tn.WaitFinished(ctx, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tn.GitLab.Trace(id)
+	if states["work"] != gitlabfake.StateSuccess {
+		ji, _ := tn.GitLab.Job(id)
+		t.Fatalf("work = %s (%s), want success; trace:\n%s", states["work"], ji.FailureReason, tr)
+	}
+	if runs, _ := os.ReadFile(dir + "/runs"); string(runs) != "run\n" {
+		t.Errorf("the job's script ran %d times, want once", bytes.Count(runs, []byte("run")))
+	}
+	if n := bytes.Count(tr, []byte("Running with vk")); n != 1 || !bytes.Contains(tr, []byte("line 4 of work")) {
+		t.Errorf("trace shows %d runs or is incomplete:\n%s", n, tr)
+	}
+	checkTraces(t, ctx, tn, pl)
 }

@@ -128,6 +128,12 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		m.release(j.Reservation)
 		j.Failure = &state.Failure{Reason: gitlab.ReasonRunnerConfigurationError,
 			Trace: translate.FormatTrace(ApprovalNotices(se.Body.Code, j.ProjectPath, j.ProjectID, se.Body.ApprovalURL, m.cfg.HubURL), now, j.Timestamps)}
+	case errors.As(err, &se) && se.Status == http.StatusGone && se.Body.Code == client.CodeNotFound:
+		// The job this request_id created left the hub's history before
+		// the relay heard its 201: a new leader forgot it, no node having
+		// accepted it (docs/ha.md). Submit it again as a new job.
+		m.resubmit(r, &j, err, log)
+		return j, true
 	default:
 		log.Error("the hub refused the job", logkey.Err, err)
 		m.release(j.Reservation)
@@ -417,8 +423,8 @@ func (m *Manager) watchView(ctx context.Context, hubJob string, w *viewWatch) {
 	}
 }
 
-// resubmit takes a submitted job the hub does not know (err, a 404) back
-// to taken, to be submitted again from its recorded response: a hub
+// resubmit takes a submitted job the hub does not know (err: a 404 for
+// the job, or a 410 for the request_id that created it) back to taken, to be submitted again from its recorded response: a hub
 // leader that took over before any node accepted the job forgets it, and
 // no node runs it (DECISIONS 16, docs/ha.md). The new submission has a
 // new request_id (the old one's answer names the forgotten job) and no
