@@ -122,8 +122,9 @@ func (s *haSoak) fault(rng *rand.Rand) {
 // nodes' work, not GitLab's view), GitLab must have handed it out once
 // and got one run's trace, byte-identical to the stored output.
 //
-// Not checked (docs/ha.md): a linearizability check of the client-API
-// history (porcupine).
+// Meanwhile two readers read every job's view through the relay's
+// enrolment; porcupine checks that history against jobViewModel (a
+// checker timeout fails the test).
 //
 // spec: BS-10, BS-11, BS-12, BS-16, DECISIONS 16
 func TestHASoak(t *testing.T) {
@@ -153,6 +154,13 @@ func TestHASoak(t *testing.T) {
 	s := &haSoak{t: t, ctx: ctx, f: f, pg: pg, db: db, faults: map[string]int{}}
 	tn := f.Tenants()[0]
 	dir := t.TempDir()
+	rec := newHistoryRecorder(t, f, tn)
+	hctx, stopRec := context.WithCancel(ctx)
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		rec.run(hctx, 2)
+	}()
 	var pls []gitlabfake.Pipeline
 	deadline := time.Now().Add(*soak)
 	nextFault := time.Now().Add(5 * time.Second)
@@ -175,6 +183,9 @@ func TestHASoak(t *testing.T) {
 		pause(time.Duration(1+rng.IntN(3)) * time.Second)
 	}
 	s.report(tn, dir, pls)
+	stopRec()
+	<-recorded
+	rec.check(t)
 }
 
 // report checks every job of pls and logs the numbers.
