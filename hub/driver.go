@@ -55,8 +55,10 @@ import (
 // job records and claimed admissions from the store. Jobs a node had
 // accepted are restored into the core, to be adopted when their node's
 // held lists them; jobs not yet accepted end lost (their specs, kept in
-// memory only, are gone, AUTH-07); claimed admissions are restored and
-// adopted when their node's held lists their reservation.
+// memory only, are gone, AUTH-07), except after a takeover under the
+// lease, where they wait for the nodes' held (takeover.go); claimed
+// admissions are restored and adopted when their node's held lists
+// their reservation.
 type Driver struct {
 	core   *sched.Core
 	clk    clock.Clock
@@ -97,6 +99,10 @@ type Driver struct {
 	// their ending sessions are dropped (their keys are refused anyway).
 	removed map[string]bool
 	trace   tracer // the workload trace (hub/trace.go)
+	limbo   limbo  // a takeover's jobs no node is known to have accepted (takeover.go)
+	// beforeStart is Options.BeforeStart (tests), called before a start
+	// goes out.
+	beforeStart func(job string)
 }
 
 // driverStore is what the driver asks of the hub's store: job records and
@@ -419,6 +425,9 @@ func (d *Driver) onStart(s sched.Start) {
 		d.log.Error("start without a spec in memory", logkey.JobID, j.rec.ID)
 		return
 	}
+	if d.beforeStart != nil {
+		d.beforeStart(j.rec.ID)
+	}
 	d.sendNode(s.Node, startFromSched(s, j.rec.ID, *j.spec))
 }
 
@@ -427,6 +436,7 @@ func (d *Driver) onStart(s sched.Start) {
 func (d *Driver) onTick() {
 	d.exec(d.step(sched.Tick{}))
 	now := d.now()
+	d.limboTick(now)
 	for _, name := range sortedKeys(d.down) {
 		n := d.down[name]
 		if n.send == nil && !n.downAt.IsZero() && !n.lostSent && now.Sub(n.downAt) >= d.cfg.lostAfter() {

@@ -150,6 +150,8 @@ func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
 		d.log.Warn("held before report; ignored", logkey.NodeID, n.name)
 		return
 	}
+	d.adoptUndecided(n, h)
+	defer d.heldCame(n.name)
 	held, unknown := heldToSched(h, func(id string) (sched.JobID, bool) {
 		j := d.job(id)
 		if j == nil {

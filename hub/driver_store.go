@@ -151,40 +151,49 @@ func (d *Driver) restore(ctx context.Context) error {
 			Node: d.ids.node(a.Node), Runner: run, Tenant: d.ids.tenant(a.Tenant), Relay: rel, Placement: placementToSched(pl)})
 	}
 	for _, r := range jobs {
-		n, _, err := d.out.Len(ctx, r.ID)
-		if err != nil {
-			d.log.Warn("output length unknown", logkey.JobID, r.ID, logkey.Err, err)
-		}
-		d.nextJob++
-		j := &jobRec{sid: sched.JobID(d.nextJob), rec: r, outLen: n, wake: make(chan struct{}), name: specName(r.Spec)}
-		d.addJob(j)
-		switch r.State {
-		case store.JobFinished:
-			var res client.JobResult
-			if json.Unmarshal(r.Result, &res) == nil {
-				j.result = &res
-			}
-		case store.JobRunning:
-			pl, _ := parsePlacementKey(r.Placement)
-			aid, _ := parseAdmission(r.Admission)
-			run, _ := d.ids.runner(r.Principal, r.Runner)
+		if rj, ok := d.restoreJob(ctx, r, byAdm); ok {
 			touch(r.Node)
-			ev.Jobs = append(ev.Jobs, sched.RestoredJob{Job: j.sid, Node: d.ids.node(r.Node), Runner: run,
-				Tenant: d.ids.tenant(r.Tenant), Relay: d.ids.relay(r.Principal), Admission: aid,
-				Envelope: envelopeToSched(pl.Envelope)})
-		default:
-			// FAIL-19: not accepted by a node before the restart; its spec
-			// (with secrets) was in memory only.
-			d.finishJob(j, client.JobResult{Failure: client.FailureLost, Message: sched.MsgNotAcceptedAfter, OutputLen: n})
-			d.audit("hub", "job.lost", r.ID, sched.MsgNotAcceptedAfter)
-			if a, ok := byAdm[r.Admission]; ok {
-				d.st.DeleteAdmission(ctx, a.ID)
-			}
+			ev.Jobs = append(ev.Jobs, rj)
 		}
 	}
 	d.exec(d.step(ev))
 	d.log.Info("hub state restored", "admissions", len(ev.Admissions), "running_jobs", len(ev.Jobs), "jobs", len(jobs))
 	return nil
+}
+
+// restoreJob reloads one unsettled job record; ok when a node had
+// accepted it (rj is then its core's view). A job no node had accepted
+// ends lost after a restart (FAIL-19: its spec, with secrets, was in
+// memory only); after a takeover under the lease it waits, undecided,
+// for the nodes' held instead (see [limbo]).
+func (d *Driver) restoreJob(ctx context.Context, r store.Job, byAdm map[string]store.Admission) (rj sched.RestoredJob, ok bool) {
+	n, _, err := d.out.Len(ctx, r.ID)
+	if err != nil {
+		d.log.Warn("output length unknown", logkey.JobID, r.ID, logkey.Err, err)
+	}
+	d.nextJob++
+	j := &jobRec{sid: sched.JobID(d.nextJob), rec: r, outLen: n, wake: make(chan struct{}), name: specName(r.Spec)}
+	if (r.State == store.JobQueued || r.State == store.JobStarting) && d.cfg.Store.Lease {
+		d.undecided(j)
+		return rj, false
+	}
+	d.addJob(j)
+	switch r.State {
+	case store.JobFinished:
+		var res client.JobResult
+		if json.Unmarshal(r.Result, &res) == nil {
+			j.result = &res
+		}
+	case store.JobRunning:
+		return d.restoredJob(j), true
+	default:
+		d.finishJob(j, client.JobResult{Failure: client.FailureLost, Message: sched.MsgNotAcceptedAfter, OutputLen: n})
+		d.audit("hub", "job.lost", r.ID, sched.MsgNotAcceptedAfter)
+		if a, ok := byAdm[r.Admission]; ok {
+			d.st.DeleteAdmission(ctx, a.ID)
+		}
+	}
+	return rj, false
 }
 
 // addJob and dropJob keep a job and its wire ID's index.

@@ -36,6 +36,7 @@ func (s *Server) lead(epoch uint64) error {
 		return err
 	}
 	s.drv = drv
+	drv.beforeStart = s.opt.BeforeStart
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()

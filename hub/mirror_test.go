@@ -36,6 +36,8 @@ var keptMaps = map[string]string{
 	"recWriter.pending":         "record writes queued, by key",
 	"nodeRouter.nodes":          "node sessions as a standby holds them, with their last report and heartbeat, before any driver exists",
 	"relayReleasesReq.releases": "a request's answer: each relay's release as its report said it",
+	"limbo.jobs":                "job records a takeover restored undecided: the core does not know them until a held adopts one",
+	"limbo.awaiting":            "node sessions up at a takeover whose held has not come yet",
 }
 
 // keptFields are the fields of the records the driver keeps per ticket

@@ -182,6 +182,11 @@ func (r *nodeRouter) promote(drv *Driver, epoch uint64) {
 		x.report, x.heartbeat = nil, nil
 	}
 	r.mu.Unlock()
+	names := make([]string, len(ups))
+	for i, u := range ups {
+		names[i] = u.s.Node()
+	}
+	drv.TookOver(r.ctx, names)
 	for _, u := range ups {
 		r.connect(u.s, false)
 		if u.report != nil {

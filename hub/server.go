@@ -74,6 +74,11 @@ type Options struct {
 	// to keep what a settle drops). Its Close must close the store it
 	// wraps.
 	WrapOutput func(output.Store) output.Store
+	// BeforeStart, when set, is called with the job's ID on the driver's
+	// goroutine just before a start goes to its node (tests: to lose the
+	// leader between a job's 201 and a node's accept). It must not wait
+	// for the hub.
+	BeforeStart func(job string)
 }
 
 // Server is a running hub. Create it with [Start].

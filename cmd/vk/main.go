@@ -11,6 +11,7 @@ import (
 )
 
 func main() {
+	demo.RunChildIfAsked() // vk demo --ha's leading hub
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "vk:", err)
 		os.Exit(1)

@@ -282,6 +282,12 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) error
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
 	}
 	pub, kind, err := a.principalKey(r.Context(), hdr.Principal)
+	var unread principalUnread
+	if errors.As(err, &unread) {
+		// The store could not be read (its database restarting, say):
+		// nothing is refused yet, so the client retries.
+		return &Error{Code: client.CodeUnavailable, Msg: "principal store unavailable", RetryAfter: 1, Err: err}
+	}
 	if err != nil {
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: fmt.Errorf("principal %q: %w", hdr.Principal, err)}
 	}
@@ -323,8 +329,18 @@ func (a *API) skew() time.Duration {
 
 // principalKey returns the key of an enrolled relay that is not removed
 // and whose stored key is not weak (AUTH-13).
+// principalUnread is a principal lookup that failed in the store, not
+// one that found no principal: the request is answered 503, not 401.
+type principalUnread struct{ err error }
+
+func (e principalUnread) Error() string { return "reading the principal: " + e.err.Error() }
+func (e principalUnread) Unwrap() error { return e.err }
+
 func (a *API) principalKey(ctx context.Context, id string) (ed25519.PublicKey, store.PrincipalKind, error) {
 	pr, err := a.cfg.Store.GetPrincipal(ctx, id)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, "", principalUnread{err}
+	}
 	if err != nil {
 		return nil, "", err
 	}

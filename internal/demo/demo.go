@@ -47,6 +47,11 @@ type Options struct {
 	// pushed as for --containers). Run fails at once when the host cannot
 	// ([MicroVMAvailable]: among others, a KVM that boots a guest).
 	MicroVM bool
+	// HA (--ha) runs two hub instances on a private PostgreSQL under the
+	// leader lease, the leader a child process SIGKILLed in the middle of
+	// the pipeline; the standby takes over and every job still ends as
+	// expected. Run fails at once without PostgreSQL ([ErrNoPostgres]).
+	HA bool
 
 	// microvmCheck replaces [MicroVMAvailable] (tests); nil means it.
 	microvmCheck func() (string, error)
@@ -76,14 +81,27 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		return err
 	}
 	defer closeLog()
+	if r.o.HA {
+		if err := r.startHA(); err != nil {
+			return err
+		}
+		defer r.ha.stop() // after the fleet's close
+	}
 	samples := Sample()
 	fo := r.fleetOptions(samples)
+	if r.ha != nil {
+		r.ha.fleet(&fo)
+	}
 	f, err := testfleet.Start(ctx, fo)
 	if err != nil {
 		return fmt.Errorf("demo: starting the fleet: %w (logs in %s)", err, filepath.Join(r.dir, "fleet.log"))
 	}
 	defer func() { err = r.closeFleet(f, fo.Dir, err) }()
 	r.printFleet(f)
+	if r.ha != nil {
+		r.ha.print(r, f)
+		r.onSnap = func(s Snapshot) { r.ha.onSnap(ctx, r, f, s) }
+	}
 	loaded, err := r.loadSamples(ctx, f, samples)
 	if err != nil {
 		return err
@@ -92,7 +110,10 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	return r.report(ctx, f, loaded, final)
+	if err := r.report(ctx, f, loaded, final); err != nil || r.ha == nil {
+		return err
+	}
+	return r.ha.summary(r, loaded)
 }
 
 // isTerminal reports whether w is a terminal (a character device).
@@ -153,6 +174,12 @@ docker-registry, and the job runs in it with an httpd service it reaches by
 its alias. It needs root, cgroup v1, runc, busybox-static and
 docker-registry, and says at once what is missing.
 
+--ha runs two hub instances on a private PostgreSQL under the leader lease
+(docs/ha.md): the leader is a child process, SIGKILLed once a third of the
+jobs have ended; the standby, which held every node's session all along,
+takes over and the demo prints how long that took. It needs PostgreSQL's
+server binaries (apt-get install -y postgresql).
+
 --microvm runs every job in its own QEMU microVM (executor "microvm"),
 booted from that image. It needs a KVM that boots a stock guest (checked by
 booting one), QEMU, a guest kernel, vk-agent beside vk, busybox-static and
@@ -173,6 +200,7 @@ docker-registry, and says plainly when this host lacks one.`,
 	c.Flags().BoolVar(&o.Keep, "keep", false, "keep the fleet running after the pipelines end (Ctrl-C stops it)")
 	c.Flags().StringVar(&o.HubAddr, "hub-addr", "", "the hub's listen address, e.g. 127.0.0.1:8443 (default: a free loopback port)")
 	c.Flags().BoolVar(&o.Containers, "containers", false, "also run a job in a container image with a service (needs root, cgroup v1, runc, busybox-static, docker-registry)")
+	c.Flags().BoolVar(&o.HA, "ha", false, "two hubs on a private PostgreSQL, the leader (a child process) SIGKILLed mid-pipeline (needs postgresql)")
 	c.Flags().BoolVar(&o.MicroVM, "microvm", false, "run every job in its own QEMU microVM under KVM (needs a KVM that boots a guest, qemu-system-x86, linux-image-amd64, vk-agent)")
 	c.Flags().StringVar(&o.Dir, "dir", "", "directory for state, logs and traces, created if missing and kept (default: a new temporary directory, its fleet state removed at the end)")
 	return c

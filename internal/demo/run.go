@@ -26,6 +26,10 @@ type demoRun struct {
 	start time.Time
 	dir   string
 	agent string // vk-agent's path, with --microvm
+	ha    *haRun // with --ha
+	// onSnap, when set, sees every snapshot watch takes (--ha kills the
+	// leader from it).
+	onSnap func(Snapshot)
 }
 
 func (o Options) withDefaults() Options {
@@ -217,6 +221,9 @@ func (r *demoRun) watch(ctx context.Context, col *collector) (Snapshot, error) {
 			lastStatus, lastPrint = st, time.Now()
 		}
 		prev = cur
+		if r.onSnap != nil {
+			r.onSnap(cur)
+		}
 		if cur.Done() {
 			return col.snap(ctx), nil
 		}

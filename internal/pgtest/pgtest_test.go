@@ -20,7 +20,7 @@ func TestStartRestart(t *testing.T) {
 		t.Fatalf("SELECT = %q, want 42", got)
 	}
 	if os.Geteuid() == 0 {
-		if got := s.Exec(t, db, "SELECT current_setting('data_directory')"); !strings.HasPrefix(got, filepath.Dir(s.data)) {
+		if got := s.Exec(t, db, "SELECT current_setting('data_directory')"); !strings.HasPrefix(got, filepath.Dir(s.DataDir())) {
 			t.Fatalf("data directory %q not under the test's temp dir", got)
 		}
 	}

@@ -2,15 +2,22 @@ package testfleet_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/vk-ci/vk/hub"
+	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/relay/state"
 )
 
 // TestHAFailoverMidJob runs two hub instances on one throwaway
@@ -24,17 +31,7 @@ import (
 //
 // spec: BS-10, BS-12, BS-13, BS-14, BS-15, BS-16, FAIL-18, NSESS-24, DECISIONS 6
 func TestHAFailoverMidJob(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewSchema(t)
-	_, schema, _ := strings.Cut(dsn, "search_path=")
-	db := pgtest.NewProxy(t, pg.Addr())
-	f := newFleet(t, testfleet.Options{
-		Hub: func(c *hub.Config) {
-			c.Store = hub.StoreConfig{Kind: hub.StorePostgres, DSN: pgtest.DSNAt(db.Addr(), "postgres") + " search_path=" + schema,
-				Lease: true, LeaseTTLMillis: 1500, Instance: "hub-a"}
-		},
-		Standby: func(c *hub.Config) { c.Store.DSN, c.Store.Instance = dsn, "hub-b" },
-	})
+	f, db := haFleet(t, testfleet.Options{})
 	tn := f.Tenants()[0]
 	ctx := timeout(t, 2*time.Minute)
 	dir := t.TempDir()
@@ -51,30 +48,7 @@ func TestHAFailoverMidJob(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	standby := f.Standby().Server()
-	killedAt := time.Now()
-	db.Blackhole(true)
-	killed := make(chan error, 1)
-	go func() { killed <- f.Hub().Kill() }()
-	rl := tn.Relay.HubLink()
-	for !rl.Blocked() {
-		pause(time.Millisecond) // Kill blocks its links first, on its own goroutine
-	}
-	// The relay's hub name now reaches the standby, as a name resolving
-	// to every instance (or a load balancer) would.
-	rl.SetTarget(f.Standby().Addr())
-	rl.Heal()
-	select {
-	case <-standby.Leading():
-		t.Logf("standby leading %v after the leader was lost", time.Since(killedAt).Round(time.Millisecond))
-	case <-ctx.Done():
-		t.Fatal("the standby never took over")
-	}
-	db.Blackhole(false) // the deposed leader's last writes are fenced; its shutdown can end
-	if err := <-killed; err != nil {
-		t.Logf("kill: %v", err)
-	}
-
+	killedAt := loseLeader(t, ctx, f, db)
 	states, err := tn.WaitFinished(ctx, pl)
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +76,264 @@ func TestHAFailoverMidJob(t *testing.T) {
 	}
 	if handed != 1 {
 		t.Errorf("GitLab handed out %d jobs, want 1", handed)
+	}
+	checkTraces(t, ctx, tn, pl)
+}
+
+// haFleet starts a fleet of two hub instances on one throwaway
+// PostgreSQL under the lease (TTL 1.5 s), the first leading; the first
+// reaches the database through the returned proxy.
+func haFleet(t *testing.T, o testfleet.Options) (*testfleet.Fleet, *pgtest.Proxy) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewSchema(t)
+	_, schema, _ := strings.Cut(dsn, "search_path=")
+	db := pgtest.NewProxy(t, pg.Addr())
+	o.Hub = func(c *hub.Config) {
+		c.Store = hub.StoreConfig{Kind: hub.StorePostgres, DSN: pgtest.DSNAt(db.Addr(), "postgres") + " search_path=" + schema,
+			Lease: true, LeaseTTLMillis: 1500, Instance: "hub-a"}
+	}
+	o.Standby = func(c *hub.Config) { c.Store.DSN, c.Store.Instance = dsn, "hub-b" }
+	return newFleet(t, o), db
+}
+
+// loseLeader loses the leader's machine: its database black-holed (the
+// lease must expire), every peer's link to it cut; the relay's hub name
+// then reaches the standby, as a name resolving to every instance (or a
+// load balancer) would. It returns when the standby leads, and when the
+// leader was lost.
+func loseLeader(t *testing.T, ctx context.Context, f *testfleet.Fleet, db *pgtest.Proxy) time.Time {
+	t.Helper()
+	standby := f.Standby().Server()
+	killedAt := time.Now()
+	db.Blackhole(true)
+	killed := make(chan error, 1)
+	go func() { killed <- f.Hub().Kill() }()
+	rl := f.Tenants()[0].Relay.HubLink()
+	for !rl.Blocked() {
+		pause(time.Millisecond) // Kill blocks its links first, on its own goroutine
+	}
+	rl.SetTarget(f.Standby().Addr())
+	rl.Heal()
+	select {
+	case <-standby.Leading():
+		t.Logf("standby leading %v after the leader was lost", time.Since(killedAt).Round(time.Millisecond))
+	case <-ctx.Done():
+		t.Fatal("the standby never took over")
+	}
+	db.Blackhole(false) // the deposed leader's last writes are fenced; its shutdown can end
+	if err := <-killed; err != nil {
+		t.Logf("kill: %v", err)
+	}
+	return killedAt
+}
+
+// TestHAFailoverBeforeAccept loses the leader between its 201 for a job
+// and any node's accept: the start it sent never reaches the node (the
+// node's link to it is blocked just before). The new leader restores the
+// job as undecided, waits for the held of the node whose session was up
+// at the takeover, which does not list it, and forgets it; the relay,
+// which kept GitLab's job response, reads 404 and submits the job again
+// under the same GitLab job. It runs once, in success, its trace whole
+// (without the takeover's handling it ended lost: "hub restarted before a
+// node accepted the job").
+//
+// spec: BS-16, DECISIONS 16
+func TestHAFailoverBeforeAccept(t *testing.T) {
+	var (
+		once    sync.Once
+		started = make(chan string, 1)
+		f       *testfleet.Fleet
+		ready   = make(chan struct{})
+	)
+	f, db := haFleet(t, testfleet.Options{HubBeforeStart: func(job string) {
+		once.Do(func() {
+			<-ready
+			f.Nodes()[0].Partition() // the start goes into a dead link
+			started <- job
+		})
+	}})
+	close(ready)
+	tn := f.Tenants()[0]
+	ctx := timeout(t, 2*time.Minute)
+	dir := t.TempDir()
+	pl, err := tn.CreatePipeline("acme/ha", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "work", Variables: pidVar(dir),
+		Script: append([]string{`echo run >> "$PIDDIR/runs"`}, ticker(5, "0.1")...)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pl.Jobs["work"]
+	var first string
+	select {
+	case first = <-started:
+	case <-ctx.Done():
+		t.Fatal("the leader never started the job")
+	}
+	// The old leader answered 201: the relay recorded the hub's job.
+	for relayHubJob(t, tn, id) != first {
+		pause(5 * time.Millisecond)
+	}
+	killedAt := loseLeader(t, ctx, f, db)
+
+	states, err := tn.WaitFinished(ctx, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tn.GitLab.Trace(id)
+	if states["work"] != gitlabfake.StateSuccess {
+		ji, _ := tn.GitLab.Job(id)
+		t.Fatalf("work = %s (%s), want success; trace:\n%s", states["work"], ji.FailureReason, tr)
+	}
+	t.Logf("job finished %v after the leader was lost", time.Since(killedAt).Round(time.Millisecond))
+	if runs, _ := os.ReadFile(dir + "/runs"); string(runs) != "run\n" {
+		t.Errorf("the job's script ran %d times, want once", bytes.Count(runs, []byte("run")))
+	}
+	if n := bytes.Count(tr, []byte("Running with vk")); n != 1 {
+		t.Errorf("trace shows %d runs, want 1", n)
+	}
+	if !bytes.Contains(tr, []byte("line 4 of work")) {
+		t.Errorf("trace incomplete:\n%s", tr)
+	}
+	handed := 0
+	for _, r := range tn.GitLab.RequestsTo(gitlabfake.RouteJobRequest) {
+		if r.Status == 201 {
+			handed++
+		}
+	}
+	if handed != 1 {
+		t.Errorf("GitLab handed out %d jobs, want 1", handed)
+	}
+	if second := relayHubJob(t, tn, id); second == first {
+		t.Errorf("the relay still follows hub job %s, want a new submission", first)
+	}
+	checkTraces(t, ctx, tn, pl)
+}
+
+// relayHubJob is the hub job the relay's state file records for GitLab
+// job id ("" while none, or once the record is gone).
+func relayHubJob(t *testing.T, tn *testfleet.Tenant, id int64) string {
+	t.Helper()
+	return relayJob(t, tn, id).HubJob
+}
+
+// relayJob is the relay's state-file record of GitLab job id (zero when
+// none).
+func relayJob(t *testing.T, tn *testfleet.Tenant, id int64) state.Job {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(tn.Relay.Dir, "*.json"))
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var sf struct {
+			Jobs []state.Job `json:"jobs"`
+		}
+		if json.Unmarshal(b, &sf) != nil {
+			continue // written by rename, but read defensively
+		}
+		for _, j := range sf.Jobs {
+			if j.GitLabID == id {
+				return j
+			}
+		}
+	}
+	return state.Job{}
+}
+
+// TestHAFailoverLostAnswer loses the leader after it created a job but
+// before its 201 reached the relay: the node's link and the relay's are
+// blocked just before the start goes out. The new leader forgets the
+// job (no held lists it); only then does the relay reach it, repeating
+// the submission under the same request_id, whose job left the hub's
+// history (410 not_found). The relay submits the job again as a new one:
+// it runs once, in success, its trace whole.
+//
+// spec: BS-16, API-43, DECISIONS 16
+func TestHAFailoverLostAnswer(t *testing.T) {
+	var (
+		once    sync.Once
+		started = make(chan string, 1)
+		f       *testfleet.Fleet
+		ready   = make(chan struct{})
+	)
+	f, db := haFleet(t, testfleet.Options{HubBeforeStart: func(job string) {
+		once.Do(func() {
+			<-ready
+			f.Nodes()[0].Partition()
+			f.Tenants()[0].Relay.HubLink().Block() // the 201 is lost with the leader
+			started <- job
+		})
+	}})
+	close(ready)
+	tn := f.Tenants()[0]
+	ctx := timeout(t, 2*time.Minute)
+	dir := t.TempDir()
+	pl, err := tn.CreatePipeline("acme/ha", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "work", Variables: pidVar(dir),
+		Script: append([]string{`echo run >> "$PIDDIR/runs"`}, ticker(5, "0.1")...)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pl.Jobs["work"]
+	var first string
+	select {
+	case first = <-started:
+	case <-ctx.Done():
+		t.Fatal("the leader never started the job")
+	}
+	standby := f.Standby()
+	// The old leader stored its answer to the submission (and the
+	// admission's job) before its 201 was lost.
+	reqID := relayJob(t, tn, id).SubmitRequestID
+	for {
+		_, aerr := standby.Server().Store().GetAnswer(ctx, tn.Relay.ID, reqID, time.Now())
+		adm, merr := standby.Server().Store().GetAdmission(ctx, relayJob(t, tn, id).Admission)
+		if aerr == nil && merr == nil && adm.Job == first {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the leader never stored its answer: %v, %v", aerr, merr)
+		}
+		pause(10 * time.Millisecond)
+	}
+	db.Blackhole(true)
+	killed := make(chan error, 1)
+	go func() { killed <- f.Hub().Kill() }()
+	select {
+	case <-standby.Server().Leading():
+	case <-ctx.Done():
+		t.Fatal("the standby never took over")
+	}
+	db.Blackhole(false)
+	<-killed
+	// The relay reaches the new leader only once it forgot the job.
+	for {
+		_, err := standby.Server().Store().GetJob(ctx, first)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the new leader never forgot job %s: %v", first, err)
+		}
+		pause(10 * time.Millisecond)
+	}
+	rl := tn.Relay.HubLink()
+	rl.SetTarget(standby.Addr())
+	rl.Heal()
+
+	states, err := tn.WaitFinished(ctx, pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tn.GitLab.Trace(id)
+	if states["work"] != gitlabfake.StateSuccess {
+		ji, _ := tn.GitLab.Job(id)
+		t.Fatalf("work = %s (%s), want success; trace:\n%s", states["work"], ji.FailureReason, tr)
+	}
+	if runs, _ := os.ReadFile(dir + "/runs"); string(runs) != "run\n" {
+		t.Errorf("the job's script ran %d times, want once", bytes.Count(runs, []byte("run")))
+	}
+	if n := bytes.Count(tr, []byte("Running with vk")); n != 1 || !bytes.Contains(tr, []byte("line 4 of work")) {
+		t.Errorf("trace shows %d runs or is incomplete:\n%s", n, tr)
 	}
 	checkTraces(t, ctx, tn, pl)
 }

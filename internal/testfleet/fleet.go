@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -74,6 +75,19 @@ type Options struct {
 	// copied), and every node also holds a session to it ([node] hubs)
 	// through its own link.
 	Standby func(*hub.Config)
+	// HubBeforeStart is the first hub's hub.Options.BeforeStart: called
+	// on its driver's goroutine before a start goes to a node (to lose
+	// the leader between a job's 201 and the node's accept). It must not
+	// wait for the hub.
+	HubBeforeStart func(job string)
+	// HubProcess, when set, runs the first hub as a child process, so it
+	// can be SIGKILLed as a machine is lost ([Hub.Kill]): it returns the
+	// command re-executing a binary that calls [RunHubChildIfAsked] first
+	// (the fleet adds the environment and pipes). The hub's store must be
+	// PostgreSQL under the lease, with a [Options.Standby] (through which
+	// [Hub.Jobs] and output reads go while the child runs). The child has
+	// no BeforeStart hook and no output archive.
+	HubProcess func() *exec.Cmd
 	// Hub and Node adjust the generated configurations last.
 	Hub  func(*hub.Config)
 	Node func(i int, c *node.Config)

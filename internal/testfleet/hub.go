@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/vk-ci/vk/hub"
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/output"
+	"github.com/vk-ci/vk/hub/pki"
 	"github.com/vk-ci/vk/hub/store"
 )
 
@@ -33,6 +35,10 @@ type Hub struct {
 	up    bool         // guarded by mu
 	// standby: a second instance (Options.Standby), not leading at start.
 	standby bool
+	// proc is the hub's child process (Options.HubProcess), nil while
+	// none runs; exited is closed once it exited. Guarded by mu.
+	proc   *exec.Cmd
+	exited chan struct{}
 }
 
 func (f *Fleet) startHub(ctx context.Context) (*Hub, error) {
@@ -58,7 +64,9 @@ func (f *Fleet) startHub(ctx context.Context) (*Hub, error) {
 		return nil, err
 	}
 	// Restarts bind the same port, as a restarted vk-hub would.
-	h.cfg.Addr = h.srv.Addr()
+	if h.srv != nil {
+		h.cfg.Addr = h.srv.Addr()
+	}
 	if _, err := os.Stat(admin.SocketPath(cfg.StateDir)); err != nil {
 		return h, fmt.Errorf("%w: hub.Start serves no admin socket (%s), so tokens cannot be created", ErrNotWired, admin.SocketPath(cfg.StateDir))
 	}
@@ -91,6 +99,9 @@ func (f *Fleet) startStandby(ctx context.Context) (*Hub, error) {
 func (h *Hub) NewLink() (*Link, error) { return h.newLink() }
 
 func (h *Hub) start(ctx context.Context) error {
+	if h.f.opts.HubProcess != nil && !h.standby {
+		return h.startChild(ctx)
+	}
 	log := h.f.log.With("component", "hub")
 	var opt hub.Options
 	if h.cfg.Store.Kind == hub.StorePostgres {
@@ -102,6 +113,9 @@ func (h *Hub) start(ctx context.Context) error {
 			return fmt.Errorf("testfleet: hub output: %w", err)
 		}
 		opt.Output = out
+	}
+	if !h.standby {
+		opt.BeforeStart = h.f.opts.HubBeforeStart
 	}
 	srv, err := hub.Start(ctx, h.cfg, log, opt)
 	if err != nil {
@@ -151,7 +165,8 @@ func (h *Hub) CAPEM() []byte {
 	if s := h.Server(); s != nil {
 		return s.CAPEM()
 	}
-	return nil
+	b, _ := os.ReadFile(filepath.Join(h.cfg.StateDir, "pki", pki.CACertFile)) // a child process's
+	return b
 }
 
 // Admin returns a client of the hub's admin socket (what `vk-hub token
@@ -186,6 +201,9 @@ func (h *Hub) newLink() (*Link, error) {
 // ended context, which closes its store and output as a crash would leave
 // them on disk.
 func (h *Hub) Kill() error {
+	if h.Process() != nil {
+		return h.killChild()
+	}
 	h.mu.Lock()
 	srv := h.srv
 	h.srv, h.up = nil, false
@@ -222,6 +240,17 @@ func (h *Hub) Restart(ctx context.Context) error {
 	return nil
 }
 
+// RestartAsStandby starts a killed instance of an HA fleet again as a
+// standby: another instance leads now, so it contends for the lease
+// instead of waiting to lead (as its supervisor restarting a deposed
+// leader would).
+func (h *Hub) RestartAsStandby(ctx context.Context) error {
+	h.mu.Lock()
+	h.standby = true
+	h.mu.Unlock()
+	return h.Restart(ctx)
+}
+
 // CutSessions cuts every client's connections to the hub once; they
 // reconnect at once (a network blip).
 func (h *Hub) CutSessions() {
@@ -233,6 +262,7 @@ func (h *Hub) CutSessions() {
 }
 
 func (h *Hub) stopGraceful(ctx context.Context) error {
+	cerr := h.stopChild(ctx)
 	h.mu.Lock()
 	srv := h.srv
 	h.srv, h.up = nil, false
@@ -246,7 +276,7 @@ func (h *Hub) stopGraceful(ctx context.Context) error {
 	for _, l := range links {
 		l.Close()
 	}
-	return err
+	return errors.Join(cerr, err)
 }
 
 func (h *Hub) outputStore() output.Store {
@@ -262,6 +292,9 @@ func (h *Hub) outputStore() output.Store {
 // included, ordered by ID.
 func (h *Hub) Jobs(ctx context.Context) ([]store.Job, error) {
 	srv := h.Server()
+	if srv == nil && h.f.opts.HubProcess != nil && h != h.f.standby && h.f.standby != nil {
+		srv = h.f.standby.Server() // a child process's: the same database
+	}
 	if srv == nil {
 		return nil, errors.New("testfleet: hub is down")
 	}

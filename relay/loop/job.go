@@ -114,7 +114,10 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 	var se *client.StatusError
 	switch {
 	case err == nil:
-		j.HubJob, j.Phase, j.Response = view.ID, state.PhaseSubmitted, nil
+		// The response stays until a node accepted the job: a hub that
+		// took over before one did may have forgotten it, and the job is
+		// then submitted again from it (see resubmit).
+		j.HubJob, j.Phase = view.ID, state.PhaseSubmitted
 		m.put(r, j, log)
 		r.mu.Lock()
 		if h := r.held[j.GitLabID]; h != nil {
@@ -131,6 +134,12 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		m.release(j.Reservation)
 		j.Failure = &state.Failure{Reason: gitlab.ReasonRunnerConfigurationError,
 			Trace: translate.FormatTrace(ApprovalNotices(se.Body.Code, j.ProjectPath, j.ProjectID, se.Body.ApprovalURL, m.cfg.HubURL), now, j.Timestamps)}
+	case errors.As(err, &se) && se.Status == http.StatusGone && se.Body.Code == client.CodeNotFound:
+		// The job this request_id created left the hub's history before
+		// the relay heard its 201: a new leader forgot it, no node having
+		// accepted it (docs/ha.md). Submit it again as a new job.
+		m.resubmit(r, &j, err, log)
+		return j, true
 	default:
 		log.Error("the hub refused the job", logkey.Err, err)
 		m.release(j.Reservation)
@@ -433,4 +442,24 @@ func (m *Manager) watchView(ctx context.Context, hubJob string, w *viewWatch) {
 			return
 		}
 	}
+}
+
+// resubmit takes a submitted job the hub does not know (err: a 404 for
+// the job, or a 410 for the request_id that created it) back to taken, to be submitted again from its recorded response: a hub
+// leader that took over before any node accepted the job forgets it, and
+// no node runs it (DECISIONS 16, docs/ha.md). The new submission has a
+// new request_id (the old one's answer names the forgotten job) and no
+// admission or reservation (the new leader holds neither); it waits in
+// the queue for room like any other job.
+func (m *Manager) resubmit(r *runnerState, j *state.Job, err error, log *slog.Logger) {
+	log.Warn("the hub does not know the job no node accepted yet; submitting it again", logkey.Err, err)
+	j.Phase, j.HubJob, j.Admission, j.Reservation = state.PhaseTaken, "", "", ""
+	j.SubmitRequestID = client.NewRequestID()
+	m.put(r, *j, log)
+	r.mu.Lock()
+	if h := r.held[j.GitLabID]; h != nil {
+		h.hubJob = ""
+	}
+	r.mu.Unlock()
+	m.changed()
 }

@@ -73,6 +73,12 @@ func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 	tick := false // the interval's timer fired since the last step
 	for {
 		v, werr := w.latest()
+		if werr != nil && t.j.Phase == state.PhaseSubmitted && t.j.Response != nil && !t.aborted {
+			// No node accepted the job and the hub does not know it: a
+			// new leader forgot it after a failover (docs/ha.md).
+			t.m.resubmit(t.r, &t.j, werr, t.log)
+			return true
+		}
 		if werr != nil {
 			// The hub no longer knows the job: fail it in GitLab.
 			t.log.Error("the hub does not know the job", logkey.Err, werr)
@@ -162,7 +168,7 @@ func (t *tracer) commit(ctx context.Context) bool {
 	t.observe(out.JobStatus, out.Kind == gitlab.UpdateAbort, out.UpdateInterval)
 	switch out.Kind {
 	case gitlab.UpdateSucceeded, gitlab.UpdateAccepted:
-		t.j.Phase = state.PhaseCommitted
+		t.j.Phase, t.j.Response = state.PhaseCommitted, nil
 		t.m.put(t.r, t.j, t.log)
 		t.m.observeStarted(t.r, t.j)
 		t.lastSent = t.m.clk.Now()

@@ -114,8 +114,9 @@ type Job struct {
 	ProjectPath string `json:"project_path,omitempty"`
 	// Phase is where the job is.
 	Phase Phase `json:"phase"`
-	// Response is GitLab's job response, kept only while the job is taken
-	// (not yet submitted); nil afterwards.
+	// Response is GitLab's job response, kept while the job is taken and
+	// submitted, until a node accepted it (committed in GitLab), so that a
+	// job a new hub leader forgot can be submitted again; nil afterwards.
 	Response json.RawMessage `json:"response,omitempty"`
 	// Failure is set in PhaseFailing.
 	Failure *Failure `json:"failure,omitempty"`
