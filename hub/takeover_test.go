@@ -18,7 +18,7 @@ import (
 // accepted the job"). Its view says running, and the node is told the
 // offset its output resumes from.
 //
-// spec: BS-16, FAIL-15, NSESS-24, DECISIONS 16
+// spec: BS-16, BS-17, FAIL-15, NSESS-24, DECISIONS 16
 func TestTakeoverAdoptsHeldStart(t *testing.T) {
 	srv := pgtest.Start(t)
 	dsn := srv.NewSchema(t)

@@ -137,7 +137,7 @@ func loseLeader(t *testing.T, ctx context.Context, f *testfleet.Fleet, db *pgtes
 // (without the takeover's handling it ended lost: "hub restarted before a
 // node accepted the job").
 //
-// spec: BS-16, DECISIONS 16
+// spec: BS-16, BS-17, DECISIONS 16
 func TestHAFailoverBeforeAccept(t *testing.T) {
 	var (
 		once    sync.Once
