@@ -143,6 +143,11 @@ func TestStalledConnectionsBounded(t *testing.T) {
 		c.Limits.MaxUnauthPerPeer = perPeer
 		c.Limits.HeaderTimeoutSecs = headerSecs
 		c.Limits.BodySecsPerMiB = headerSecs / 2
+		// Room in the pre-authentication body budget for every stalled
+		// body: one refused there is answered 503 and closed, which frees
+		// its slot for a later attacker and would make the counts below
+		// depend on when that answer went out.
+		c.Limits.UnauthBodyBudgetBytes = attackers << 21
 	})
 	h.relayUp(1)
 	var held []net.Conn
