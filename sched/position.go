@@ -170,6 +170,9 @@ func (c *Core) competing(p *placementQueue) []*placementQueue {
 				out = append(out, m.p)
 			}
 		}
+		if len(out) == len(c.queues) {
+			break // every placement competes: no node can add one
+		}
 	}
 	return out
 }

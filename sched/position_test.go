@@ -290,3 +290,44 @@ func TestPositionCountsCompetingPlacements(t *testing.T) {
 		t.Fatal(f)
 	}
 }
+
+// BenchmarkTicketPosition is one position in a full pool of 1,000 nodes
+// with about 3,000 tickets of 100 tenants waiting in two placements, half
+// of the nodes serving only one of them.
+func BenchmarkTicketPosition(b *testing.B) {
+	pol := sched.Policy{ProbeLimit: 1, TicketLimit: 1 << 20, RelayTicketLimit: 1 << 20}
+	c := sched.New(pol, 1)
+	now := schedtest.Start
+	for i := 1; i <= 1000; i++ {
+		n := schedtest.Node(sched.NodeID(i), 16, 64, 100, "linux")
+		n.MaxConcurrency = 1
+		if i%2 == 0 {
+			n.Labels = []string{"ssd"}
+		}
+		c.Step(now, n)
+	}
+	var rs []sched.RunnerInfo
+	for i := 1; i <= 200; i++ {
+		r := schedtest.Runner(sched.RunnerID(i), sched.TenantID(i%100+1), "linux", schedtest.Envelope(1+int64(i%2), 4, 1))
+		if i%2 == 0 {
+			r.Placement.Labels = []string{"ssd"}
+		}
+		r.RequestConcurrency = 0
+		rs = append(rs, r)
+	}
+	c.Step(now, sched.RelayUp{Relay: 1, Session: 1})
+	c.Step(now, sched.RelayInventory{Relay: 1, Runners: rs})
+	c.Step(now, sched.RelayHeartbeat{Relay: 1})
+	for tk := sched.TicketID(1); tk <= 3000; tk++ {
+		c.Step(now, sched.TicketQueued{Ticket: tk, Runner: sched.RunnerID(int(tk)%200 + 1)})
+	}
+	if p, _ := c.TicketPosition(2999); p.Waiting < 2000 || p.SamePlacement == p.Ahead {
+		b.Fatalf("position %+v: want 2,000 waiting in two placements", p)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if _, ok := c.TicketPosition(sched.TicketID(1000 + i%2000)); !ok {
+			b.Fatal("no position")
+		}
+	}
+}
