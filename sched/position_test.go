@@ -229,7 +229,8 @@ func TestPositionEstimatedWait(t *testing.T) {
 // Only requests that may take the same room compete: placements whose
 // queues share a serving node where both envelopes fit. Nodes of one slot
 // are either ssd or hdd; placement X wants ssd, Y hdd, Z either, W an
-// envelope no node holds. One tenant, so requests go by age.
+// envelope no node holds. One tenant, so requests go by age. The
+// estimated wait lets every competing request ahead take its turn.
 //
 // spec: ARB-05
 func TestPositionCountsCompetingPlacements(t *testing.T) {
@@ -271,19 +272,24 @@ func TestPositionCountsCompetingPlacements(t *testing.T) {
 		queued[q.name] = next
 		next++
 	}
+	// every job runs 10 minutes: each node's offer ends then, and each
+	// request ahead holds the room it takes as long
+	h.Step(sched.JobFinished{Job: 999, Name: "build", Wall: 10 * time.Minute})
 	for _, c := range []struct {
 		name                 string
 		ahead, same, waiting int
+		wait                 time.Duration // 0: unknown
 	}{
-		{"x1", 0, 0, 3}, // x1 x2 z1
-		{"y1", 0, 0, 2}, // y1 z1
-		{"w1", 0, 0, 1}, // fits no node: competes with nobody
-		{"z1", 2, 0, 4}, // x1 y1 z1 x2
-		{"x2", 2, 1, 3}, // x1 z1 x2
+		{"x1", 0, 0, 3, 10 * time.Minute}, // x1 x2 z1; node 1 frees at 10m
+		{"y1", 0, 0, 2, 10 * time.Minute}, // y1 z1
+		{"w1", 0, 0, 1, 0},                // fits no node: competes with nobody
+		{"z1", 2, 0, 4, 20 * time.Minute}, // x1 y1 z1 x2; nodes 1 and 2 free at 10m, x1 and y1 take them
+		{"x2", 2, 1, 3, 30 * time.Minute}, // x1 z1 x2; node 1 alone, each ahead holds it 10m
 	} {
 		p, ok := h.Core.TicketPosition(queued[c.name])
-		if !ok || !p.Queued || p.Ahead != c.ahead || p.SamePlacement != c.same || p.Waiting != c.waiting {
-			t.Errorf("%s: %+v, want %d ahead (%d of its placement) of %d", c.name, p, c.ahead, c.same, c.waiting)
+		if !ok || !p.Queued || p.Ahead != c.ahead || p.SamePlacement != c.same || p.Waiting != c.waiting ||
+			p.WaitKnown != (c.wait > 0) || p.Wait != c.wait {
+			t.Errorf("%s: %+v, want %d ahead (%d of its placement) of %d, wait %v", c.name, p, c.ahead, c.same, c.waiting, c.wait)
 		}
 	}
 	if f := h.Failures; len(f) > 0 {
