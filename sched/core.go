@@ -303,7 +303,8 @@ func (c *Core) schedule() {
 		}
 		var bestQ *placementQueue
 		var bestW *waiter
-		bestCls, bestRank := 0, 0
+		var best turn
+		bestCls := 0
 		for i := 0; i < len(c.pass); {
 			p := c.pass[i]
 			w, cls := c.pick(p, p.skipNormal)
@@ -311,8 +312,8 @@ func (c *Core) schedule() {
 				c.leavePass(i)
 				continue
 			}
-			if r := c.rank(cls); bestW == nil || r < bestRank || r == bestRank && before(w, bestW) {
-				bestQ, bestW, bestCls, bestRank = p, w, cls, r
+			if t := turnOf(w, c.rank(cls)); bestW == nil || t.first(best) {
+				bestQ, bestW, bestCls, best = p, w, cls, t
 			}
 			i++
 		}

@@ -8,10 +8,18 @@ import (
 )
 
 // Position says where a waiting ticket or queued job stands among the
-// requests of its placement, and how long it is expected to wait: the
-// numbers behind "why is my job waiting" (for operators' queue views and
-// the job view). It is read from the Core's state as it is; nothing is
-// changed.
+// requests competing for the same room, and how long it is expected to
+// wait: the numbers behind "why is my job waiting" (for operators' queue
+// views and the job view). It is read from the Core's state as it is;
+// nothing is changed.
+//
+// The requests competing with it are those of its own placement and of
+// every other placement whose queue shares a node of the fleet with it
+// where both envelopes fit (the node's pools and labels serve both, and
+// its memory and disk hold either envelope): room that frees on such a node goes to
+// whichever of them is first in the one arbitration order across
+// placements, class, then weighted dominant share, then age (DECISIONS
+// 13).
 type Position struct {
 	// Class is the scheduling class it waits in: "deadline", "reserved",
 	// "production", "production probe", "normal" or "normal probe"; ""
@@ -19,18 +27,20 @@ type Position struct {
 	Class string
 	// Queued is true while it is in its placement's queue. False when
 	// something other than room holds it back (its reason says what, a
-	// cap or a backoff): then every queued request of the placement is
-	// counted ahead of it.
+	// cap or a backoff): then every queued competing request is counted
+	// ahead of it.
 	Queued bool
-	// Ahead is how many waiting requests of the same placement go before
-	// it: every request of an earlier class, its own tenant's older ones,
-	// and those of other tenants whose weighted dominant share stays
-	// below its own tenant's while they are served one by one (age breaks
-	// a tie), as the arbitration pass orders them when nothing else
-	// changes.
+	// Ahead is how many waiting competing requests go before it: every
+	// request of an earlier class, and of its own class those whose
+	// tenant's weighted dominant share, while the requests are served one
+	// by one, stays below its own tenant's when its turn comes (age breaks
+	// a tie; a tenant's own requests thus go by age), as the arbitration
+	// pass orders them when nothing else changes.
 	Ahead int
-	// Waiting is how many requests of the placement wait in its queue,
-	// itself included.
+	// SamePlacement is how many of Ahead are of its own placement.
+	SamePlacement int
+	// Waiting is how many competing requests wait in their queues, itself
+	// included.
 	Waiting int
 	// Wait is the estimated time until it is placed, valid when
 	// WaitKnown; see [Core.TicketPosition].
@@ -44,8 +54,8 @@ const maxEstimateAhead = 4096
 
 var classNames = [nClasses]string{"deadline", "reserved", "production", "production probe", "normal", "normal probe"}
 
-// TicketPosition returns a ticket's position in its placement's queue and
-// its estimated wait; ok false when unknown or ended. An offered or
+// TicketPosition returns a ticket's position among the requests competing
+// for its room (see [Position]) and its estimated wait; ok false when unknown or ended. An offered or
 // granted ticket waits for nothing more than the node's answer or its
 // claim: Ahead 0, Wait 0.
 //
@@ -54,7 +64,9 @@ var classNames = [nClasses]string{"deadline", "reserved", "production", "product
 // expected to run the mean of its job name's runtime statistics (of every
 // job when its name has none) less what it has run, an offer or
 // reservation as long as the mean of every job. Room that frees goes to
-// the requests ahead in turn, each then held for the mean of every job.
+// the requests ahead in turn (those of other placements too, each counted
+// as taking one envelope of this placement's room), each then held for
+// the mean of every job.
 // The estimate is unknown when the reason is not room (a cap, a backoff,
 // the relay, the project's rules), when no job has finished yet so there
 // are no statistics, or when more than 4096 requests are ahead.
@@ -92,17 +104,20 @@ func (c *Core) JobPosition(id JobID) (Position, bool) {
 }
 
 func (c *Core) position(w *waiter, p *placementQueue, cls int, why Reason) Position {
-	queued := 0
-	for _, o := range p.tqList {
-		if o.inTree {
-			queued += o.waiters.Len()
+	l := c.lineOf(p)
+	pos := Position{Class: classNames[cls]}
+	same := 0
+	for _, o := range l.qs {
+		pos.Waiting += o.waiters.Len()
+		if o.p == p {
+			same += o.waiters.Len()
 		}
 	}
-	pos := Position{Class: classNames[cls], Waiting: queued}
 	if q := w.tq; q != nil && q.inTree {
-		pos.Queued, pos.Ahead = true, c.ahead(w, q)
+		pos.Queued = true
+		pos.Ahead, pos.SamePlacement = c.ahead(&l, w, q)
 	} else {
-		pos.Ahead, pos.Waiting = queued, queued+1
+		pos.Ahead, pos.SamePlacement, pos.Waiting = pos.Waiting, same, pos.Waiting+1
 	}
 	switch why.Code {
 	case ReasonNoRoom, ReasonQueued, ReasonDrain, ReasonRetry:
@@ -118,96 +133,124 @@ func (c *Core) position(w *waiter, p *placementQueue, cls int, why Reason) Posit
 	return pos
 }
 
-// ahead counts the indexed waiters of w's placement that go before w,
-// which is in tenant queue q.
-func (c *Core) ahead(w *waiter, q *tenantQ) int {
-	p := q.p
-	own := q.waiters.Len()
-	if i, ok := waiterIndex(q, w); ok {
-		own = i
+// line is what competes with the requests of one placement for room: the
+// tenant queues in their class trees of every competing placement (see
+// [Position]), also by tenant.
+type line struct {
+	qs       []*tenantQ
+	byTenant map[*tenant][]*tenantQ
+}
+
+// lineOf returns the line of p's requests.
+func (c *Core) lineOf(p *placementQueue) line {
+	l := line{byTenant: map[*tenant][]*tenantQ{}}
+	for _, o := range c.competing(p) {
+		for _, q := range o.tqList {
+			if q.inTree {
+				l.qs = append(l.qs, q)
+				l.byTenant[q.t] = append(l.byTenant[q.t], q)
+			}
+		}
 	}
-	mine := c.rank(q.cls)
-	bar := c.shareAfter(q.t, p, own)
-	n := own
-	for _, o := range p.tqList {
-		if o == q || !o.inTree {
+	return l
+}
+
+// competing returns p and every placement that shares with p a node both
+// fit on: a node of the fleet (reported and not lost, whatever its state
+// now: room that frees there later is competed for all the same) that
+// serves both placements and whose memory and disk hold either envelope.
+func (c *Core) competing(p *placementQueue) []*placementQueue {
+	out := []*placementQueue{p}
+	for _, n := range c.poolNodes[p.pl.Pool] {
+		if !n.known || !matches(n, &p.pl) || !fitsEmpty(n, p.pl.Envelope) {
 			continue
 		}
+		for _, m := range n.queues {
+			if !slices.Contains(out, m.p) && fitsEmpty(n, m.p.pl.Envelope) {
+				out = append(out, m.p)
+			}
+		}
+		if len(out) == len(c.queues) {
+			break // every placement competes: no node can add one
+		}
+	}
+	return out
+}
+
+// fitsEmpty reports whether env fits on n when n holds nothing.
+func fitsEmpty(n *node, env Resources) bool {
+	return env.MemBytes <= n.capacity.MemBytes && env.DiskBytes <= n.capacity.DiskBytes
+}
+
+// ahead counts the requests of line l that go before w, which is in
+// tenant queue q: all of them, and those of w's own placement.
+func (c *Core) ahead(l *line, w *waiter, q *tenantQ) (all, same int) {
+	mine := c.rank(q.cls)
+	at := turn{mine, c.shareAt(l, q, mine, w.seq), w.seq}
+	for _, o := range l.qs {
+		k := 0
 		switch r := c.rank(o.cls); {
 		case r < mine:
-			n += o.waiters.Len()
-		case r > mine:
-		case o.t == q.t:
-			// the tenant's other queue of the same rank: by age
-			o.waiters.Scan(func(x *waiter) bool {
-				if x.seq < w.seq {
-					n++
-					return true
-				}
-				return false
-			})
-		default:
-			n += c.servedBefore(o, bar, w.seq)
+			k = o.waiters.Len()
+		case r == mine:
+			k = c.goFirst(l, o, r, at)
+		}
+		all += k
+		if o.p == q.p {
+			same += k
 		}
 	}
-	return n
+	return all, same
 }
 
-// waiterIndex returns w's index in q's waiters (by age).
-func waiterIndex(q *tenantQ, w *waiter) (int, bool) {
-	lo, hi := 0, q.waiters.Len()
+// goFirst counts the waiters of o, of a class of rank r, that go before
+// the request whose turn is at. o's waiters go by age and its tenant's
+// share only grows as they are served, so those that go first are a
+// prefix of them.
+func (c *Core) goFirst(l *line, o *tenantQ, r int, at turn) int {
+	lo, hi := 0, o.waiters.Len()
 	for lo < hi {
 		mid := (lo + hi) / 2
-		x, _ := q.waiters.GetAt(mid)
-		switch {
-		case x == w:
-			return mid, true
-		case x.seq < w.seq:
+		x, _ := o.waiters.GetAt(mid)
+		if (turn{r, c.shareAt(l, o, r, x.seq), x.seq}).first(at) {
 			lo = mid + 1
-		default:
-			hi = mid
-		}
-	}
-	return 0, false
-}
-
-// servedBefore counts the waiters of o that go before a request of
-// another tenant whose share when its turn comes is bar and whose age is
-// seq: o's j-th waiter goes first while o's tenant's share with j more
-// envelopes held is below bar, or equal and the waiter older.
-func (c *Core) servedBefore(o *tenantQ, bar float64, seq uint64) int {
-	first := func(j int) bool { // o's j-th waiter goes after
-		s := c.shareAfter(o.t, o.p, j)
-		if s != bar {
-			return s > bar
-		}
-		x, _ := o.waiters.GetAt(j)
-		return x.seq > seq
-	}
-	lo, hi := 0, o.waiters.Len()
-	for lo < hi { // the shares only grow with j
-		mid := (lo + hi) / 2
-		if first(mid) {
-			hi = mid
 		} else {
-			lo = mid + 1
+			hi = mid
 		}
 	}
 	return lo
 }
 
-// shareAfter is tenant t's weighted dominant share in p's pool once it
-// holds k more envelopes of p.
-func (c *Core) shareAfter(t *tenant, p *placementQueue, k int) float64 {
-	cpu, mem := holdIn(t.holds, p.ps)
-	env := p.pl.Envelope
-	cpu += int64(k) * env.CPUs
-	mem += int64(k) * env.MemBytes
-	rc, rm := p.ps.refCPU, p.ps.refMem
-	if rc <= 0 || rm <= 0 {
-		rc, rm = defRefCPU, defRefMem
+// shareAt is the weighted dominant share, in o's pool, of o's tenant when
+// its request of age seq in o (of a class of rank r) comes up: what it
+// holds there now plus the envelopes of its older requests of the same
+// rank in l's queues of that pool, which go before it.
+func (c *Core) shareAt(l *line, o *tenantQ, r int, seq uint64) float64 {
+	cpu, mem := holdIn(o.t.holds, o.p.ps)
+	for _, x := range l.byTenant[o.t] {
+		if x.p.ps != o.p.ps || c.rank(x.cls) != r {
+			continue
+		}
+		k := int64(olderThan(x, seq))
+		env := x.p.pl.Envelope
+		cpu += k * env.CPUs
+		mem += k * env.MemBytes
 	}
-	return max(float64(cpu)/rc, float64(mem)/rm) / float64(c.pol.tenantWeight(t.id))
+	return c.shareOf(o.t, o.p.ps, cpu, mem)
+}
+
+// olderThan counts q's waiters older than seq.
+func olderThan(q *tenantQ, seq uint64) int {
+	lo, hi := 0, q.waiters.Len()
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if x, _ := q.waiters.GetAt(mid); x.seq < seq {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // estimateWait estimates when room for one more envelope of p is free

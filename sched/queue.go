@@ -170,14 +170,33 @@ func head(p *placementQueue, cls int) *waiter {
 	return w
 }
 
-// before reports whether waiter a goes before b within one spec class:
-// weighted dominant share, then age (ARB-09, DECISIONS 13).
-func before(a, b *waiter) bool {
-	if a.tq.kShare != b.tq.kShare {
-		return a.tq.kShare < b.tq.kShare
+// turn is a request's place in the arbitration order across placements:
+// the rank of its class, then its tenant's weighted dominant share, then
+// its age (ARB-06..09, DECISIONS 13). The arbitration pass and the
+// position of a waiting request ([Core.TicketPosition]) both order by it.
+type turn struct {
+	rank  int
+	share float64
+	seq   uint64
+}
+
+// first reports whether a goes before b.
+func (a turn) first(b turn) bool {
+	if a.rank != b.rank {
+		return a.rank < b.rank
+	}
+	if a.share != b.share {
+		return a.share < b.share
 	}
 	return a.seq < b.seq
 }
+
+// turnOf is the turn of indexed waiter w in a class of the given rank.
+func turnOf(w *waiter, rank int) turn { return turn{rank, w.tq.kShare, w.seq} }
+
+// before reports whether waiter a goes before b within one spec class:
+// weighted dominant share, then age (ARB-09, DECISIONS 13).
+func before(a, b *waiter) bool { return turnOf(a, 0).first(turnOf(b, 0)) }
 
 // rank is the position of internal class cls in the class order now: the
 // two internal classes of normal work share one rank (ARB-06..08).

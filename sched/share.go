@@ -95,6 +95,12 @@ const (
 // share returns tenant t's weighted dominant share in pool ps.
 func (c *Core) share(t *tenant, ps *poolStat) float64 {
 	cpu, mem := holdIn(t.holds, ps)
+	return c.shareOf(t, ps, cpu, mem)
+}
+
+// shareOf is tenant t's weighted dominant share in pool ps were it to
+// hold cpu vCPUs and mem bytes there.
+func (c *Core) shareOf(t *tenant, ps *poolStat, cpu, mem int64) float64 {
 	rc, rm := ps.refCPU, ps.refMem
 	if rc <= 0 || rm <= 0 {
 		rc, rm = defRefCPU, defRefMem
