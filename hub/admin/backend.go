@@ -120,9 +120,10 @@ type Waiting struct {
 	// Idle: a runner's standing request while its runner is backed off
 	// because GitLab had no job for it lately: no work waits behind it.
 	Idle bool `json:"idle,omitempty"`
-	// Competing is how many requests wait for the same room (its
-	// placement's), itself included; 0 when unknown. Ahead is how many
-	// of them go before it.
+	// Competing is how many requests wait for the same room (its own
+	// placement's and those of placements whose envelopes fit the same
+	// nodes), itself included; 0 when unknown. Ahead is how many of them
+	// go before it.
 	Competing int `json:"competing,omitempty"`
 	Ahead     int `json:"ahead,omitempty"`
 	// EstimatedSecs is the scheduler's estimate of the wait left, in
