@@ -49,34 +49,7 @@ func TestHAFailoverMidJob(t *testing.T) {
 	}
 
 	killedAt := loseLeader(t, ctx, f, db)
-	states, err := tn.WaitFinished(ctx, pl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tn.GitLab.Trace(id)
-	if states["work"] != gitlabfake.StateSuccess {
-		ji, _ := tn.GitLab.Job(id)
-		t.Fatalf("work = %s (%s), want success; trace:\n%s", states["work"], ji.FailureReason, tr)
-	}
-	t.Logf("job finished %v after the leader was lost", time.Since(killedAt).Round(time.Millisecond))
-	if runs, _ := os.ReadFile(dir + "/runs"); string(runs) != "run\n" {
-		t.Errorf("the job's script ran %d times, want once", bytes.Count(runs, []byte("run")))
-	}
-	if n := bytes.Count(tr, []byte("Running with vk")); n != 1 {
-		t.Errorf("trace shows %d runs, want 1", n)
-	}
-	if !bytes.Contains(tr, []byte("line 19 of work")) {
-		t.Errorf("trace incomplete:\n%s", tr)
-	}
-	handed := 0
-	for _, r := range tn.GitLab.RequestsTo(gitlabfake.RouteJobRequest) {
-		if r.Status == 201 {
-			handed++
-		}
-	}
-	if handed != 1 {
-		t.Errorf("GitLab handed out %d jobs, want 1", handed)
-	}
+	ranOnceInSuccess(t, ctx, tn, pl, id, dir, "line 19 of work", killedAt)
 	checkTraces(t, ctx, tn, pl)
 }
 
@@ -174,34 +147,7 @@ func TestHAFailoverBeforeAccept(t *testing.T) {
 	}
 	killedAt := loseLeader(t, ctx, f, db)
 
-	states, err := tn.WaitFinished(ctx, pl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tn.GitLab.Trace(id)
-	if states["work"] != gitlabfake.StateSuccess {
-		ji, _ := tn.GitLab.Job(id)
-		t.Fatalf("work = %s (%s), want success; trace:\n%s", states["work"], ji.FailureReason, tr)
-	}
-	t.Logf("job finished %v after the leader was lost", time.Since(killedAt).Round(time.Millisecond))
-	if runs, _ := os.ReadFile(dir + "/runs"); string(runs) != "run\n" {
-		t.Errorf("the job's script ran %d times, want once", bytes.Count(runs, []byte("run")))
-	}
-	if n := bytes.Count(tr, []byte("Running with vk")); n != 1 {
-		t.Errorf("trace shows %d runs, want 1", n)
-	}
-	if !bytes.Contains(tr, []byte("line 4 of work")) {
-		t.Errorf("trace incomplete:\n%s", tr)
-	}
-	handed := 0
-	for _, r := range tn.GitLab.RequestsTo(gitlabfake.RouteJobRequest) {
-		if r.Status == 201 {
-			handed++
-		}
-	}
-	if handed != 1 {
-		t.Errorf("GitLab handed out %d jobs, want 1", handed)
-	}
+	ranOnceInSuccess(t, ctx, tn, pl, id, dir, "line 4 of work", killedAt)
 	if second := relayHubJob(t, tn, id); second == first {
 		t.Errorf("the relay still follows hub job %s, want a new submission", first)
 	}
@@ -320,6 +266,17 @@ func TestHAFailoverLostAnswer(t *testing.T) {
 	rl.SetTarget(standby.Addr())
 	rl.Heal()
 
+	ranOnceInSuccess(t, ctx, tn, pl, id, dir, "line 4 of work", time.Time{})
+	checkTraces(t, ctx, tn, pl)
+}
+
+// ranOnceInSuccess waits for pipeline pl and checks that its job "work"
+// (GitLab job id) succeeded, that its script (which appends to dir/runs)
+// ran once, that its trace shows one run through lastLine, and that
+// GitLab handed the job out once. A non-zero lost is when the leader was
+// lost, for the log.
+func ranOnceInSuccess(t *testing.T, ctx context.Context, tn *testfleet.Tenant, pl gitlabfake.Pipeline, id int64, dir, lastLine string, lost time.Time) {
+	t.Helper()
 	states, err := tn.WaitFinished(ctx, pl)
 	if err != nil {
 		t.Fatal(err)
@@ -329,11 +286,22 @@ func TestHAFailoverLostAnswer(t *testing.T) {
 		ji, _ := tn.GitLab.Job(id)
 		t.Fatalf("work = %s (%s), want success; trace:\n%s", states["work"], ji.FailureReason, tr)
 	}
+	if !lost.IsZero() {
+		t.Logf("job finished %v after the leader was lost", time.Since(lost).Round(time.Millisecond))
+	}
 	if runs, _ := os.ReadFile(dir + "/runs"); string(runs) != "run\n" {
 		t.Errorf("the job's script ran %d times, want once", bytes.Count(runs, []byte("run")))
 	}
-	if n := bytes.Count(tr, []byte("Running with vk")); n != 1 || !bytes.Contains(tr, []byte("line 4 of work")) {
-		t.Errorf("trace shows %d runs or is incomplete:\n%s", n, tr)
+	if n := bytes.Count(tr, []byte("Running with vk")); n != 1 || !bytes.Contains(tr, []byte(lastLine)) {
+		t.Errorf("trace shows %d runs (want 1) or lacks %q:\n%s", n, lastLine, tr)
 	}
-	checkTraces(t, ctx, tn, pl)
+	handed := 0
+	for _, r := range tn.GitLab.RequestsTo(gitlabfake.RouteJobRequest) {
+		if r.Status == 201 {
+			handed++
+		}
+	}
+	if handed != 1 {
+		t.Errorf("GitLab handed out %d jobs, want 1", handed)
+	}
 }
