@@ -97,3 +97,34 @@ func TestPropertyQueueArrivalsAndHiddenBacklog(t *testing.T) {
 		}
 	})
 }
+
+// A job still running when the trace ends ran up to its end, in the
+// replay as in the trace: the replay's utilization counts the window's
+// quiet tail too: the node is full, so the runner's next request waits
+// for room, and the window ends 0.9 s after the replay's last look at
+// why requests wait (every second), the last event before its end.
+// spec: BS-18
+func TestReplayUtilizationRunsToTheWindowsEnd(t *testing.T) {
+	t0 := traceStart.UnixMilli()
+	recs := []wtrace.Record{{T: t0, K: wtrace.KindPolicy, Policy: &wtrace.Policy{}},
+		{T: t0, K: wtrace.KindRunner, Runner: 1, Tenant: 1, CPUs: 1},
+		{T: t0, K: wtrace.KindNode, Node: 1, CPUs: 1, State: "ready"},
+		{T: t0 + 990, K: wtrace.KindAsk, Adm: 1},
+		{T: t0 + 1000, K: wtrace.KindAnswer, Adm: 1, OK: true},
+		{T: t0 + 1001, K: wtrace.KindSubmit, Job: 1, Runner: 1, Adm: 1},
+		{T: t0 + 1001, K: wtrace.KindQueue, Job: 1, Runner: 1, Queued: 0, Pending: 1},
+		{T: t0 + 1002, K: wtrace.KindStart, Job: 1, Node: 1},
+		{T: t0 + 20_900, K: wtrace.KindNode, Node: 1, CPUs: 1, State: "ready"}}
+	w, err := FromTrace(wtrace.Header{Start: t0}, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(t.Context(), w, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, in := rep.Sides[0], rep.Sides[1]
+	if tr.Util < 0.9 || abs(in.Util-tr.Util) > 0.005 {
+		t.Errorf("utilization: trace %.2f%%, replay %.2f%%; want about 95%% both", 100*tr.Util, 100*in.Util)
+	}
+}
