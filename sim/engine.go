@@ -313,7 +313,13 @@ func (w *world) scheduleArrivals(arrive func(j int)) {
 // or the drain limit passed.
 func (w *world) runUntilDone(ctx context.Context) error {
 	err := w.eng.run(ctx, w.end, func() bool { return w.m.ended == len(w.jobs) })
-	w.m.close(w.eng.now)
+	at := w.eng.now
+	if err == nil && w.m.ended < len(w.jobs) {
+		// the run reached its end with jobs still running or waiting:
+		// they ran or waited up to it, not only to the last event before
+		at = max(at, w.end)
+	}
+	w.m.close(at)
 	return err
 }
 

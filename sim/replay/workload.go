@@ -176,9 +176,44 @@ func FromTrace(h wtrace.Header, recs []wtrace.Record) (*Workload, error) {
 			w.Jobs = append(w.Jobs, j)
 		}
 	}
+	sc.takeOrder()
 	sc.hiddenBacklog()
 	slices.SortStableFunc(w.Jobs, func(a, b Job) int { return cmp.Or(cmp.Compare(a.Arrive, b.Arrive), cmp.Compare(a.ID, b.ID)) })
 	return w, nil
+}
+
+// TakeOrderSlack is how far a job's arrival may fall before that of a
+// job its runner took earlier and still count as noise: the answer time an
+// arrival is counted back from is the hub's, a message after GitLab's, and
+// that message's latency varies job to job.
+const TakeOrderSlack = time.Second
+
+// takeOrder keeps each runner's arrivals in the order the runner took its
+// jobs: GitLab hands a runner the oldest job it may take (BS-26), so a job
+// taken later that seems to have arrived earlier, by less than
+// [TakeOrderSlack], arrived with the one before it. Without this the
+// replay would hand out jobs that reached GitLab together (one pipeline's)
+// in the order of that noise, each with its own recorded runtime: another
+// sequence of runtimes than the trace's. A larger inversion is real (an
+// instance runner's fair-usage order) and stays.
+func (sc *scan) takeOrder() {
+	byRunner := map[uint64][]int{}
+	for i, j := range sc.w.Jobs {
+		byRunner[j.Runner] = append(byRunner[j.Runner], i)
+	}
+	for _, rn := range sortedIDs(byRunner) {
+		idx := byRunner[rn]
+		slices.SortStableFunc(idx, func(a, b int) int {
+			fa, fb := sc.jobs[sc.w.Jobs[a].ID].submit, sc.jobs[sc.w.Jobs[b].ID].submit
+			return cmp.Or(cmp.Compare(fa.T, fb.T), cmp.Compare(fa.Job, fb.Job))
+		})
+		for k := 1; k < len(idx); k++ {
+			prev, j := sc.w.Jobs[idx[k-1]].Arrive, &sc.w.Jobs[idx[k]]
+			if j.Arrive < prev && prev-j.Arrive < TakeOrderSlack {
+				j.Arrive = prev
+			}
+		}
+	}
 }
 
 // hiddenBacklog adds the jobs GitLab still held for each runner at its
