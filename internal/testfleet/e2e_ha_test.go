@@ -112,35 +112,10 @@ func loseLeader(t *testing.T, ctx context.Context, f *testfleet.Fleet, db *pgtes
 //
 // spec: BS-16, BS-17, DECISIONS 16
 func TestHAFailoverBeforeAccept(t *testing.T) {
-	var (
-		once    sync.Once
-		started = make(chan string, 1)
-		f       *testfleet.Fleet
-		ready   = make(chan struct{})
-	)
-	f, db := haFleet(t, testfleet.Options{HubBeforeStart: func(job string) {
-		once.Do(func() {
-			<-ready
-			f.Nodes()[0].Partition() // the start goes into a dead link
-			started <- job
-		})
-	}})
-	close(ready)
-	tn := f.Tenants()[0]
-	ctx := timeout(t, 2*time.Minute)
-	dir := t.TempDir()
-	pl, err := tn.CreatePipeline("acme/ha", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "work", Variables: pidVar(dir),
-		Script: append([]string{`echo run >> "$PIDDIR/runs"`}, ticker(5, "0.1")...)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := pl.Jobs["work"]
-	var first string
-	select {
-	case first = <-started:
-	case <-ctx.Done():
-		t.Fatal("the leader never started the job")
-	}
+	st := startCutJob(t, func(f *testfleet.Fleet) {
+		f.Nodes()[0].Partition() // the start goes into a dead link
+	})
+	f, db, tn, ctx, dir, pl, id, first := st.f, st.db, st.tn, st.ctx, st.dir, st.pl, st.id, st.first
 	// The old leader answered 201: the relay recorded the hub's job.
 	for relayHubJob(t, tn, id) != first {
 		pause(5 * time.Millisecond)
@@ -196,36 +171,11 @@ func relayJob(t *testing.T, tn *testfleet.Tenant, id int64) state.Job {
 //
 // spec: BS-16, API-43, DECISIONS 16
 func TestHAFailoverLostAnswer(t *testing.T) {
-	var (
-		once    sync.Once
-		started = make(chan string, 1)
-		f       *testfleet.Fleet
-		ready   = make(chan struct{})
-	)
-	f, db := haFleet(t, testfleet.Options{HubBeforeStart: func(job string) {
-		once.Do(func() {
-			<-ready
-			f.Nodes()[0].Partition()
-			f.Tenants()[0].Relay.HubLink().Block() // the 201 is lost with the leader
-			started <- job
-		})
-	}})
-	close(ready)
-	tn := f.Tenants()[0]
-	ctx := timeout(t, 2*time.Minute)
-	dir := t.TempDir()
-	pl, err := tn.CreatePipeline("acme/ha", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "work", Variables: pidVar(dir),
-		Script: append([]string{`echo run >> "$PIDDIR/runs"`}, ticker(5, "0.1")...)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := pl.Jobs["work"]
-	var first string
-	select {
-	case first = <-started:
-	case <-ctx.Done():
-		t.Fatal("the leader never started the job")
-	}
+	st := startCutJob(t, func(f *testfleet.Fleet) {
+		f.Nodes()[0].Partition()
+		f.Tenants()[0].Relay.HubLink().Block() // the 201 is lost with the leader
+	})
+	f, db, tn, ctx, dir, pl, id, first := st.f, st.db, st.tn, st.ctx, st.dir, st.pl, st.id, st.first
 	standby := f.Standby()
 	// The old leader stored its answer to the submission (and the
 	// admission's job) before its 201 was lost.
@@ -304,4 +254,54 @@ func ranOnceInSuccess(t *testing.T, ctx context.Context, tn *testfleet.Tenant, p
 	if handed != 1 {
 		t.Errorf("GitLab handed out %d jobs, want 1", handed)
 	}
+}
+
+// cutStart is a job whose start the leader sent into links cut just
+// before it went out: the fleet, the first hub's database proxy, the
+// tenant, the test's deadline, the directory its script writes runs to,
+// its pipeline, GitLab job ID and the hub job the old leader started.
+type cutStart struct {
+	f     *testfleet.Fleet
+	db    *pgtest.Proxy
+	tn    *testfleet.Tenant
+	ctx   context.Context
+	dir   string
+	pl    gitlabfake.Pipeline
+	id    int64
+	first string
+}
+
+// startCutJob starts an HA fleet and a one-job pipeline ("work", which
+// appends to dir/runs and prints five lines) and calls cut on the fleet
+// once, just before the leader sends the job's first start to its node;
+// it returns once that start went.
+func startCutJob(t *testing.T, cut func(f *testfleet.Fleet)) cutStart {
+	t.Helper()
+	var (
+		once    sync.Once
+		started = make(chan string, 1)
+		f       *testfleet.Fleet
+		ready   = make(chan struct{})
+	)
+	f, db := haFleet(t, testfleet.Options{HubBeforeStart: func(job string) {
+		once.Do(func() {
+			<-ready
+			cut(f)
+			started <- job
+		})
+	}})
+	close(ready)
+	st := cutStart{f: f, db: db, tn: f.Tenants()[0], ctx: timeout(t, 2*time.Minute), dir: t.TempDir()}
+	pl, err := st.tn.CreatePipeline("acme/ha", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: "work", Variables: pidVar(st.dir),
+		Script: append([]string{`echo run >> "$PIDDIR/runs"`}, ticker(5, "0.1")...)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.pl, st.id = pl, pl.Jobs["work"]
+	select {
+	case st.first = <-started:
+	case <-st.ctx.Done():
+		t.Fatal("the leader never started the job")
+	}
+	return st
 }
