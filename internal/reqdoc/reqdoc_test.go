@@ -83,15 +83,7 @@ func firstDiff(got, want []byte) string {
 // rendered file reads back to the same areas.
 func TestScanAndRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, src string) {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, src string) { writeFile(t, dir, name, src) }
 	write("a/a_test.go", `package a
 
 import "testing"
@@ -285,15 +277,7 @@ Intro text.
 // fails the scan.
 func TestScanScenarios(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, src string) {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, src string) { writeFile(t, dir, name, src) }
 	write("s/s_test.go", `package s
 
 import "testing"
@@ -338,5 +322,17 @@ func checkCites(t *testing.T, tr *Tree, want map[string]string) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("cites = %v, want only %v", got, want)
+	}
+}
+
+// writeFile writes src to dir/name, making its directories.
+func writeFile(t *testing.T, dir, name, src string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
