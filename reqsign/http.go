@@ -173,23 +173,25 @@ func (t *Transport) dial(ctx context.Context, u *url.URL) (*tls.Conn, error) {
 	if t.TLSConfig == nil || t.Key == nil || t.Principal == "" {
 		return nil, errors.New("reqsign: Transport needs Key, Principal and TLSConfig")
 	}
-	host, port := u.Hostname(), u.Port()
-	if port == "" {
-		port = "443"
-	}
-	cfg := t.TLSConfig.Clone()
+	return dialTLS(ctx, t.TLSConfig, t.Dialer, hostPort(u.Hostname(), u.Port()), u.Hostname(), u.Host)
+}
+
+// dialTLS dials addr over TLS for HTTP/1.1 with a copy of cfg (its
+// ServerName host unless set) through d (nil: a net.Dialer with a 30 s
+// timeout); what names the peer in the error.
+func dialTLS(ctx context.Context, cfg *tls.Config, d *net.Dialer, addr, host, what string) (*tls.Conn, error) {
+	cfg = cfg.Clone()
 	if cfg.ServerName == "" {
 		cfg.ServerName = host
 	}
 	cfg.NextProtos = []string{"http/1.1"}
-	d := t.Dialer
 	if d == nil {
 		d = &net.Dialer{Timeout: 30 * time.Second}
 	}
 	td := &tls.Dialer{NetDialer: d, Config: cfg}
-	c, err := td.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+	c, err := td.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("reqsign: dial %s: %w", u.Host, err)
+		return nil, fmt.Errorf("reqsign: dial %s: %w", what, err)
 	}
 	return c.(*tls.Conn), nil
 }

@@ -199,7 +199,7 @@ func (p *Pool) get(ctx context.Context, addr, host string, fresh bool) (pc *pool
 		}
 		pc.conn.Close()
 	}
-	c, err := p.dial(ctx, addr, host)
+	c, err := dialTLS(ctx, p.TLSConfig, p.Dialer, addr, host, addr)
 	if err != nil {
 		return nil, false, err
 	}
@@ -212,24 +212,6 @@ func (p *Pool) get(ctx context.Context, addr, host string, fresh bool) (pc *pool
 	pc = &poolConn{conn: c, cr: &countReader{r: c}, bw: bufio.NewWriter(c), ekm: ekm, addr: addr}
 	pc.br = bufio.NewReader(pc.cr)
 	return pc, false, nil
-}
-
-func (p *Pool) dial(ctx context.Context, addr, host string) (*tls.Conn, error) {
-	cfg := p.TLSConfig.Clone()
-	if cfg.ServerName == "" {
-		cfg.ServerName = host
-	}
-	cfg.NextProtos = []string{"http/1.1"}
-	d := p.Dialer
-	if d == nil {
-		d = &net.Dialer{Timeout: 30 * time.Second}
-	}
-	td := &tls.Dialer{NetDialer: d, Config: cfg}
-	c, err := td.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("reqsign: dial %s: %w", addr, err)
-	}
-	return c.(*tls.Conn), nil
 }
 
 // send signs req for pc's next sequence number, writes it on pc and reads
