@@ -5,6 +5,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 )
@@ -219,4 +220,18 @@ func logx(v, maxW float64) float64 {
 
 func log10(v float64) float64 {
 	return math.Log10(v)
+}
+
+// SaveHTML writes a report's page with write (a WriteHTML method: this
+// package's or the replay's) to the file at path, created or truncated.
+func SaveHTML(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/vk-ci/vk/hub"
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/wtrace"
+	"github.com/vk-ci/vk/sim"
 	"github.com/vk-ci/vk/sim/replay"
 )
 
@@ -137,13 +138,5 @@ func dryRun(cmd *cobra.Command, dir, path string, since time.Time, seed uint64, 
 	if htmlOut == "" {
 		return nil
 	}
-	f, err := os.Create(htmlOut)
-	if err != nil {
-		return err
-	}
-	if err := rep.WriteHTML(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return sim.SaveHTML(htmlOut, rep.WriteHTML)
 }

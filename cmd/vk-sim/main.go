@@ -79,15 +79,7 @@ func command(use, short string, allPolicies bool) *cobra.Command {
 				return err
 			}
 			if html != "" {
-				f, err := os.Create(html)
-				if err != nil {
-					return err
-				}
-				if err := rep.WriteHTML(f); err != nil {
-					f.Close()
-					return err
-				}
-				return f.Close()
+				return sim.SaveHTML(html, rep.WriteHTML)
 			}
 			return nil
 		},

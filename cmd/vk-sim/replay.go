@@ -62,15 +62,7 @@ func replayCommand() *cobra.Command {
 			if html == "" {
 				return nil
 			}
-			out, err := os.Create(html)
-			if err != nil {
-				return err
-			}
-			if err := rep.WriteHTML(out); err != nil {
-				out.Close()
-				return err
-			}
-			return out.Close()
+			return sim.SaveHTML(html, rep.WriteHTML)
 		},
 	}
 	c.Flags().Uint64Var(&seed, "seed", 1, "PRNG seed of the replay")
