@@ -54,11 +54,7 @@ type dryRunView struct {
 // dryRunForm serves GET <base>/policy/dry-run: the form, with the policy
 // in force as the text to edit.
 func (s *server) dryRunForm(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.cfg.Backend.Policy(r.Context())
-	if err != nil {
-		return fmt.Errorf("ui: policy: %w", err)
-	}
-	text, err := admin.EncodePolicy(p)
+	_, text, err := s.policyInForce(r.Context())
 	if err != nil {
 		return err
 	}

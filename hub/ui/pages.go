@@ -418,11 +418,7 @@ type tenantView struct {
 // policy serves GET <base>/policy: the capacity policy, read-only; the
 // CLI edits it (OPS-03).
 func (s *server) policy(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.cfg.Backend.Policy(r.Context())
-	if err != nil {
-		return fmt.Errorf("ui: policy: %w", err)
-	}
-	text, err := admin.EncodePolicy(p)
+	p, text, err := s.policyInForce(r.Context())
 	if err != nil {
 		return err
 	}
@@ -438,7 +434,16 @@ func (s *server) policy(w http.ResponseWriter, r *http.Request) error {
 	}{p, tenants, string(text)})
 }
 
-// audit serves GET <base>/audit[?limit=N]: the audit log, newest first.
+// policyInForce is the policy in force and its text as a policy file.
+func (s *server) policyInForce(ctx context.Context) (admin.Policy, []byte, error) {
+	p, err := s.cfg.Backend.Policy(ctx)
+	if err != nil {
+		return admin.Policy{}, nil, fmt.Errorf("ui: policy: %w", err)
+	}
+	text, err := admin.EncodePolicy(p)
+	return p, text, err
+}
+
 // relays serves GET <base>/relays: the enrolled relays with their
 // runners, each runner's tenant, placement and state, so a runner whose
 // token GitLab refused, or that waits for a server approval, shows.
@@ -460,6 +465,7 @@ func (s *server) relays(w http.ResponseWriter, r *http.Request) error {
 	}{rs, s.cfg.Updates != nil, releases})
 }
 
+// audit serves GET <base>/audit[?limit=N]: the audit log, newest first.
 func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 	limit, err := limitParam(r, DefaultAudit, MaxAudit)
 	if err != nil {
