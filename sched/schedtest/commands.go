@@ -255,14 +255,7 @@ func (s *Script) cancel(c *Cmd) []string {
 }
 
 func (s *Script) reply(c *Cmd) []string {
-	var accepted bool
-	switch a := c.NeedArg(2); a {
-	case "accept":
-		accepted = true
-	case "refuse":
-	default:
-		c.Fatalf("%q: want accept or refuse", a)
-	}
+	accepted := c.acceptOrRefuse(2)
 	return s.step(sched.OfferReplied{Node: sched.NodeID(c.ID(0)), Reservation: sched.ReservationID(c.ID(1)),
 		Accepted: accepted, LeaseSecs: c.Int("lease"), Reason: c.Str("reason")})
 }
@@ -316,14 +309,7 @@ func (s *Script) submit(c *Cmd) []string {
 }
 
 func (s *Script) started(c *Cmd) []string {
-	var accepted bool
-	switch a := c.NeedArg(2); a {
-	case "accept":
-		accepted = true
-	case "refuse":
-	default:
-		c.Fatalf("%q: want accept or refuse", a)
-	}
+	accepted := c.acceptOrRefuse(2)
 	return s.step(sched.JobStartReplied{Job: sched.JobID(c.ID(0)), Node: sched.NodeID(c.ID(1)), Accepted: accepted})
 }
 
@@ -433,4 +419,19 @@ func (s *Script) ranked(c *Cmd) []string {
 		out = append(out, "no such placement")
 	}
 	return out
+}
+
+// acceptOrRefuse reads positional argument i, "accept" (true) or
+// "refuse" (false); anything else fails the script.
+func (c *Cmd) acceptOrRefuse(i int) bool {
+	c.t.Helper()
+	switch a := c.NeedArg(i); a {
+	case "accept":
+		return true
+	case "refuse":
+		return false
+	default:
+		c.Fatalf("%q: want accept or refuse", a)
+		return false
+	}
 }
