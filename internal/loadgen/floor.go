@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,7 +16,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/vk-ci/vk/hub/pki"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/reqsign"
 )
@@ -68,11 +66,7 @@ func measureFloor(ctx context.Context, t *Target, r relay, loops int, d time.Dur
 
 // noopRate is signed no-op requests per second from loops goroutines.
 func noopRate(ctx context.Context, t *Target, r relay, loops int, d time.Duration, mode connMode) (float64, error) {
-	u, err := url.Parse(t.URL)
-	if err != nil {
-		return 0, err
-	}
-	tcfg, err := pki.ClientConfig(t.CAPEM, u.Hostname())
+	_, tcfg, err := t.clientTLS()
 	if err != nil {
 		return 0, err
 	}

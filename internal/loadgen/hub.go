@@ -3,10 +3,12 @@ package loadgen
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +32,20 @@ type Target struct {
 	// (CPU and memory are then not reported).
 	PID  int
 	stop func() error
+}
+
+// clientTLS is the hub's URL and a TLS client configuration that pins
+// the hub's CA for its host.
+func (t *Target) clientTLS() (*url.URL, *tls.Config, error) {
+	u, err := url.Parse(t.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	tcfg, err := pki.ClientConfig(t.CAPEM, u.Hostname())
+	if err != nil {
+		return nil, nil, err
+	}
+	return u, tcfg, nil
 }
 
 // Stop ends a hub this run started (SIGTERM, then waits); a no-op for a

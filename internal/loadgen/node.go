@@ -3,10 +3,8 @@ package loadgen
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"sync"
 
-	"github.com/vk-ci/vk/hub/pki"
 	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/node/session"
 	"github.com/vk-ci/vk/proto/client"
@@ -53,11 +51,7 @@ func enrolNode(ctx context.Context, t *Target, name string, output []byte) (*lig
 	if err := adm.SetPools(ctx, res.ID, []string{Pool}); err != nil {
 		return nil, fmt.Errorf("loadgen: nodes pools %s: %w", res.ID, err)
 	}
-	u, err := url.Parse(t.URL)
-	if err != nil {
-		return nil, err
-	}
-	tcfg, err := pki.ClientConfig(t.CAPEM, u.Hostname())
+	u, tcfg, err := t.clientTLS()
 	if err != nil {
 		return nil, err
 	}

@@ -3,13 +3,11 @@ package loadgen
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/vk-ci/vk/hub/pki"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/relay/hubsession"
 )
@@ -37,11 +35,7 @@ type runnerHeld struct {
 }
 
 func newRelaySession(t *Target, r relay, name string, runners []string) (*relaySession, error) {
-	u, err := url.Parse(t.URL)
-	if err != nil {
-		return nil, err
-	}
-	tcfg, err := pki.ClientConfig(t.CAPEM, u.Hostname())
+	u, tcfg, err := t.clientTLS()
 	if err != nil {
 		return nil, err
 	}
