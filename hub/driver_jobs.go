@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -167,7 +168,7 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 	d.log.Info("job submitted", logkey.JobID, j.rec.ID, logkey.RunnerID, sub.Runner, logkey.GitLabJobID, ci.Job.ID,
 		logkey.Admission, sub.Admission, "spec", spec)
 	d.audit(principal, "job.submit", j.rec.ID, fmt.Sprintf("runner %s, GitLab job %d, project %d (%s), admission %s",
-		sub.Runner, ci.Job.ID, ci.Job.ProjectID, ci.Job.ProjectPath, or(sub.Admission, "none")))
+		sub.Runner, ci.Job.ID, ci.Job.ProjectID, ci.Job.ProjectPath, cmp.Or(sub.Admission, "none")))
 	d.exec(acts) // a Start here sends the full spec to the node
 	return d.liveView(j), nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,7 +58,7 @@ func ParsePools(v string) ([]string, error) {
 		if len(f) > 128 || strings.IndexFunc(f, func(r rune) bool { return r < 0x20 || r == 0x7f || r == 0xfffd }) >= 0 {
 			return nil, fmt.Errorf("%w: pool name %q", ErrBadForm, f)
 		}
-		if !containsString(pools, f) {
+		if !slices.Contains(pools, f) {
 			pools = append(pools, f)
 		}
 	}
@@ -65,15 +66,6 @@ func ParsePools(v string) ([]string, error) {
 		return nil, fmt.Errorf("%w: %d pools, at most 64", ErrBadForm, len(pools))
 	}
 	return pools, nil
-}
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ParseCeiling reads a ceiling field: a whole number >= 0, or "" or
