@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,56 +58,38 @@ func (s *Server) listRelays(w http.ResponseWriter, r *http.Request, _ []byte) er
 	return nil
 }
 
-// removeRelay serves DELETE /admin/relays/{id}: mark the relay removed
-// (its key is refused from now on), tell the hub, audit. Idempotent.
+// removeRelay serves DELETE /admin/relays/{id} and removeNode DELETE
+// /admin/nodes/{id}: each marks its principal removed (its key is refused
+// from now on), audits, and tells the hub. Idempotent.
 func (s *Server) removeRelay(w http.ResponseWriter, r *http.Request, _ []byte) error {
-	id := r.PathValue("id")
-	ctx := r.Context()
-	p, err := s.cfg.Store.GetPrincipal(ctx, id)
-	if err != nil {
-		return fmt.Errorf("relay %q: %w", id, err)
-	}
-	if p.Kind != store.KindRelay {
-		return fmt.Errorf("%w: %q is a %s, not a relay", ErrNotFound, id, p.Kind)
-	}
-	if !p.Removed {
-		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
-			return err
-		}
-		if err := s.audit(ctx, r, "relay.remove", id, ""); err != nil {
-			return err
-		}
-		s.log.InfoContext(ctx, "relay removed", logkey.RelayID, id, "actor", actor(r))
-	}
-	if err := s.cfg.Backend.RelayRemoved(ctx, id); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.removePrincipal(w, r, store.KindRelay, "relay", logkey.RelayID, s.cfg.Backend.RelayRemoved)
 }
 
-// removeNode serves DELETE /admin/nodes/{id}: mark the node removed (its
-// key is refused from now on), tell the hub, audit. Idempotent.
 func (s *Server) removeNode(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	return s.removePrincipal(w, r, store.KindNode, "node", logkey.NodeID, s.cfg.Backend.NodeRemoved)
+}
+
+func (s *Server) removePrincipal(w http.ResponseWriter, r *http.Request, kind store.PrincipalKind, what, logKey string,
+	tell func(ctx context.Context, id string) error) error {
 	id := r.PathValue("id")
 	ctx := r.Context()
 	p, err := s.cfg.Store.GetPrincipal(ctx, id)
 	if err != nil {
-		return fmt.Errorf("node %q: %w", id, err)
+		return fmt.Errorf("%s %q: %w", what, id, err)
 	}
-	if p.Kind != store.KindNode {
-		return fmt.Errorf("%w: %q is a %s, not a node", ErrNotFound, id, p.Kind)
+	if p.Kind != kind {
+		return fmt.Errorf("%w: %q is a %s, not a %s", ErrNotFound, id, p.Kind, what)
 	}
 	if !p.Removed {
 		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
 			return err
 		}
-		if err := s.audit(ctx, r, "node.remove", id, ""); err != nil {
+		if err := s.audit(ctx, r, what+".remove", id, ""); err != nil {
 			return err
 		}
-		s.log.InfoContext(ctx, "node removed", logkey.NodeID, id, "actor", actor(r))
+		s.log.InfoContext(ctx, what+" removed", logKey, id, "actor", actor(r))
 	}
-	if err := s.cfg.Backend.NodeRemoved(ctx, id); err != nil {
+	if err := tell(ctx, id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -120,10 +103,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request, _ []byte) err
 		return err
 	}
 	slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
-	if ns == nil {
-		ns = []Node{}
-	}
-	writeJSON(w, http.StatusOK, ns)
+	writeList(w, ns)
 	return nil
 }
 
@@ -134,10 +114,7 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request, _ []byte) err
 	if err != nil {
 		return err
 	}
-	if q == nil {
-		q = []Waiting{}
-	}
-	writeJSON(w, http.StatusOK, q)
+	writeList(w, q)
 	return nil
 }
 
@@ -244,10 +221,7 @@ func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, _ []byte) 
 	if err != nil {
 		return err
 	}
-	if as == nil {
-		as = []store.Approval{}
-	}
-	writeJSON(w, http.StatusOK, as)
+	writeList(w, as)
 	return nil
 }
 
@@ -293,6 +267,14 @@ func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// writeList answers 200 with the JSON array of l, [] when l is empty.
+func writeList[T any](w http.ResponseWriter, l []T) {
+	if l == nil {
+		l = []T{}
+	}
+	writeJSON(w, http.StatusOK, l)
 }
 
 func ceilingText(n int) string {

@@ -111,10 +111,7 @@ func (s *Server) listReleases(w http.ResponseWriter, r *http.Request, _ []byte) 
 	if err != nil {
 		return err
 	}
-	if out == nil {
-		out = []Release{}
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, out)
 	return nil
 }
 

@@ -187,21 +187,7 @@ func registerPprof(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
-// Handler returns the admin HTTP handler (for tests and custom listeners;
-// [Server.Serve] adds the peer check).
-func (s *Server) Handler() http.Handler { return s.mux }
-
 type ctxKey struct{}
-
-// Serve listens on the unix socket at path ([Server.Listen]) and serves
-// the admin routes on it until ctx ends ([Server.ServeOn]).
-func (s *Server) Serve(ctx context.Context, path string) error {
-	ln, err := s.Listen(path)
-	if err != nil {
-		return err
-	}
-	return s.ServeOn(ctx, ln)
-}
 
 // Listen creates the admin socket at path, mode 0600. A stale socket file
 // left by a crashed hub is replaced; one a running hub answers on is an
