@@ -156,22 +156,17 @@ func (s *Server) relayReleases(ctx context.Context, rs []Relay) error {
 
 // PublishRelease uploads a release's bytes with its signature.
 func (c *Client) PublishRelease(ctx context.Context, version, signature string, body io.Reader) (Release, error) {
-	var out Release
-	_, err := c.do(ctx, http.MethodPut, "/admin/releases/"+url.PathEscape(version), signedBody{body, signature}, http.StatusCreated, &out)
-	return out, err
+	return get[Release](ctx, c, http.MethodPut, "/admin/releases/"+url.PathEscape(version), signedBody{body, signature}, http.StatusCreated)
 }
 
 // Releases lists the published releases, newest first.
 func (c *Client) Releases(ctx context.Context) ([]Release, error) {
-	var out []Release
-	_, err := c.do(ctx, http.MethodGet, "/admin/releases", nil, http.StatusOK, &out)
-	return out, err
+	return get[[]Release](ctx, c, http.MethodGet, "/admin/releases", nil, http.StatusOK)
 }
 
 // UpdateRelay asks a relay to install a published release.
 func (c *Client) UpdateRelay(ctx context.Context, relay, version string) error {
-	_, err := c.do(ctx, http.MethodPost, "/admin/relays/"+url.PathEscape(relay)+"/update", UpdateRequest{Release: version}, http.StatusAccepted, nil)
-	return err
+	return c.do(ctx, http.MethodPost, "/admin/relays/"+url.PathEscape(relay)+"/update", UpdateRequest{Release: version}, http.StatusAccepted, nil)
 }
 
 // signedBody is a release upload: its bytes and the signature header.
