@@ -181,7 +181,7 @@ func nodesCmd(cl func() *Client) *cobra.Command {
 			if err := cl().SetCeiling(cmd.Context(), args[0], n); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "node %s ceiling: %s\n", args[0], ceilingText(n))
+			fmt.Fprintf(cmd.ErrOrStderr(), "node %s ceiling: %s\n", args[0], CeilingText(n))
 			return nil
 		},
 	}, drain, undrain, &cobra.Command{
@@ -328,7 +328,7 @@ func writeNodes(w io.Writer, ns []Node) error {
 	t := table(w)
 	fmt.Fprintln(t, "ID\tNAME\tSTATE\tPOOLS\tLABELS\tCEILING\tJOBS\tRESV\tCAPACITY\tLAST SEEN")
 	for _, n := range ns {
-		ceiling := ceilingText(n.Ceiling)
+		ceiling := CeilingText(n.Ceiling)
 		if n.MaxConcurrency > 0 {
 			ceiling += "/" + strconv.Itoa(n.MaxConcurrency)
 		}

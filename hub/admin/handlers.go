@@ -153,7 +153,7 @@ func (s *Server) setCeiling(w http.ResponseWriter, r *http.Request, body []byte)
 	if err := s.cfg.Backend.SetCeiling(r.Context(), id, req.Ceiling); err != nil {
 		return err
 	}
-	if err := s.audit(r.Context(), r, "node.ceiling", id, ceilingText(req.Ceiling)); err != nil {
+	if err := s.audit(r.Context(), r, "node.ceiling", id, CeilingText(req.Ceiling)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -242,30 +242,51 @@ func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte
 	if inst == "" {
 		return fmt.Errorf("%w: instance %q: want the host[:port] of a GitLab server, as vk-hub projects list shows it", ErrInvalid, req.Instance)
 	}
-	req.Instance = inst
-	ctx := r.Context()
-	a, err := s.cfg.Store.GetApproval(ctx, req.Instance, req.Project)
+	if err := RecordApproval(r.Context(), s.cfg.Store, s.cfg.Backend, inst, req.Project, req.State, actor(r), s.clk.Now().UTC()); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// RecordApproval records an operator's decision on a project (or, with
+// project 0, on a GitLab server) as the admin socket and the web UI both
+// do: stored, audited, then told to the hub. Idempotent.
+func RecordApproval(ctx context.Context, st interface {
+	store.Approvals
+	store.Audit
+}, b Backend, inst string, proj int64, state store.ApprovalState, by string, now time.Time) error {
+	a, err := st.GetApproval(ctx, inst, proj)
 	if errors.Is(err, store.ErrNotFound) {
-		a, err = store.Approval{Instance: req.Instance, Project: req.Project}, nil
+		a, err = store.Approval{Instance: inst, Project: proj}, nil
 	}
 	if err != nil {
 		return err
 	}
-	a.State, a.By, a.Updated = req.State, actor(r), s.clk.Now().UTC()
-	if err := s.cfg.Store.PutApproval(ctx, a); err != nil {
+	a.State, a.By, a.Updated = state, by, now
+	if err := st.PutApproval(ctx, a); err != nil {
 		return err
 	}
-	subject := req.Instance + "/" + strconv.FormatInt(req.Project, 10)
-	if req.Project == 0 {
-		subject = req.Instance
-	}
-	if err := s.audit(ctx, r, "approval."+string(req.State), subject, a.Path); err != nil {
+	if err := AppendAudit(ctx, st, now, by, "approval."+string(state), ApprovalSubject(inst, proj), a.Path); err != nil {
 		return err
 	}
-	if err := s.cfg.Backend.ApprovalChanged(ctx, a); err != nil {
-		return err
+	return b.ApprovalChanged(ctx, a)
+}
+
+// ApprovalSubject is the audit subject of a decision on a project, or
+// with project 0 on its GitLab server.
+func ApprovalSubject(instance string, project int64) string {
+	if project == 0 {
+		return instance
 	}
-	w.WriteHeader(http.StatusNoContent)
+	return instance + "/" + strconv.FormatInt(project, 10)
+}
+
+// AppendAudit appends an operator's change to the audit log.
+func AppendAudit(ctx context.Context, st store.Audit, now time.Time, actor, action, subject, detail string) error {
+	if _, err := st.AppendAudit(ctx, store.AuditEntry{Time: now, Actor: actor, Action: action, Subject: subject, Detail: detail}); err != nil {
+		return fmt.Errorf("admin: audit: %w", err)
+	}
 	return nil
 }
 
@@ -277,7 +298,9 @@ func writeList[T any](w http.ResponseWriter, l []T) {
 	writeJSON(w, http.StatusOK, l)
 }
 
-func ceilingText(n int) string {
+// CeilingText is a ceiling as the CLI and the UI show it: "none" for
+// [NoCeiling].
+func CeilingText(n int) string {
 	if n == NoCeiling {
 		return "none"
 	}

@@ -349,9 +349,5 @@ func decode(body []byte, v any) error {
 }
 
 func (s *Server) audit(ctx context.Context, r *http.Request, action, subject, detail string) error {
-	if _, err := s.cfg.Store.AppendAudit(ctx, store.AuditEntry{Time: s.clk.Now().UTC(), Actor: actor(r),
-		Action: action, Subject: subject, Detail: detail}); err != nil {
-		return fmt.Errorf("admin: audit: %w", err)
-	}
-	return nil
+	return AppendAudit(ctx, s.cfg.Store, s.clk.Now().UTC(), actor(r), action, subject, detail)
 }

@@ -367,7 +367,7 @@ func (s *server) project(w http.ResponseWriter, r *http.Request) error {
 	}
 	var history []store.AuditEntry
 	for _, e := range entries {
-		if e.Subject == approvalSubject(inst, proj) {
+		if e.Subject == admin.ApprovalSubject(inst, proj) {
 			history = append(history, e)
 		}
 	}
@@ -398,15 +398,6 @@ func approvalPath(r *http.Request, withProject bool) (string, int64, error) {
 		return "", 0, fmt.Errorf("%w: project %q", errNotFound, v)
 	}
 	return inst, p, nil
-}
-
-// approvalSubject is the audit subject of an approval, as the admin
-// socket writes it.
-func approvalSubject(instance string, project int64) string {
-	if project == 0 {
-		return instance
-	}
-	return instance + "/" + strconv.FormatInt(project, 10)
 }
 
 // tenantView is a tenant row of the policy page.
