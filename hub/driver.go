@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -185,9 +186,7 @@ type renewAnswer struct {
 // newDriver builds the driver over an open store and output store,
 // restoring what survived a restart. Run it with [Driver.Run].
 func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStore, out output.Store, clk clock.Clock, log *slog.Logger, met *metrics) (*Driver, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	if met == nil {
 		met = newMetrics()
 	}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -149,10 +150,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.Backend == nil || cfg.Enroller == nil {
 		return nil, errors.New("admin: Config needs Store, Backend and Enroller")
 	}
-	s := &Server{cfg: cfg, clk: clock.Or(cfg.Clock), log: cfg.Log, mux: http.NewServeMux(), peer: peerUID}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
+	s := &Server{cfg: cfg, clk: clock.Or(cfg.Clock), log: cmp.Or(cfg.Log, slog.New(slog.DiscardHandler)), mux: http.NewServeMux(), peer: peerUID}
 	for _, r := range []struct {
 		pattern string
 		h       func(http.ResponseWriter, *http.Request, []byte) error

@@ -29,6 +29,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -191,9 +192,7 @@ type API struct {
 
 // New returns an API over cfg.
 func New(cfg Config) *API {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 2 << 20
 	}
@@ -327,8 +326,6 @@ func (a *API) skew() time.Duration {
 	return reqsign.DefaultSkew
 }
 
-// principalKey returns the key of an enrolled relay that is not removed
-// and whose stored key is not weak (AUTH-13).
 // principalUnread is a principal lookup that failed in the store, not
 // one that found no principal: the request is answered 503, not 401.
 type principalUnread struct{ err error }
@@ -336,6 +333,8 @@ type principalUnread struct{ err error }
 func (e principalUnread) Error() string { return "reading the principal: " + e.err.Error() }
 func (e principalUnread) Unwrap() error { return e.err }
 
+// principalKey returns the key of an enrolled relay that is not removed
+// and whose stored key is not weak (AUTH-13).
 func (a *API) principalKey(ctx context.Context, id string) (ed25519.PublicKey, store.PrincipalKind, error) {
 	pr, err := a.cfg.Store.GetPrincipal(ctx, id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {

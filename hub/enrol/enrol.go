@@ -38,6 +38,7 @@ package enrol
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -139,16 +140,10 @@ func New(cfg Config) (*Enroller, error) {
 	if cfg.Store == nil || len(cfg.CAPEM) == 0 {
 		return nil, errors.New("enrol: Config needs Store and CAPEM")
 	}
-	e := &Enroller{st: cfg.Store, caPEM: cfg.CAPEM, clk: clock.Or(cfg.Clock), log: cfg.Log, rand: cfg.Rand,
-		bodyT: cfg.BodyTimeout, bud: cfg.Budget}
+	e := &Enroller{st: cfg.Store, caPEM: cfg.CAPEM, clk: clock.Or(cfg.Clock), log: cmp.Or(cfg.Log, slog.New(slog.DiscardHandler)),
+		rand: cmp.Or(cfg.Rand, rand.Reader), bodyT: cfg.BodyTimeout, bud: cfg.Budget}
 	if e.bodyT <= 0 {
 		e.bodyT = DefaultBodyTimeout
-	}
-	if e.log == nil {
-		e.log = slog.New(slog.DiscardHandler)
-	}
-	if e.rand == nil {
-		e.rand = rand.Reader
 	}
 	return e, nil
 }
@@ -188,9 +183,7 @@ func (e *Enroller) NewToken(ctx context.Context, kind store.PrincipalKind, ttl t
 	if _, err := ParseKind(string(kind)); err != nil {
 		return Token{}, err
 	}
-	if ttl == 0 {
-		ttl = DefaultTTL
-	}
+	ttl = cmp.Or(ttl, DefaultTTL)
 	if ttl < 0 || ttl > MaxTTL {
 		return Token{}, fmt.Errorf("%w: %v (at most %v)", ErrTTL, ttl, MaxTTL)
 	}
