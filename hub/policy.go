@@ -26,18 +26,6 @@ import (
 // by relay.
 type PolicyConfig = admin.Policy
 
-// HeadroomConfig is one headroom entry: Slots envelopes of a placement.
-type HeadroomConfig = admin.Headroom
-
-// TenantConfig is one tenant.
-type TenantConfig = admin.Tenant
-
-// ProjectConfig is one project entry of a tenant.
-type ProjectConfig = admin.Project
-
-// RuleConfig is one placement rule: node IDs, pools, branch globs.
-type RuleConfig = admin.Rule
-
 // LoadPolicyFile reads a capacity policy file strictly (`version = 1`).
 // An empty projects table of a tenant is an error (see
 // [ErrEmptyProjects]).
