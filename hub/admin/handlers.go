@@ -89,11 +89,7 @@ func (s *Server) removePrincipal(w http.ResponseWriter, r *http.Request, kind st
 		}
 		s.log.InfoContext(ctx, what+" removed", logKey, id, "actor", actor(r))
 	}
-	if err := tell(ctx, id); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, tell(ctx, id))
 }
 
 // listNodes serves GET /admin/nodes, sorted by ID.
@@ -133,11 +129,7 @@ func (s *Server) setPools(w http.ResponseWriter, r *http.Request, body []byte) e
 	if err := s.cfg.Backend.SetPools(r.Context(), id, req.Pools); err != nil {
 		return err
 	}
-	if err := s.audit(r.Context(), r, "node.pools", id, strings.Join(req.Pools, ",")); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.audit(r.Context(), r, "node.pools", id, strings.Join(req.Pools, ",")))
 }
 
 // setCeiling serves PUT /admin/nodes/{id}/ceiling (OPS-02).
@@ -153,11 +145,7 @@ func (s *Server) setCeiling(w http.ResponseWriter, r *http.Request, body []byte)
 	if err := s.cfg.Backend.SetCeiling(r.Context(), id, req.Ceiling); err != nil {
 		return err
 	}
-	if err := s.audit(r.Context(), r, "node.ceiling", id, CeilingText(req.Ceiling)); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.audit(r.Context(), r, "node.ceiling", id, CeilingText(req.Ceiling)))
 }
 
 // drain serves PUT /admin/nodes/{id}/drain.
@@ -174,11 +162,7 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request, body []byte) erro
 	if !req.Drain {
 		action = "node.undrain"
 	}
-	if err := s.audit(r.Context(), r, action, id, ""); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.audit(r.Context(), r, action, id, ""))
 }
 
 // getPolicy serves GET /admin/policy as a policy file (TOML).
@@ -207,12 +191,8 @@ func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request, body []byte) 
 	if err := s.cfg.Backend.SetPolicy(r.Context(), p); err != nil {
 		return err
 	}
-	if err := s.audit(r.Context(), r, "policy.set", "capacity-policy",
-		fmt.Sprintf("%d headroom entries, %d tenants", len(p.Headroom), len(p.Tenants))); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.audit(r.Context(), r, "policy.set", "capacity-policy",
+		fmt.Sprintf("%d headroom entries, %d tenants", len(p.Headroom), len(p.Tenants))))
 }
 
 // listProjects serves GET /admin/projects: every approval record.
@@ -242,11 +222,7 @@ func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte
 	if inst == "" {
 		return fmt.Errorf("%w: instance %q: want the host[:port] of a GitLab server, as vk-hub projects list shows it", ErrInvalid, req.Instance)
 	}
-	if err := RecordApproval(r.Context(), s.cfg.Store, s.cfg.Backend, inst, req.Project, req.State, actor(r), s.clk.Now().UTC()); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, RecordApproval(r.Context(), s.cfg.Store, s.cfg.Backend, inst, req.Project, req.State, actor(r), s.clk.Now().UTC()))
 }
 
 // RecordApproval records an operator's decision on a project (or, with
@@ -288,6 +264,14 @@ func AppendAudit(ctx context.Context, st store.Audit, now time.Time, actor, acti
 		return fmt.Errorf("admin: audit: %w", err)
 	}
 	return nil
+}
+
+// noContent answers 204 unless err, which it returns for the error writer.
+func noContent(w http.ResponseWriter, err error) error {
+	if err == nil {
+		w.WriteHeader(http.StatusNoContent)
+	}
+	return err
 }
 
 // writeList answers 200 with the JSON array of l, [] when l is empty.
