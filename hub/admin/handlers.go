@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vk-ci/vk/hub/api"
+
 	"github.com/vk-ci/vk/hub/enrol"
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -35,7 +37,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, body []byte
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, TokenAnswer{Token: tok.Text, Kind: string(tok.Kind), Expires: tok.Expires, CAFingerprint: s.cfg.CAFingerprint})
+	api.WriteJSON(w, http.StatusCreated, TokenAnswer{Token: tok.Text, Kind: string(tok.Kind), Expires: tok.Expires, CAFingerprint: s.cfg.CAFingerprint})
 	return nil
 }
 
@@ -54,7 +56,7 @@ func (s *Server) listRelays(w http.ResponseWriter, r *http.Request, _ []byte) er
 	if err := s.relayReleases(r.Context(), out); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -279,7 +281,7 @@ func writeList[T any](w http.ResponseWriter, l []T) {
 	if l == nil {
 		l = []T{}
 	}
-	writeJSON(w, http.StatusOK, l)
+	api.WriteJSON(w, http.StatusOK, l)
 }
 
 // CeilingText is a ceiling as the CLI and the UI show it: "none" for

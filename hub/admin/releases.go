@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vk-ci/vk/hub/api"
+
 	"github.com/spf13/cobra"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/internal/relsign"
@@ -93,7 +95,7 @@ func (s *Server) putRelease(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		s.log.InfoContext(r.Context(), "release published", "release", v, "sha256", rec.SHA256, "size", rec.Size, "actor", actor(r))
-		writeJSON(w, http.StatusCreated, rec)
+		api.WriteJSON(w, http.StatusCreated, rec)
 		return nil
 	}()
 	if err != nil {

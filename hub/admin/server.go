@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vk-ci/vk/hub/api"
+
 	"github.com/vk-ci/vk/hub/enrol"
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/clock"
@@ -257,11 +259,11 @@ func (s *Server) peerCheck(h http.Handler) http.Handler {
 		c, _ := r.Context().Value(ctxKey{}).(net.Conn)
 		uid, err := s.peer(c)
 		if err != nil {
-			writeJSON(w, http.StatusForbidden, client.Error{Error: "admin socket: cannot identify caller", Code: client.CodeForbidden})
+			api.WriteJSON(w, http.StatusForbidden, client.Error{Error: "admin socket: cannot identify caller", Code: client.CodeForbidden})
 			return
 		}
 		if uid >= 0 && uid != 0 && uid != os.Getuid() && !slices.Contains(s.cfg.AllowUIDs, uid) {
-			writeJSON(w, http.StatusForbidden, client.Error{Error: fmt.Sprintf("admin socket: uid %d may not use it", uid), Code: client.CodeForbidden})
+			api.WriteJSON(w, http.StatusForbidden, client.Error{Error: fmt.Sprintf("admin socket: uid %d may not use it", uid), Code: client.CodeForbidden})
 			return
 		}
 		if uid >= 0 {
@@ -323,14 +325,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, route string, 
 		lvl = slog.LevelWarn
 	}
 	s.log.Log(r.Context(), lvl, "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
-	writeJSON(w, status, client.Error{Error: err.Error(), Code: code})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	api.WriteJSON(w, status, client.Error{Error: err.Error(), Code: code})
 }
 
 // decode decodes body strictly into v; errors wrap ErrInvalid.

@@ -426,14 +426,17 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, route string, e
 			w.Header().Add(k, v)
 		}
 	}
-	writeJSON(w, status, errorBody(ae))
+	WriteJSON(w, status, errorBody(ae))
 }
 
 func errorBody(ae *Error) client.Error {
 	return client.Error{Error: ae.Msg, Code: ae.Code, RetryAfterSecs: ae.RetryAfter, ApprovalURL: ae.ApprovalURL}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers status with v as JSON (a newline after it); one that
+// does not encode is a 500 internal error body. The admin socket and the
+// join route answer through it too.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)

@@ -208,7 +208,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal, body [
 	b, _ := json.Marshal(view)
 	rec.Status, rec.Body, rec.Job = http.StatusCreated, append(b, '\n'), view.ID
 	a.putAnswer(ctx, rec)
-	writeJSON(w, http.StatusCreated, view)
+	WriteJSON(w, http.StatusCreated, view)
 	return nil
 }
 
@@ -358,7 +358,7 @@ func noContent(w http.ResponseWriter, err error) error {
 // answer answers status with v as JSON unless err, which it returns.
 func answer[T any](w http.ResponseWriter, status int, v T, err error) error {
 	if err == nil {
-		writeJSON(w, status, v)
+		WriteJSON(w, status, v)
 	}
 	return err
 }
@@ -367,8 +367,8 @@ func answer[T any](w http.ResponseWriter, status int, v T, err error) error {
 // with the ticket t.
 func writeGrant(w http.ResponseWriter, g *client.ReservationGrant, t client.ReservationTicket) {
 	if g != nil {
-		writeJSON(w, http.StatusCreated, g)
+		WriteJSON(w, http.StatusCreated, g)
 	} else {
-		writeJSON(w, http.StatusAccepted, t)
+		WriteJSON(w, http.StatusAccepted, t)
 	}
 }

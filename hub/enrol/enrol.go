@@ -55,6 +55,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/vk-ci/vk/hub/api"
+
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/connlimit"
@@ -232,7 +234,7 @@ func (h *httpError) Unwrap() error { return h.err }
 func (e *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp, err := e.serve(w, r)
 	if err == nil {
-		writeJSON(w, http.StatusCreated, resp)
+		api.WriteJSON(w, http.StatusCreated, resp)
 		return
 	}
 	var he *httpError
@@ -242,7 +244,7 @@ func (e *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := he.code.Status()
 	e.log.InfoContext(r.Context(), "join refused", logkey.Status, status, "code", string(he.code), "msg", he.msg,
 		logkey.Err, he.err, "remote", r.RemoteAddr)
-	writeJSON(w, status, client.Error{Error: he.msg, Code: he.code})
+	api.WriteJSON(w, status, client.Error{Error: he.msg, Code: he.code})
 }
 
 func (e *Enroller) serve(w http.ResponseWriter, r *http.Request) (client.JoinResponse, error) {
@@ -383,12 +385,4 @@ func (e *Enroller) newID(kind store.PrincipalKind) (string, error) {
 		prefix = "node-"
 	}
 	return prefix + strings.ToLower(b32.EncodeToString(raw[:]))[:12], nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
 }
