@@ -94,11 +94,7 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 	}
 	ev := sched.JobSubmitted{Runner: rr.id, Project: projectKey(sub.Spec.GitLabCI.Job.ProjectID), Ref: sub.Spec.GitLabCI.Sources.Ref,
 		Images: builtImages(sub.Spec), Name: sub.Spec.GitLabCI.Job.Name}
-	place := sub.PlaceWithinSecs
-	if place == 0 {
-		place = d.cfg.Jobs.PlaceWithinSecs
-	}
-	ev.PlaceWithin = time.Duration(place) * time.Second
+	ev.PlaceWithin = time.Duration(cmp.Or(sub.PlaceWithinSecs, d.cfg.Jobs.PlaceWithinSecs)) * time.Second
 	var adm admission // the core's admission before the job takes it
 	if sub.Admission != "" {
 		aid, ok := parseAdmission(sub.Admission)

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -289,9 +290,7 @@ func signCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if out == "" {
-				out = args[0] + ".sig"
-			}
+			out = cmp.Or(out, args[0]+".sig")
 			if err := os.WriteFile(out, []byte(relsign.Sign(priv, release, sum)+"\n"), 0o644); err != nil {
 				return err
 			}

@@ -303,10 +303,7 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) error
 	if err != nil {
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
 	}
-	target := r.RequestURI
-	if target == "" {
-		target = r.URL.RequestURI()
-	}
+	target := cmp.Or(r.RequestURI, r.URL.RequestURI())
 	if err := reqsign.VerifySeq(pub, hdr.Principal, r.Method, target, body, hdr.Time, hdr.Seq, ekm, hdr.Signature, now, a.cfg.Skew); err != nil {
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
 	}
