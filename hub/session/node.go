@@ -54,22 +54,6 @@ type NodeSession struct {
 // Node returns the node's enrolled ID.
 func (s *NodeSession) Node() string { return s.principal }
 
-// Handle returns the session handle.
-func (s *NodeSession) Handle() string { return s.handle() }
-
-// Version returns the negotiated protocol version.
-func (s *NodeSession) Version() int { return s.version() }
-
-// State returns a copy of the per-session state.
-func (s *NodeSession) State() State { return s.state() }
-
-// Connected reports whether a connection currently carries the session.
-func (s *NodeSession) Connected() bool { return s.connected() }
-
-// Ended returns why the session ended for good, nil while it may still
-// carry frames.
-func (s *NodeSession) Ended() error { return s.err() }
-
 // Send queues m for the node and returns at once; it assigns m's seq. It
 // fails with ErrEnded after the session ended, with ErrProtocol (nothing
 // sent, the session goes on) when m needs a newer version than negotiated

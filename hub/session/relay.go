@@ -40,23 +40,11 @@ type RelaySession struct {
 // Relay returns the relay's enrolled ID.
 func (s *RelaySession) Relay() string { return s.principal }
 
-// Handle returns the session handle.
-func (s *RelaySession) Handle() string { return s.handle() }
-
-// Version returns the negotiated relay-session version (1..3).
-func (s *RelaySession) Version() int { return s.version() }
-
 // NewWorkAllowed reports whether the hub takes new work from this relay:
 // false for a version-1 session, whose capacity requests, reservation
 // requests and new jobs the API answers 403 forbidden while it may still
 // replay submissions, follow, cancel and settle its held jobs (RSESS-11).
 func (s *RelaySession) NewWorkAllowed() bool { return s.Version() >= client.RelayVersionAdmissions }
-
-// State returns a copy of the per-session state.
-func (s *RelaySession) State() State { return s.state() }
-
-// Ended returns why the session ended, nil while it lives.
-func (s *RelaySession) Ended() error { return s.err() }
 
 // Send queues m (a *client.ServerStatus or *client.Update, or their
 // values) for the relay and returns at once, assigning its seq. It fails

@@ -207,13 +207,13 @@ func (srv *server[S, H, M]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cs.markEnded(err)
 	}
 	cs.detach(l)
-	if e := cs.err(); e != nil {
+	if e := cs.Ended(); e != nil {
 		err = e
 		srv.forget(s)
 	}
-	attrs := []any{logkey.Session, cs.handle(), slog.Any("reason", err)}
+	attrs := []any{logkey.Session, cs.Handle(), slog.Any("reason", err)}
 	if srv.resumable {
-		attrs = append(attrs, "resumable", cs.err() == nil)
+		attrs = append(attrs, "resumable", cs.Ended() == nil)
 	}
 	log.Info(string(srv.kind)+" session dropped", attrs...)
 	srv.k.down(s, err)
