@@ -141,7 +141,7 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 	spec := sub.Spec
 	ci := spec.GitLabCI
 	j := &jobRec{sid: ev.Job, spec: &spec, name: ci.Job.Name, wake: make(chan struct{}), rec: store.Job{
-		ID: newJobID(), Principal: principal, Runner: sub.Runner, Tenant: rr.tenant, Instance: instanceOf(ci.ServerURL),
+		ID: newJobID(), Principal: principal, Runner: sub.Runner, Tenant: rr.tenant, Instance: store.InstanceKey(ci.ServerURL),
 		Project: ci.Job.ProjectID, GitLabJobID: ci.Job.ID, Admission: sub.Admission, Reservation: sub.Reservation,
 		Placement: placementKey(sub.Placement), RequestID: sub.RequestID, State: store.JobQueued, Revision: 1,
 		Spec: redacted, Created: now, Updated: now,
