@@ -68,9 +68,7 @@ func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
 	if j.rec.State == store.JobFinished {
 		return
 	}
-	if res.OutputLen < j.outLen {
-		res.OutputLen = j.outLen
-	}
+	res.OutputLen = max(res.OutputLen, j.outLen)
 	b, err := json.Marshal(res)
 	if err != nil {
 		d.log.Error("encoding a job result failed", logkey.JobID, j.rec.ID, logkey.Err, err)
