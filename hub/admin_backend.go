@@ -434,7 +434,7 @@ func (r approvalReq) run(d *Driver) {
 		return
 	}
 	for _, name := range sortedKeys(d.relays) {
-		if rr := d.relays[name]; rr.report != nil && instanceOf(rr.report.GitLabURL) == a.Instance {
+		if rr := d.relays[name]; rr.report != nil && store.InstanceKey(rr.report.GitLabURL) == a.Instance {
 			d.sendServerStatus(rr)
 		}
 	}

@@ -18,9 +18,6 @@ import (
 // "gitlab.example.com" — the <instance> of `vk-hub projects approve` and
 // of approval URLs.
 
-// instanceOf returns the instance name of a GitLab URL ("" if unparseable).
-func instanceOf(gitlabURL string) string { return store.InstanceKey(gitlabURL) }
-
 // approval returns the approval state of (instance, project), recording a
 // first sighting as pending. project 0 is the server.
 func (d *Driver) approval(instance string, project int64, path string) store.ApprovalState {
@@ -59,7 +56,7 @@ func (d *Driver) serverStatus(r *relayRec) client.ServerStatus {
 	if r.report == nil {
 		return client.ServerStatus{Status: client.ApprovalPending}
 	}
-	inst := instanceOf(r.report.GitLabURL)
+	inst := store.InstanceKey(r.report.GitLabURL)
 	if !d.cfg.Approvals.Required {
 		return client.ServerStatus{Status: client.ApprovalApproved}
 	}
@@ -90,9 +87,9 @@ func (d *Driver) sendServerStatus(r *relayRec) {
 // (API-48) or of a server or project not approved (API-49, API-56).
 func (d *Driver) checkJobApproval(r *relayRec, sub client.JobSubmission) error {
 	ci := sub.Spec.GitLabCI
-	inst := instanceOf(ci.ServerURL)
-	if r.report != nil && r.report.GitLabURL != "" && instanceOf(r.report.GitLabURL) != inst {
-		return api.Errorf(client.CodeForbidden, "job of GitLab server %s, not the relay's %s", inst, instanceOf(r.report.GitLabURL))
+	inst := store.InstanceKey(ci.ServerURL)
+	if r.report != nil && r.report.GitLabURL != "" && store.InstanceKey(r.report.GitLabURL) != inst {
+		return api.Errorf(client.CodeForbidden, "job of GitLab server %s, not the relay's %s", inst, store.InstanceKey(r.report.GitLabURL))
 	}
 	if !d.cfg.Approvals.Required {
 		return nil

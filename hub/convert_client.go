@@ -61,13 +61,8 @@ func parseTicket(s, epoch string) (id sched.TicketID, sameEpoch, ok bool) {
 		return 0, false, false
 	}
 	ep, num, ok := strings.Cut(rest, "-")
-	if !ok || ep == "" || len(ep) > 16 {
+	if !ok || ep == "" || len(ep) > 16 || !lowerHex(ep) {
 		return 0, false, false
-	}
-	for _, c := range ep {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return 0, false, false
-		}
 	}
 	n, ok := parsePrefixed(num, "")
 	if !ok {
@@ -77,17 +72,10 @@ func parseTicket(s, epoch string) (id sched.TicketID, sameEpoch, ok bool) {
 }
 
 // validJobID reports whether s has the shape of a hub job ID.
-func validJobID(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+func validJobID(s string) bool { return len(s) == 16 && lowerHex(s) }
+
+// lowerHex reports whether s is only lower-case hex digits.
+func lowerHex(s string) bool { return strings.Trim(s, "0123456789abcdef") == "" }
 
 func envelopeToSched(e client.Envelope) sched.Resources {
 	return sched.Resources{MemBytes: e.Mem.Bytes(), DiskBytes: e.Disk.Bytes(), CPUs: int64(e.CPUs)}

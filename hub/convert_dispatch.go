@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"cmp"
+
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
@@ -83,11 +85,7 @@ func leaseToSched(l dispatch.Lease) (sched.Event, bool) {
 	if l.State == dispatch.LeaseHeld {
 		return sched.Renewed{Reservation: id, RemainingSecs: l.RemainingSecs}, true
 	}
-	why := string(l.Why)
-	if why == "" {
-		why = string(dispatch.GoneUnknown)
-	}
-	return sched.LeaseGone{Reservation: id, Why: why}, true
+	return sched.LeaseGone{Reservation: id, Why: string(cmp.Or(l.Why, dispatch.GoneUnknown))}, true
 }
 
 func offerFromSched(a sched.Offer) dispatch.Offer {

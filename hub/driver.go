@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -185,9 +186,7 @@ type renewAnswer struct {
 // newDriver builds the driver over an open store and output store,
 // restoring what survived a restart. Run it with [Driver.Run].
 func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStore, out output.Store, clk clock.Clock, log *slog.Logger, met *metrics) (*Driver, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	if met == nil {
 		met = newMetrics()
 	}
@@ -203,37 +202,41 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStor
 		trace: nopTracer{}, // until openTrace, after the restore
 	}
 	d.w = newRecWriter(d.bg, st, log)
-	if err := d.loadOperatorSettings(ctx); err != nil {
-		d.w.close()
-		return nil, err
-	}
-	if d.policy != nil {
-		d.warnPolicy(ctx, *d.policy)
-	}
-	var seed [8]byte
-	rand.Read(seed[:])
-	sb, err := st.InitMeta(ctx, store.MetaSchedulerSeed, seed[:])
-	if err != nil {
-		d.w.close()
-		return nil, fmt.Errorf("hub: scheduler seed: %w", err)
-	}
-	if len(sb) != 8 {
-		sb = seed[:]
-	}
-	d.core = sched.New(d.schedPolicy(), binary.BigEndian.Uint64(sb))
-	if b, err := st.GetMeta(ctx, metaIDFloor); err == nil && len(b) == 8 {
-		d.idFloor = binary.BigEndian.Uint64(b)
-	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
-		d.w.close()
-		return nil, fmt.Errorf("hub: id floor: %w", err)
-	}
-	if err := d.restore(ctx); err != nil {
+	if err := d.load(ctx); err != nil {
 		d.w.close()
 		return nil, err
 	}
 	d.trace = d.openTrace()
 	met.collect = func(ctx context.Context) { d.ask(ctx, countJobsReq{}) }
 	return d, nil
+}
+
+// load reads what the driver keeps in the store (operator settings, the
+// scheduler's seed, the ID floor), makes the core and restores the
+// unsettled records into it.
+func (d *Driver) load(ctx context.Context) error {
+	if err := d.loadOperatorSettings(ctx); err != nil {
+		return err
+	}
+	if d.policy != nil {
+		d.warnPolicy(ctx, *d.policy)
+	}
+	var seed [8]byte
+	rand.Read(seed[:])
+	sb, err := d.st.InitMeta(ctx, store.MetaSchedulerSeed, seed[:])
+	if err != nil {
+		return fmt.Errorf("hub: scheduler seed: %w", err)
+	}
+	if len(sb) != 8 {
+		sb = seed[:]
+	}
+	d.core = sched.New(d.schedPolicy(), binary.BigEndian.Uint64(sb))
+	if b, err := d.st.GetMeta(ctx, metaIDFloor); err == nil && len(b) == 8 {
+		d.idFloor = binary.BigEndian.Uint64(b)
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("hub: id floor: %w", err)
+	}
+	return d.restore(ctx)
 }
 
 // schedPolicy is the core's policy: the capacity policy in force plus the

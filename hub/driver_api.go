@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -24,26 +25,19 @@ func verdictError(v sched.Verdict) error {
 	case sched.VerdictOK, sched.VerdictPending:
 		return nil
 	case sched.VerdictConflict:
-		return api.Errorf(client.CodeConflict, "%s", or(msg, "conflict"))
+		return api.Errorf(client.CodeConflict, "%s", cmp.Or(msg, "conflict"))
 	case sched.VerdictGone:
-		return api.Errorf(client.CodeReservationGone, "%s", or(msg, "reservation gone"))
+		return api.Errorf(client.CodeReservationGone, "%s", cmp.Or(msg, "reservation gone"))
 	case sched.VerdictNotFound:
-		return api.Errorf(client.CodeNotFound, "%s", or(msg, "not found"))
+		return api.Errorf(client.CodeNotFound, "%s", cmp.Or(msg, "not found"))
 	case sched.VerdictForbidden:
-		return api.Errorf(client.CodeForbidden, "%s", or(msg, "forbidden"))
+		return api.Errorf(client.CodeForbidden, "%s", cmp.Or(msg, "forbidden"))
 	case sched.VerdictInvalid:
-		return api.Errorf(client.CodeInvalid, "%s", or(msg, "invalid"))
+		return api.Errorf(client.CodeInvalid, "%s", cmp.Or(msg, "invalid"))
 	case sched.VerdictUnavailable:
-		return &api.Error{Code: client.CodeUnavailable, Msg: or(msg, "unavailable"), RetryAfter: 1}
+		return &api.Error{Code: client.CodeUnavailable, Msg: cmp.Or(msg, "unavailable"), RetryAfter: 1}
 	}
 	return &api.Error{Code: client.CodeInternal, Msg: "unexpected scheduler verdict " + v.Code.String()}
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // errOldRelay refuses new work to a relay whose session is below version 2

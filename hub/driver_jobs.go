@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,11 +94,7 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 	}
 	ev := sched.JobSubmitted{Runner: rr.id, Project: projectKey(sub.Spec.GitLabCI.Job.ProjectID), Ref: sub.Spec.GitLabCI.Sources.Ref,
 		Images: builtImages(sub.Spec), Name: sub.Spec.GitLabCI.Job.Name}
-	place := sub.PlaceWithinSecs
-	if place == 0 {
-		place = d.cfg.Jobs.PlaceWithinSecs
-	}
-	ev.PlaceWithin = time.Duration(place) * time.Second
+	ev.PlaceWithin = time.Duration(cmp.Or(sub.PlaceWithinSecs, d.cfg.Jobs.PlaceWithinSecs)) * time.Second
 	var adm admission // the core's admission before the job takes it
 	if sub.Admission != "" {
 		aid, ok := parseAdmission(sub.Admission)
@@ -144,7 +141,7 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 	spec := sub.Spec
 	ci := spec.GitLabCI
 	j := &jobRec{sid: ev.Job, spec: &spec, name: ci.Job.Name, wake: make(chan struct{}), rec: store.Job{
-		ID: newJobID(), Principal: principal, Runner: sub.Runner, Tenant: rr.tenant, Instance: instanceOf(ci.ServerURL),
+		ID: newJobID(), Principal: principal, Runner: sub.Runner, Tenant: rr.tenant, Instance: store.InstanceKey(ci.ServerURL),
 		Project: ci.Job.ProjectID, GitLabJobID: ci.Job.ID, Admission: sub.Admission, Reservation: sub.Reservation,
 		Placement: placementKey(sub.Placement), RequestID: sub.RequestID, State: store.JobQueued, Revision: 1,
 		Spec: redacted, Created: now, Updated: now,
@@ -167,7 +164,7 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 	d.log.Info("job submitted", logkey.JobID, j.rec.ID, logkey.RunnerID, sub.Runner, logkey.GitLabJobID, ci.Job.ID,
 		logkey.Admission, sub.Admission, "spec", spec)
 	d.audit(principal, "job.submit", j.rec.ID, fmt.Sprintf("runner %s, GitLab job %d, project %d (%s), admission %s",
-		sub.Runner, ci.Job.ID, ci.Job.ProjectID, ci.Job.ProjectPath, or(sub.Admission, "none")))
+		sub.Runner, ci.Job.ID, ci.Job.ProjectID, ci.Job.ProjectPath, cmp.Or(sub.Admission, "none")))
 	d.exec(acts) // a Start here sends the full spec to the node
 	return d.liveView(j), nil
 }

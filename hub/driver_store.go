@@ -68,9 +68,7 @@ func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
 	if j.rec.State == store.JobFinished {
 		return
 	}
-	if res.OutputLen < j.outLen {
-		res.OutputLen = j.outLen
-	}
+	res.OutputLen = max(res.OutputLen, j.outLen)
 	b, err := json.Marshal(res)
 	if err != nil {
 		d.log.Error("encoding a job result failed", logkey.JobID, j.rec.ID, logkey.Err, err)
@@ -78,7 +76,7 @@ func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
 	j.rec.State, j.rec.Result, j.result, j.spec = store.JobFinished, b, &res, nil
 	id := j.rec.ID
 	d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
-	d.met.add("vk_hub_jobs_finished_total", 1, "failure", failureLabel(res.Failure))
+	d.met.add("vk_hub_jobs_finished_total", 1, "failure", res.Failure.MetricLabel())
 	d.log.Info("job finished", logkey.JobID, j.rec.ID, "failure", string(res.Failure), "message", res.Message)
 	d.storeFinished(j, true)
 }

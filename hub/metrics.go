@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"runtime"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/version"
-	"github.com/vk-ci/vk/proto/client"
 )
 
 // metrics are the hub's Prometheus metrics (docs/hub.md lists them) on
@@ -87,10 +87,6 @@ func (m *metrics) hist(name, help string, buckets []float64, labels ...string) {
 	m.reg.MustRegister(v)
 	m.hists[name] = v
 }
-
-// failureLabel is a job's failure as a label value: "success" for none,
-// the same words as the node's vk_node_jobs_finished_total.
-func failureLabel(f client.Failure) string { return f.MetricLabel() }
 
 // values returns the values of label pairs ("k", "v", …).
 func values(kv []string) []string {
@@ -181,11 +177,7 @@ func (d *Driver) countTenants() {
 		for name, tp := range d.policy.Tenants {
 			held[name] += 0
 			waiting[name] += 0
-			w := tp.Weight
-			if w == 0 {
-				w = 1
-			}
-			d.met.set("vk_hub_tenant_weight", float64(w), "tenant", name)
+			d.met.set("vk_hub_tenant_weight", float64(cmp.Or(tp.Weight, 1)), "tenant", name)
 			if tp.Cap > 0 {
 				d.met.set("vk_hub_tenant_cap", float64(tp.Cap), "tenant", name)
 			}

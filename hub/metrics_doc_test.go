@@ -25,7 +25,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m.observeHist("vk_hub_wait_seconds", 1, "kind", waitJob, "size", sizeClass(2))
 	m.set("vk_hub_queue_depth", 1, "class", "jobs")
 	m.set("vk_hub_jobs", 1, "state", "running")
-	m.add("vk_hub_jobs_finished_total", 1, "failure", failureLabel(""))
+	m.add("vk_hub_jobs_finished_total", 1, "failure", client.Failure("").MetricLabel())
 	for _, g := range []string{"vk_hub_tenant_held", "vk_hub_tenant_waiting", "vk_hub_tenant_cap", "vk_hub_tenant_weight"} {
 		m.set(g, 1, "tenant", "acme")
 	}
@@ -67,11 +67,11 @@ func TestMetricsDocumented(t *testing.T) {
 // A finished job's failure label is "success" when it did not fail, as
 // on the node, and the failure's own word otherwise.
 func TestFailureLabel(t *testing.T) {
-	if got := failureLabel(""); got != "success" {
-		t.Errorf(`failureLabel("") = %q`, got)
+	if got := client.Failure("").MetricLabel(); got != "success" {
+		t.Errorf(`client.Failure("").MetricLabel() = %q`, got)
 	}
-	if got := failureLabel(client.FailureScript); got != string(client.FailureScript) {
-		t.Errorf("failureLabel(script) = %q", got)
+	if got := client.FailureScript.MetricLabel(); got != string(client.FailureScript) {
+		t.Errorf("client.FailureScript.MetricLabel() = %q", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
 
@@ -14,7 +15,7 @@ import (
 // spec: ARB-11
 func TestMetricsPerTenant(t *testing.T) {
 	h := newHarness(t)
-	h.cfg.CapacityPolicy = &PolicyConfig{ProbeLimit: 64, Tenants: map[string]TenantConfig{
+	h.cfg.CapacityPolicy = &PolicyConfig{ProbeLimit: 64, Tenants: map[string]admin.Tenant{
 		"acme": {Weight: 3, Cap: 5, Relays: []string{h.relay}},
 		"beta": {Relays: []string{"relay-other"}},
 	}}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/vk-ci/vk/hub/admin"
@@ -24,18 +25,6 @@ import (
 // belongs to the first tenant in name order that lists it by runner, else
 // by relay.
 type PolicyConfig = admin.Policy
-
-// HeadroomConfig is one headroom entry: Slots envelopes of a placement.
-type HeadroomConfig = admin.Headroom
-
-// TenantConfig is one tenant.
-type TenantConfig = admin.Tenant
-
-// ProjectConfig is one project entry of a tenant.
-type ProjectConfig = admin.Project
-
-// RuleConfig is one placement rule: node IDs, pools, branch globs.
-type RuleConfig = admin.Rule
 
 // LoadPolicyFile reads a capacity policy file strictly (`version = 1`).
 // An empty projects table of a tenant is an error (see
@@ -115,23 +104,13 @@ func policyTenantOf(p *PolicyConfig, relay, runner string) (tenant string, produ
 	key := relay + "/" + runner
 	names := sortedKeys(p.Tenants)
 	for _, n := range names {
-		t := p.Tenants[n]
-		for _, r := range t.ProductionRunners {
-			if r == key {
-				return n, true
-			}
-		}
-		for _, r := range t.Runners {
-			if r == key {
-				return n, false
-			}
+		if t := p.Tenants[n]; slices.Contains(t.ProductionRunners, key) || slices.Contains(t.Runners, key) {
+			return n, slices.Contains(t.ProductionRunners, key)
 		}
 	}
 	for _, n := range names {
-		for _, r := range p.Tenants[n].Relays {
-			if r == relay {
-				return n, false
-			}
+		if slices.Contains(p.Tenants[n].Relays, relay) {
+			return n, false
 		}
 	}
 	return policyDefaultTenant(p), false

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -82,10 +83,7 @@ func (rs *releaseStore) List(ctx context.Context) ([]admin.Release, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]admin.Release, 0, len(m))
-	for _, r := range m {
-		out = append(out, r)
-	}
+	out := slices.Collect(maps.Values(m))
 	slices.SortFunc(out, func(a, b admin.Release) int { return b.Published.Compare(a.Published) })
 	return out, nil
 }

@@ -27,6 +27,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -169,9 +170,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // standby) and serves in the background. It returns once the listener is
 // bound and, without a lease, state is restored.
 func Start(ctx context.Context, cfg Config, log *slog.Logger, opt Options) (*Server, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	s := &Server{cfg: cfg, opt: opt, log: log.With(logkey.Component, "hub"), clk: clock.Or(opt.Clock),
 		met: haMetrics(newMetrics()), done: make(chan struct{}), leading: make(chan struct{})}
 	steps := []func(context.Context) error{

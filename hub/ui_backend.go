@@ -62,7 +62,7 @@ func (q *queueReq) run(d *Driver) {
 			if r.states[rr.Name] != client.RunnerServerPending {
 				continue
 			}
-			inst := instanceOf(r.report.GitLabURL)
+			inst := store.InstanceKey(r.report.GitLabURL)
 			reason := "waiting: its GitLab server is pending approval (vk-hub projects list)"
 			if inst != "" {
 				reason = "waiting: GitLab server " + inst + " is pending approval (vk-hub projects approve " + inst + " server)"

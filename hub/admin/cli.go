@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -163,7 +164,7 @@ func nodesCmd(cl func() *Client) *cobra.Command {
 			if err := cl().SetPools(cmd.Context(), args[0], pools); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "node %s pools: %s\n", args[0], orDash(strings.Join(pools, ",")))
+			fmt.Fprintf(cmd.ErrOrStderr(), "node %s pools: %s\n", args[0], cmp.Or(strings.Join(pools, ","), "-"))
 			return nil
 		},
 	}, &cobra.Command{
@@ -180,7 +181,7 @@ func nodesCmd(cl func() *Client) *cobra.Command {
 			if err := cl().SetCeiling(cmd.Context(), args[0], n); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "node %s ceiling: %s\n", args[0], ceilingText(n))
+			fmt.Fprintf(cmd.ErrOrStderr(), "node %s ceiling: %s\n", args[0], CeilingText(n))
 			return nil
 		},
 	}, drain, undrain, &cobra.Command{
@@ -318,7 +319,7 @@ func writeRelays(w io.Writer, rs []Relay) error {
 		if r.Removed {
 			state = "removed " + stamp(r.RemovedAt)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Name), stamp(r.Created), state, orDash(r.Release))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", r.ID, cmp.Or(r.Name, "-"), stamp(r.Created), state, cmp.Or(r.Release, "-"))
 	}
 	return t.Flush()
 }
@@ -327,7 +328,7 @@ func writeNodes(w io.Writer, ns []Node) error {
 	t := table(w)
 	fmt.Fprintln(t, "ID\tNAME\tSTATE\tPOOLS\tLABELS\tCEILING\tJOBS\tRESV\tCAPACITY\tLAST SEEN")
 	for _, n := range ns {
-		ceiling := ceilingText(n.Ceiling)
+		ceiling := CeilingText(n.Ceiling)
 		if n.MaxConcurrency > 0 {
 			ceiling += "/" + strconv.Itoa(n.MaxConcurrency)
 		}
@@ -335,8 +336,8 @@ func writeNodes(w io.Writer, ns []Node) error {
 		if n.Capacity.CPUs > 0 {
 			capacity = fmt.Sprintf("%dcpu %s %s", n.Capacity.CPUs, n.Capacity.Mem, n.Capacity.Disk)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, orDash(n.Name), orDash(n.State),
-			orDash(strings.Join(n.Pools, ",")), orDash(strings.Join(n.Labels, ",")), ceiling, n.Jobs, n.Reservations,
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, cmp.Or(n.Name, "-"), cmp.Or(n.State, "-"),
+			cmp.Or(strings.Join(n.Pools, ","), "-"), cmp.Or(strings.Join(n.Labels, ","), "-"), ceiling, n.Jobs, n.Reservations,
 			capacity, stamp(n.LastSeen))
 	}
 	return t.Flush()
@@ -352,10 +353,10 @@ func writeQueue(w io.Writer, q []Waiting) error {
 		}
 		who := "-"
 		if e.Relay != "" || e.Runner != "" {
-			who = orDash(e.Relay) + "/" + orDash(e.Runner)
+			who = cmp.Or(e.Relay, "-") + "/" + cmp.Or(e.Runner, "-")
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Kind, e.ID, orDash(e.Class), orDash(e.Tenant), who, proj,
-			orDash(e.Placement), waited(e), e.PositionText(), e.EstimateText(), orDash(e.Reason))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Kind, e.ID, cmp.Or(e.Class, "-"), cmp.Or(e.Tenant, "-"), who, proj,
+			cmp.Or(e.Placement, "-"), waited(e), e.PositionText(), e.EstimateText(), cmp.Or(e.Reason, "-"))
 	}
 	if err := t.Flush(); err != nil {
 		return err
@@ -384,7 +385,7 @@ func writeProjects(w io.Writer, as []store.Approval) error {
 		if a.Project == 0 {
 			proj = "server"
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Instance, proj, orDash(a.Path), a.State, orDash(a.By), stamp(a.Updated))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Instance, proj, cmp.Or(a.Path, "-"), a.State, cmp.Or(a.By, "-"), stamp(a.Updated))
 	}
 	return t.Flush()
 }
@@ -402,11 +403,4 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vk-ci/vk/hub/api"
 
 	"github.com/vk-ci/vk/hub/enrol"
 	"github.com/vk-ci/vk/hub/store"
@@ -34,7 +37,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, body []byte
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, TokenAnswer{Token: tok.Text, Kind: string(tok.Kind), Expires: tok.Expires, CAFingerprint: s.cfg.CAFingerprint})
+	api.WriteJSON(w, http.StatusCreated, TokenAnswer{Token: tok.Text, Kind: string(tok.Kind), Expires: tok.Expires, CAFingerprint: s.cfg.CAFingerprint})
 	return nil
 }
 
@@ -53,64 +56,42 @@ func (s *Server) listRelays(w http.ResponseWriter, r *http.Request, _ []byte) er
 	if err := s.relayReleases(r.Context(), out); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
-// removeRelay serves DELETE /admin/relays/{id}: mark the relay removed
-// (its key is refused from now on), tell the hub, audit. Idempotent.
+// removeRelay serves DELETE /admin/relays/{id} and removeNode DELETE
+// /admin/nodes/{id}: each marks its principal removed (its key is refused
+// from now on), audits, and tells the hub. Idempotent.
 func (s *Server) removeRelay(w http.ResponseWriter, r *http.Request, _ []byte) error {
-	id := r.PathValue("id")
-	ctx := r.Context()
-	p, err := s.cfg.Store.GetPrincipal(ctx, id)
-	if err != nil {
-		return fmt.Errorf("relay %q: %w", id, err)
-	}
-	if p.Kind != store.KindRelay {
-		return fmt.Errorf("%w: %q is a %s, not a relay", ErrNotFound, id, p.Kind)
-	}
-	if !p.Removed {
-		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
-			return err
-		}
-		if err := s.audit(ctx, r, "relay.remove", id, ""); err != nil {
-			return err
-		}
-		s.log.InfoContext(ctx, "relay removed", logkey.RelayID, id, "actor", actor(r))
-	}
-	if err := s.cfg.Backend.RelayRemoved(ctx, id); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.removePrincipal(w, r, store.KindRelay, "relay", logkey.RelayID, s.cfg.Backend.RelayRemoved)
 }
 
-// removeNode serves DELETE /admin/nodes/{id}: mark the node removed (its
-// key is refused from now on), tell the hub, audit. Idempotent.
 func (s *Server) removeNode(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	return s.removePrincipal(w, r, store.KindNode, "node", logkey.NodeID, s.cfg.Backend.NodeRemoved)
+}
+
+func (s *Server) removePrincipal(w http.ResponseWriter, r *http.Request, kind store.PrincipalKind, what, logKey string,
+	tell func(ctx context.Context, id string) error) error {
 	id := r.PathValue("id")
 	ctx := r.Context()
 	p, err := s.cfg.Store.GetPrincipal(ctx, id)
 	if err != nil {
-		return fmt.Errorf("node %q: %w", id, err)
+		return fmt.Errorf("%s %q: %w", what, id, err)
 	}
-	if p.Kind != store.KindNode {
-		return fmt.Errorf("%w: %q is a %s, not a node", ErrNotFound, id, p.Kind)
+	if p.Kind != kind {
+		return fmt.Errorf("%w: %q is a %s, not a %s", ErrNotFound, id, p.Kind, what)
 	}
 	if !p.Removed {
 		if err := s.cfg.Store.RemovePrincipal(ctx, id, s.clk.Now().UTC()); err != nil {
 			return err
 		}
-		if err := s.audit(ctx, r, "node.remove", id, ""); err != nil {
+		if err := s.audit(ctx, r, what+".remove", id, ""); err != nil {
 			return err
 		}
-		s.log.InfoContext(ctx, "node removed", logkey.NodeID, id, "actor", actor(r))
+		s.log.InfoContext(ctx, what+" removed", logKey, id, "actor", actor(r))
 	}
-	if err := s.cfg.Backend.NodeRemoved(ctx, id); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, tell(ctx, id))
 }
 
 // listNodes serves GET /admin/nodes, sorted by ID.
@@ -120,10 +101,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request, _ []byte) err
 		return err
 	}
 	slices.SortFunc(ns, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
-	if ns == nil {
-		ns = []Node{}
-	}
-	writeJSON(w, http.StatusOK, ns)
+	writeList(w, ns)
 	return nil
 }
 
@@ -134,10 +112,7 @@ func (s *Server) listQueue(w http.ResponseWriter, r *http.Request, _ []byte) err
 	if err != nil {
 		return err
 	}
-	if q == nil {
-		q = []Waiting{}
-	}
-	writeJSON(w, http.StatusOK, q)
+	writeList(w, q)
 	return nil
 }
 
@@ -156,11 +131,7 @@ func (s *Server) setPools(w http.ResponseWriter, r *http.Request, body []byte) e
 	if err := s.cfg.Backend.SetPools(r.Context(), id, req.Pools); err != nil {
 		return err
 	}
-	if err := s.audit(r.Context(), r, "node.pools", id, strings.Join(req.Pools, ",")); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.audit(r.Context(), r, "node.pools", id, strings.Join(req.Pools, ",")))
 }
 
 // setCeiling serves PUT /admin/nodes/{id}/ceiling (OPS-02).
@@ -176,11 +147,7 @@ func (s *Server) setCeiling(w http.ResponseWriter, r *http.Request, body []byte)
 	if err := s.cfg.Backend.SetCeiling(r.Context(), id, req.Ceiling); err != nil {
 		return err
 	}
-	if err := s.audit(r.Context(), r, "node.ceiling", id, ceilingText(req.Ceiling)); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.audit(r.Context(), r, "node.ceiling", id, CeilingText(req.Ceiling)))
 }
 
 // drain serves PUT /admin/nodes/{id}/drain.
@@ -197,11 +164,7 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request, body []byte) erro
 	if !req.Drain {
 		action = "node.undrain"
 	}
-	if err := s.audit(r.Context(), r, action, id, ""); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.audit(r.Context(), r, action, id, ""))
 }
 
 // getPolicy serves GET /admin/policy as a policy file (TOML).
@@ -230,12 +193,8 @@ func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request, body []byte) 
 	if err := s.cfg.Backend.SetPolicy(r.Context(), p); err != nil {
 		return err
 	}
-	if err := s.audit(r.Context(), r, "policy.set", "capacity-policy",
-		fmt.Sprintf("%d headroom entries, %d tenants", len(p.Headroom), len(p.Tenants))); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, s.audit(r.Context(), r, "policy.set", "capacity-policy",
+		fmt.Sprintf("%d headroom entries, %d tenants", len(p.Headroom), len(p.Tenants))))
 }
 
 // listProjects serves GET /admin/projects: every approval record.
@@ -244,10 +203,7 @@ func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, _ []byte) 
 	if err != nil {
 		return err
 	}
-	if as == nil {
-		as = []store.Approval{}
-	}
-	writeJSON(w, http.StatusOK, as)
+	writeList(w, as)
 	return nil
 }
 
@@ -268,34 +224,69 @@ func (s *Server) setApproval(w http.ResponseWriter, r *http.Request, body []byte
 	if inst == "" {
 		return fmt.Errorf("%w: instance %q: want the host[:port] of a GitLab server, as vk-hub projects list shows it", ErrInvalid, req.Instance)
 	}
-	req.Instance = inst
-	ctx := r.Context()
-	a, err := s.cfg.Store.GetApproval(ctx, req.Instance, req.Project)
+	return noContent(w, RecordApproval(r.Context(), s.cfg.Store, s.cfg.Backend, inst, req.Project, req.State, actor(r), s.clk.Now().UTC()))
+}
+
+// RecordApproval records an operator's decision on a project (or, with
+// project 0, on a GitLab server) as the admin socket and the web UI both
+// do: stored, audited, then told to the hub. Idempotent.
+func RecordApproval(ctx context.Context, st interface {
+	store.Approvals
+	store.Audit
+}, b Backend, inst string, proj int64, state store.ApprovalState, by string, now time.Time) error {
+	a, err := st.GetApproval(ctx, inst, proj)
 	if errors.Is(err, store.ErrNotFound) {
-		a, err = store.Approval{Instance: req.Instance, Project: req.Project}, nil
+		a, err = store.Approval{Instance: inst, Project: proj}, nil
 	}
 	if err != nil {
 		return err
 	}
-	a.State, a.By, a.Updated = req.State, actor(r), s.clk.Now().UTC()
-	if err := s.cfg.Store.PutApproval(ctx, a); err != nil {
+	a.State, a.By, a.Updated = state, by, now
+	if err := st.PutApproval(ctx, a); err != nil {
 		return err
 	}
-	subject := req.Instance + "/" + strconv.FormatInt(req.Project, 10)
-	if req.Project == 0 {
-		subject = req.Instance
-	}
-	if err := s.audit(ctx, r, "approval."+string(req.State), subject, a.Path); err != nil {
+	if err := AppendAudit(ctx, st, now, by, "approval."+string(state), ApprovalSubject(inst, proj), a.Path); err != nil {
 		return err
 	}
-	if err := s.cfg.Backend.ApprovalChanged(ctx, a); err != nil {
-		return err
+	return b.ApprovalChanged(ctx, a)
+}
+
+// ApprovalSubject is the audit subject of a decision on a project, or
+// with project 0 on its GitLab server.
+func ApprovalSubject(instance string, project int64) string {
+	if project == 0 {
+		return instance
 	}
-	w.WriteHeader(http.StatusNoContent)
+	return instance + "/" + strconv.FormatInt(project, 10)
+}
+
+// AppendAudit appends an operator's change to the audit log.
+func AppendAudit(ctx context.Context, st store.Audit, now time.Time, actor, action, subject, detail string) error {
+	if _, err := st.AppendAudit(ctx, store.AuditEntry{Time: now, Actor: actor, Action: action, Subject: subject, Detail: detail}); err != nil {
+		return fmt.Errorf("admin: audit: %w", err)
+	}
 	return nil
 }
 
-func ceilingText(n int) string {
+// noContent answers 204 unless err, which it returns for the error writer.
+func noContent(w http.ResponseWriter, err error) error {
+	if err == nil {
+		w.WriteHeader(http.StatusNoContent)
+	}
+	return err
+}
+
+// writeList answers 200 with the JSON array of l, [] when l is empty.
+func writeList[T any](w http.ResponseWriter, l []T) {
+	if l == nil {
+		l = []T{}
+	}
+	api.WriteJSON(w, http.StatusOK, l)
+}
+
+// CeilingText is a ceiling as the CLI and the UI show it: "none" for
+// [NoCeiling].
+func CeilingText(n int) string {
 	if n == NoCeiling {
 		return "none"
 	}

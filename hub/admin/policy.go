@@ -362,9 +362,10 @@ func CheckWritten(name string, data []byte, prefix []string) error {
 }
 
 func zeroWeights(name string, data []byte, prefix []string) error {
+	tenants := rawTenants(data, prefix)
 	var errs []error
-	for _, n := range sortedKeys(rawTenants(data, prefix)) {
-		t, _ := rawTenants(data, prefix)[n].(map[string]any)
+	for _, n := range sortedKeys(tenants) {
+		t, _ := tenants[n].(map[string]any)
 		if w, ok := t["weight"].(int64); ok && w == 0 {
 			errs = append(errs, fmt.Errorf("%w: %s: tenant %q: weight = 0: a weight is at least 1 (leave it out for 1; to stop a tenant's work, take its runners away)",
 				ErrPolicy, name, n))
@@ -398,13 +399,8 @@ func rawTenants(data []byte, prefix []string) map[string]any {
 // strict decode reports its syntax errors.
 func EmptyProjects(name string, data []byte, prefix []string) error {
 	tenants := rawTenants(data, prefix)
-	names := make([]string, 0, len(tenants))
-	for n := range tenants {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	var errs []error
-	for _, n := range names {
+	for _, n := range sortedKeys(tenants) {
 		t, _ := tenants[n].(map[string]any)
 		if pr, ok := t["projects"].(map[string]any); ok && len(pr) == 0 {
 			errs = append(errs, fmt.Errorf("%w: %s: tenant %q: its projects table is empty; remove it to allow every project, or list at least one",

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/vk-ci/vk/hub/api"
 
 	"github.com/spf13/cobra"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -93,7 +96,7 @@ func (s *Server) putRelease(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		s.log.InfoContext(r.Context(), "release published", "release", v, "sha256", rec.SHA256, "size", rec.Size, "actor", actor(r))
-		writeJSON(w, http.StatusCreated, rec)
+		api.WriteJSON(w, http.StatusCreated, rec)
 		return nil
 	}()
 	if err != nil {
@@ -111,10 +114,7 @@ func (s *Server) listReleases(w http.ResponseWriter, r *http.Request, _ []byte) 
 	if err != nil {
 		return err
 	}
-	if out == nil {
-		out = []Release{}
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, out)
 	return nil
 }
 
@@ -159,22 +159,17 @@ func (s *Server) relayReleases(ctx context.Context, rs []Relay) error {
 
 // PublishRelease uploads a release's bytes with its signature.
 func (c *Client) PublishRelease(ctx context.Context, version, signature string, body io.Reader) (Release, error) {
-	var out Release
-	_, err := c.do(ctx, http.MethodPut, "/admin/releases/"+url.PathEscape(version), signedBody{body, signature}, http.StatusCreated, &out)
-	return out, err
+	return get[Release](ctx, c, http.MethodPut, "/admin/releases/"+url.PathEscape(version), signedBody{body, signature}, http.StatusCreated)
 }
 
 // Releases lists the published releases, newest first.
 func (c *Client) Releases(ctx context.Context) ([]Release, error) {
-	var out []Release
-	_, err := c.do(ctx, http.MethodGet, "/admin/releases", nil, http.StatusOK, &out)
-	return out, err
+	return get[[]Release](ctx, c, http.MethodGet, "/admin/releases", nil, http.StatusOK)
 }
 
 // UpdateRelay asks a relay to install a published release.
 func (c *Client) UpdateRelay(ctx context.Context, relay, version string) error {
-	_, err := c.do(ctx, http.MethodPost, "/admin/relays/"+url.PathEscape(relay)+"/update", UpdateRequest{Release: version}, http.StatusAccepted, nil)
-	return err
+	return c.do(ctx, http.MethodPost, "/admin/relays/"+url.PathEscape(relay)+"/update", UpdateRequest{Release: version}, http.StatusAccepted, nil)
 }
 
 // signedBody is a release upload: its bytes and the signature header.
@@ -295,9 +290,7 @@ func signCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if out == "" {
-				out = args[0] + ".sig"
-			}
+			out = cmp.Or(out, args[0]+".sig")
 			if err := os.WriteFile(out, []byte(relsign.Sign(priv, release, sum)+"\n"), 0o644); err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/vk-ci/vk/hub/api"
 
 	"github.com/vk-ci/vk/hub/enrol"
 	"github.com/vk-ci/vk/hub/store"
@@ -149,10 +152,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.Backend == nil || cfg.Enroller == nil {
 		return nil, errors.New("admin: Config needs Store, Backend and Enroller")
 	}
-	s := &Server{cfg: cfg, clk: clock.Or(cfg.Clock), log: cfg.Log, mux: http.NewServeMux(), peer: peerUID}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
+	s := &Server{cfg: cfg, clk: clock.Or(cfg.Clock), log: cmp.Or(cfg.Log, slog.New(slog.DiscardHandler)), mux: http.NewServeMux(), peer: peerUID}
 	for _, r := range []struct {
 		pattern string
 		h       func(http.ResponseWriter, *http.Request, []byte) error
@@ -187,21 +187,7 @@ func registerPprof(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
-// Handler returns the admin HTTP handler (for tests and custom listeners;
-// [Server.Serve] adds the peer check).
-func (s *Server) Handler() http.Handler { return s.mux }
-
 type ctxKey struct{}
-
-// Serve listens on the unix socket at path ([Server.Listen]) and serves
-// the admin routes on it until ctx ends ([Server.ServeOn]).
-func (s *Server) Serve(ctx context.Context, path string) error {
-	ln, err := s.Listen(path)
-	if err != nil {
-		return err
-	}
-	return s.ServeOn(ctx, ln)
-}
 
 // Listen creates the admin socket at path, mode 0600. A stale socket file
 // left by a crashed hub is replaced; one a running hub answers on is an
@@ -273,11 +259,11 @@ func (s *Server) peerCheck(h http.Handler) http.Handler {
 		c, _ := r.Context().Value(ctxKey{}).(net.Conn)
 		uid, err := s.peer(c)
 		if err != nil {
-			writeJSON(w, http.StatusForbidden, client.Error{Error: "admin socket: cannot identify caller", Code: client.CodeForbidden})
+			api.WriteJSON(w, http.StatusForbidden, client.Error{Error: "admin socket: cannot identify caller", Code: client.CodeForbidden})
 			return
 		}
 		if uid >= 0 && uid != 0 && uid != os.Getuid() && !slices.Contains(s.cfg.AllowUIDs, uid) {
-			writeJSON(w, http.StatusForbidden, client.Error{Error: fmt.Sprintf("admin socket: uid %d may not use it", uid), Code: client.CodeForbidden})
+			api.WriteJSON(w, http.StatusForbidden, client.Error{Error: fmt.Sprintf("admin socket: uid %d may not use it", uid), Code: client.CodeForbidden})
 			return
 		}
 		if uid >= 0 {
@@ -339,14 +325,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, route string, 
 		lvl = slog.LevelWarn
 	}
 	s.log.Log(r.Context(), lvl, "admin request failed", logkey.Route, route, logkey.Status, status, logkey.Err, err)
-	writeJSON(w, status, client.Error{Error: err.Error(), Code: code})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	api.WriteJSON(w, status, client.Error{Error: err.Error(), Code: code})
 }
 
 // decode decodes body strictly into v; errors wrap ErrInvalid.
@@ -363,9 +342,5 @@ func decode(body []byte, v any) error {
 }
 
 func (s *Server) audit(ctx context.Context, r *http.Request, action, subject, detail string) error {
-	if _, err := s.cfg.Store.AppendAudit(ctx, store.AuditEntry{Time: s.clk.Now().UTC(), Actor: actor(r),
-		Action: action, Subject: subject, Detail: detail}); err != nil {
-		return fmt.Errorf("admin: audit: %w", err)
-	}
-	return nil
+	return AppendAudit(ctx, s.cfg.Store, s.clk.Now().UTC(), actor(r), action, subject, detail)
 }

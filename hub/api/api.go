@@ -29,6 +29,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -191,9 +192,7 @@ type API struct {
 
 // New returns an API over cfg.
 func New(cfg Config) *API {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 2 << 20
 	}
@@ -304,10 +303,7 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) error
 	if err != nil {
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
 	}
-	target := r.RequestURI
-	if target == "" {
-		target = r.URL.RequestURI()
-	}
+	target := cmp.Or(r.RequestURI, r.URL.RequestURI())
 	if err := reqsign.VerifySeq(pub, hdr.Principal, r.Method, target, body, hdr.Time, hdr.Seq, ekm, hdr.Signature, now, a.cfg.Skew); err != nil {
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
 	}
@@ -327,8 +323,6 @@ func (a *API) skew() time.Duration {
 	return reqsign.DefaultSkew
 }
 
-// principalKey returns the key of an enrolled relay that is not removed
-// and whose stored key is not weak (AUTH-13).
 // principalUnread is a principal lookup that failed in the store, not
 // one that found no principal: the request is answered 503, not 401.
 type principalUnread struct{ err error }
@@ -336,6 +330,8 @@ type principalUnread struct{ err error }
 func (e principalUnread) Error() string { return "reading the principal: " + e.err.Error() }
 func (e principalUnread) Unwrap() error { return e.err }
 
+// principalKey returns the key of an enrolled relay that is not removed
+// and whose stored key is not weak (AUTH-13).
 func (a *API) principalKey(ctx context.Context, id string) (ed25519.PublicKey, store.PrincipalKind, error) {
 	pr, err := a.cfg.Store.GetPrincipal(ctx, id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -427,14 +423,17 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, route string, e
 			w.Header().Add(k, v)
 		}
 	}
-	writeJSON(w, status, errorBody(ae))
+	WriteJSON(w, status, errorBody(ae))
 }
 
 func errorBody(ae *Error) client.Error {
 	return client.Error{Error: ae.Msg, Code: ae.Code, RetryAfterSecs: ae.RetryAfter, ApprovalURL: ae.ApprovalURL}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers status with v as JSON (a newline after it); one that
+// does not encode is a 500 internal error body. The admin socket and the
+// join route answer through it too.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)

@@ -26,11 +26,7 @@ func (a *API) capacity(w http.ResponseWriter, r *http.Request, p Principal, body
 		return &Error{Code: client.CodeInvalid, Msg: err.Error()}
 	}
 	c, err := a.cfg.Backend.Capacity(r.Context(), p, req, capWait(req.WaitSecs))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, c)
-	return nil
+	return answer(w, http.StatusOK, c, err)
 }
 
 // reserve serves POST /v1/reservations (API-03, API-16..21): 201 grant or
@@ -69,11 +65,7 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request, p Principal, body 
 		if err != nil {
 			return err
 		}
-		if g != nil {
-			writeJSON(w, http.StatusCreated, g)
-		} else {
-			writeJSON(w, http.StatusAccepted, t)
-		}
+		writeGrant(w, g, t)
 		return nil
 	} else if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrExpired) {
 		return err
@@ -89,11 +81,7 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request, p Principal, body 
 		status = http.StatusCreated
 	}
 	a.putAnswer(ctx, store.Answer{Principal: p.ID, RequestID: req.RequestID, BodyHash: sum, Status: status, Body: b, Created: a.clk.Now()})
-	if g != nil {
-		writeJSON(w, http.StatusCreated, g)
-	} else {
-		writeJSON(w, http.StatusAccepted, client.ReservationTicket{Ticket: ticket})
-	}
+	writeGrant(w, g, client.ReservationTicket{Ticket: ticket})
 	return nil
 }
 
@@ -118,11 +106,7 @@ func (a *API) ticketGet(w http.ResponseWriter, r *http.Request, p Principal, _ [
 	if err != nil {
 		return err
 	}
-	if g != nil {
-		writeJSON(w, http.StatusCreated, g)
-	} else {
-		writeJSON(w, http.StatusAccepted, client.ReservationTicket{Ticket: t})
-	}
+	writeGrant(w, g, client.ReservationTicket{Ticket: t})
 	return nil
 }
 
@@ -130,22 +114,14 @@ func (a *API) ticketGet(w http.ResponseWriter, r *http.Request, p Principal, _ [
 // 204 (also for an unknown ticket), 409 once claimed, 404 another's.
 // Idempotent by construction.
 func (a *API) ticketDelete(w http.ResponseWriter, r *http.Request, p Principal, _ []byte) error {
-	if err := a.cfg.Backend.CancelTicket(r.Context(), p, r.PathValue("ticket")); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, a.cfg.Backend.CancelTicket(r.Context(), p, r.PathValue("ticket")))
 }
 
 // claim serves POST /v1/reservations/{id}/claim (API-05, API-26): 204,
 // again 204 when repeated, 410 for no such grant (DECISIONS 1).
 // Idempotent by construction.
 func (a *API) claim(w http.ResponseWriter, r *http.Request, p Principal, _ []byte) error {
-	if err := a.cfg.Backend.Claim(r.Context(), p, r.PathValue("id")); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, a.cfg.Backend.Claim(r.Context(), p, r.PathValue("id")))
 }
 
 // outcome serves POST /v1/reservations/{admission}/outcome (API-05,
@@ -162,11 +138,7 @@ func (a *API) outcome(w http.ResponseWriter, r *http.Request, p Principal, body 
 	if adm := r.PathValue("admission"); req.Admission != adm {
 		return Errorf(client.CodeInvalid, "body names admission %q, path %q", req.Admission, adm)
 	}
-	if err := a.cfg.Backend.Outcome(r.Context(), p, req.Admission, req.Outcome); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, a.cfg.Backend.Outcome(r.Context(), p, req.Admission, req.Outcome))
 }
 
 // renew serves POST /v1/reservations/{id}/renew (API-06, API-29): 200
@@ -181,21 +153,13 @@ func (a *API) renew(w http.ResponseWriter, r *http.Request, p Principal, body []
 		return Errorf(client.CodeInvalid, "lease_secs must not be negative")
 	}
 	g, err := a.cfg.Backend.Renew(r.Context(), p, r.PathValue("id"), req.LeaseSecs)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, g)
-	return nil
+	return answer(w, http.StatusOK, g, err)
 }
 
 // release serves DELETE /v1/reservations/{id} (API-06, API-30): 204 even
 // when already gone. Idempotent by construction.
 func (a *API) release(w http.ResponseWriter, r *http.Request, p Principal, _ []byte) error {
-	if err := a.cfg.Backend.Release(r.Context(), p, r.PathValue("id")); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, a.cfg.Backend.Release(r.Context(), p, r.PathValue("id")))
 }
 
 // submit serves POST /v1/jobs (API-07, API-31..35): 201 JobView.
@@ -244,7 +208,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal, body [
 	b, _ := json.Marshal(view)
 	rec.Status, rec.Body, rec.Job = http.StatusCreated, append(b, '\n'), view.ID
 	a.putAnswer(ctx, rec)
-	writeJSON(w, http.StatusCreated, view)
+	WriteJSON(w, http.StatusCreated, view)
 	return nil
 }
 
@@ -291,11 +255,7 @@ func (a *API) jobGet(w http.ResponseWriter, r *http.Request, p Principal, _ []by
 		return err
 	}
 	v, err := a.cfg.Backend.Job(r.Context(), p, r.PathValue("id"), after, wait)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
+	return answer(w, http.StatusOK, v, err)
 }
 
 // outputGet serves GET /v1/jobs/{id}/output?offset=&wait= (API-08,
@@ -359,22 +319,14 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request, p Principal, body [
 		return &Error{Code: client.CodeInvalid, Msg: err.Error()}
 	}
 	v, err := a.cfg.Backend.Cancel(r.Context(), p, r.PathValue("id"), req.Mode)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusAccepted, v)
-	return nil
+	return answer(w, http.StatusAccepted, v, err)
 }
 
 // settle serves POST /v1/jobs/{id}/settle (API-08, API-41): 204; 409
 // (retried) until the job finished; drops the output, keeps the record.
 // Idempotent by construction.
 func (a *API) settle(w http.ResponseWriter, r *http.Request, p Principal, _ []byte) error {
-	if err := a.cfg.Backend.Settle(r.Context(), p, r.PathValue("id")); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(w, a.cfg.Backend.Settle(r.Context(), p, r.PathValue("id")))
 }
 
 // clients serves POST /v1/clients (API-09): 204 for API-key clients,
@@ -393,4 +345,30 @@ func (a *API) clients(w http.ResponseWriter, r *http.Request, p Principal, body 
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// noContent answers 204 unless err, which it returns for the error writer.
+func noContent(w http.ResponseWriter, err error) error {
+	if err == nil {
+		w.WriteHeader(http.StatusNoContent)
+	}
+	return err
+}
+
+// answer answers status with v as JSON unless err, which it returns.
+func answer[T any](w http.ResponseWriter, status int, v T, err error) error {
+	if err == nil {
+		WriteJSON(w, status, v)
+	}
+	return err
+}
+
+// writeGrant answers 201 with the grant g, or while there is none 202
+// with the ticket t.
+func writeGrant(w http.ResponseWriter, g *client.ReservationGrant, t client.ReservationTicket) {
+	if g != nil {
+		WriteJSON(w, http.StatusCreated, g)
+	} else {
+		WriteJSON(w, http.StatusAccepted, t)
+	}
 }

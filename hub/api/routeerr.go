@@ -63,7 +63,7 @@ func (e *errorShaper) WriteHeader(status int) {
 	}
 	h.Del("X-Content-Type-Options")
 	h.Del("Content-Length")
-	writeJSON(e.ResponseWriter, status, body)
+	WriteJSON(e.ResponseWriter, status, body)
 }
 
 func (e *errorShaper) Write(b []byte) (int, error) {

@@ -38,6 +38,7 @@ package enrol
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -53,6 +54,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/vk-ci/vk/hub/api"
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/clock"
@@ -139,16 +142,10 @@ func New(cfg Config) (*Enroller, error) {
 	if cfg.Store == nil || len(cfg.CAPEM) == 0 {
 		return nil, errors.New("enrol: Config needs Store and CAPEM")
 	}
-	e := &Enroller{st: cfg.Store, caPEM: cfg.CAPEM, clk: clock.Or(cfg.Clock), log: cfg.Log, rand: cfg.Rand,
-		bodyT: cfg.BodyTimeout, bud: cfg.Budget}
+	e := &Enroller{st: cfg.Store, caPEM: cfg.CAPEM, clk: clock.Or(cfg.Clock), log: cmp.Or(cfg.Log, slog.New(slog.DiscardHandler)),
+		rand: cmp.Or(cfg.Rand, rand.Reader), bodyT: cfg.BodyTimeout, bud: cfg.Budget}
 	if e.bodyT <= 0 {
 		e.bodyT = DefaultBodyTimeout
-	}
-	if e.log == nil {
-		e.log = slog.New(slog.DiscardHandler)
-	}
-	if e.rand == nil {
-		e.rand = rand.Reader
 	}
 	return e, nil
 }
@@ -188,9 +185,7 @@ func (e *Enroller) NewToken(ctx context.Context, kind store.PrincipalKind, ttl t
 	if _, err := ParseKind(string(kind)); err != nil {
 		return Token{}, err
 	}
-	if ttl == 0 {
-		ttl = DefaultTTL
-	}
+	ttl = cmp.Or(ttl, DefaultTTL)
 	if ttl < 0 || ttl > MaxTTL {
 		return Token{}, fmt.Errorf("%w: %v (at most %v)", ErrTTL, ttl, MaxTTL)
 	}
@@ -239,7 +234,7 @@ func (h *httpError) Unwrap() error { return h.err }
 func (e *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp, err := e.serve(w, r)
 	if err == nil {
-		writeJSON(w, http.StatusCreated, resp)
+		api.WriteJSON(w, http.StatusCreated, resp)
 		return
 	}
 	var he *httpError
@@ -249,7 +244,7 @@ func (e *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := he.code.Status()
 	e.log.InfoContext(r.Context(), "join refused", logkey.Status, status, "code", string(he.code), "msg", he.msg,
 		logkey.Err, he.err, "remote", r.RemoteAddr)
-	writeJSON(w, status, client.Error{Error: he.msg, Code: he.code})
+	api.WriteJSON(w, status, client.Error{Error: he.msg, Code: he.code})
 }
 
 func (e *Enroller) serve(w http.ResponseWriter, r *http.Request) (client.JoinResponse, error) {
@@ -390,12 +385,4 @@ func (e *Enroller) newID(kind store.PrincipalKind) (string, error) {
 		prefix = "node-"
 	}
 	return prefix + strings.ToLower(b32.EncodeToString(raw[:]))[:12], nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
 }

@@ -291,43 +291,20 @@ func serial() *big.Int {
 	return n.Add(n, big.NewInt(1))
 }
 
-// loadPair reads a PEM certificate and its PKCS#8 ECDSA key. An error
-// wrapping fs.ErrNotExist means at least one file is absent; the caller
-// tells "both absent" from "one absent".
+// loadPair reads a PEM certificate and its ECDSA key (tls.LoadX509KeyPair:
+// it checks that they match). An error wrapping fs.ErrNotExist means at
+// least one file is absent; the caller tells "both absent" from "one
+// absent".
 func loadPair(certPath, keyPath string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	cb, err := os.ReadFile(certPath)
+	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pki: %w", err)
+		return nil, nil, fmt.Errorf("pki: %s, %s: %w", certPath, keyPath, err)
 	}
-	kb, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pki: %w", err)
-	}
-	cblk, _ := pem.Decode(cb)
-	if cblk == nil || cblk.Type != "CERTIFICATE" {
-		return nil, nil, fmt.Errorf("pki: %s: no CERTIFICATE block", certPath)
-	}
-	cert, err := x509.ParseCertificate(cblk.Bytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pki: %s: %w", certPath, err)
-	}
-	kblk, _ := pem.Decode(kb)
-	if kblk == nil || kblk.Type != "PRIVATE KEY" {
-		return nil, nil, fmt.Errorf("pki: %s: no PRIVATE KEY block", keyPath)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(kblk.Bytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pki: %s: %w", keyPath, err)
-	}
-	key, ok := k.(*ecdsa.PrivateKey)
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok {
-		return nil, nil, fmt.Errorf("pki: %s: key type %T, want ECDSA", keyPath, k)
+		return nil, nil, fmt.Errorf("pki: %s: key type %T, want ECDSA", keyPath, pair.PrivateKey)
 	}
-	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
-	if !ok || !pub.Equal(&key.PublicKey) {
-		return nil, nil, fmt.Errorf("pki: %s does not match %s", keyPath, certPath)
-	}
-	return cert, key, nil
+	return pair.Leaf, key, nil
 }
 
 // writePair writes the key first, then the certificate, each atomically

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -116,41 +117,27 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	c.Clock = clock.Or(c.Clock)
-	if c.HeartbeatSecs <= 0 {
-		c.HeartbeatSecs = DefaultHeartbeatSecs
-	}
-	if c.MissedHeartbeats <= 0 {
-		c.MissedHeartbeats = DefaultMissedHeartbeats
-	}
-	if c.MaxHeartbeatsPerSec <= 0 {
-		c.MaxHeartbeatsPerSec = DefaultMaxHeartbeatsPerSec
-	}
-	if c.RelayHeartbeatSecs <= 0 {
-		c.RelayHeartbeatSecs = DefaultRelayHeartbeatSecs
-	}
-	if c.QueueFrames <= 0 {
-		c.QueueFrames = DefaultQueueFrames
-	}
-	if c.ResumeWindow <= 0 {
-		c.ResumeWindow = DefaultResumeWindow
-	}
-	if c.HelloTimeout <= 0 {
-		c.HelloTimeout = DefaultHelloTimeout
-	}
-	if c.MaxPendingHellos <= 0 {
-		c.MaxPendingHellos = DefaultMaxPendingHellos
-	}
-	if c.NodeVersions == (dispatch.Range{}) {
-		c.NodeVersions = dispatch.HubVersions
-	}
-	if c.RelayVersions == (client.VersionRange{}) {
-		c.RelayVersions = client.RelayHubVersions
-	}
+	c.HeartbeatSecs = positiveOr(c.HeartbeatSecs, DefaultHeartbeatSecs)
+	c.MissedHeartbeats = positiveOr(c.MissedHeartbeats, DefaultMissedHeartbeats)
+	c.MaxHeartbeatsPerSec = positiveOr(c.MaxHeartbeatsPerSec, DefaultMaxHeartbeatsPerSec)
+	c.RelayHeartbeatSecs = positiveOr(c.RelayHeartbeatSecs, DefaultRelayHeartbeatSecs)
+	c.QueueFrames = positiveOr(c.QueueFrames, DefaultQueueFrames)
+	c.ResumeWindow = positiveOr(c.ResumeWindow, DefaultResumeWindow)
+	c.HelloTimeout = positiveOr(c.HelloTimeout, DefaultHelloTimeout)
+	c.MaxPendingHellos = positiveOr(c.MaxPendingHellos, DefaultMaxPendingHellos)
+	c.NodeVersions = cmp.Or(c.NodeVersions, dispatch.HubVersions)
+	c.RelayVersions = cmp.Or(c.RelayVersions, client.RelayHubVersions)
 	return c
+}
+
+// positiveOr is v, or def when v is not above zero.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // HeartbeatPeriod returns the node heartbeat period, in seconds, for a

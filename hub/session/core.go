@@ -110,8 +110,9 @@ func (s *core) end(e ending) {
 	s.endLocked(e)
 }
 
-// err returns why the session ended, nil while it lives.
-func (s *core) err() error {
+// Ended returns why the session ended for good, nil while it may still
+// carry frames (a node's while it can still be resumed).
+func (s *core) Ended() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ended
@@ -190,29 +191,29 @@ func (s *core) markEnded(err error) {
 	}
 }
 
-// handle returns the session handle.
-func (s *core) handle() string {
+// Handle returns the session handle.
+func (s *core) Handle() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st.Handle
 }
 
-// version returns the negotiated protocol version.
-func (s *core) version() int {
+// Version returns the negotiated protocol version.
+func (s *core) Version() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st.Version
 }
 
-// state returns a copy of the per-session state.
-func (s *core) state() State {
+// State returns a copy of the per-session state.
+func (s *core) State() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st
 }
 
-// connected reports whether a link currently carries the session.
-func (s *core) connected() bool {
+// Connected reports whether a connection currently carries the session.
+func (s *core) Connected() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.link != nil

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/vk-ci/vk/internal/logkey"
@@ -53,22 +52,6 @@ type NodeSession struct {
 
 // Node returns the node's enrolled ID.
 func (s *NodeSession) Node() string { return s.principal }
-
-// Handle returns the session handle.
-func (s *NodeSession) Handle() string { return s.handle() }
-
-// Version returns the negotiated protocol version.
-func (s *NodeSession) Version() int { return s.version() }
-
-// State returns a copy of the per-session state.
-func (s *NodeSession) State() State { return s.state() }
-
-// Connected reports whether a connection currently carries the session.
-func (s *NodeSession) Connected() bool { return s.connected() }
-
-// Ended returns why the session ended for good, nil while it may still
-// carry frames.
-func (s *NodeSession) Ended() error { return s.err() }
 
 // Send queues m for the node and returns at once; it assigns m's seq. It
 // fails with ErrEnded after the session ended, with ErrProtocol (nothing
@@ -128,33 +111,21 @@ func nodeEnding(err error) ending {
 // the registry of node sessions: one per node; a new session replaces the
 // old one. Create it with NewNodeServer.
 type NodeServer struct {
-	base server[*NodeSession, *dispatch.Hello, dispatch.Message] // registry and pump, shared with RelayServer
-	h    NodeHandler
+	// The registry and pump, shared with RelayServer.
+	server[*NodeSession, *dispatch.Hello, dispatch.Message]
+	h NodeHandler
 }
 
 // NewNodeServer returns the node session endpoint. cfg.Lookup and h are
 // required.
 func NewNodeServer(cfg Config, h NodeHandler) *NodeServer {
 	srv := &NodeServer{h: h}
-	srv.base.init(cfg.withDefaults(), KindNode, logkey.NodeID, true, srv)
+	srv.server.init(cfg.withDefaults(), KindNode, logkey.NodeID, true, srv)
 	return srv
 }
 
-// Session returns the node's current session, nil when it has none.
-func (srv *NodeServer) Session(node string) *NodeSession { return srv.base.Session(node) }
-
-// Len returns the number of node sessions (attached or resumable).
-func (srv *NodeServer) Len() int { return srv.base.Len() }
-
-// Close ends every session with code shutdown (close code 1001) and
-// refuses new ones; it waits until their readers have finished.
-func (srv *NodeServer) Close() { srv.base.Close() }
-
-// ServeHTTP handles GET /v1/node/session: 401 with the API error body
-// when the signature, key or principal fails; otherwise the WebSocket
-// session runs until it ends. A dropped connection leaves the session
-// resumable for cfg.ResumeWindow.
-func (srv *NodeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { srv.base.ServeHTTP(w, r) }
+// Session returns the node's session, nil when it has none.
+func (srv *NodeServer) Session(node string) *NodeSession { return srv.server.Session(node) }
 
 // What follows is NodeServer's side of kindOps.
 
@@ -169,7 +140,7 @@ func (*NodeServer) names(h *dispatch.Hello) (string, string) { return h.Node, h.
 // negotiate: the hub speaks cfg.NodeVersions (3..6) to nodes, so a node
 // offering at most 2 is refused (NSESS-03).
 func (srv *NodeServer) negotiate(h *dispatch.Hello) (int, error) {
-	return dispatch.Negotiate(srv.base.cfg.NodeVersions, h.Versions)
+	return dispatch.Negotiate(srv.server.cfg.NodeVersions, h.Versions)
 }
 
 func (srv *NodeServer) refusal(r refusal, msg string) []byte {
@@ -177,7 +148,7 @@ func (srv *NodeServer) refusal(r refusal, msg string) []byte {
 	case refuseUnauthorized:
 		return nodeErrorFrame(dispatch.ErrorUnauthorized, msg, nil)
 	case refuseVersion:
-		local := srv.base.cfg.NodeVersions
+		local := srv.server.cfg.NodeVersions
 		return nodeErrorFrame(dispatch.ErrorVersion, msg, &local)
 	case refuseShutdown:
 		return nodeErrorFrame(dispatch.ErrorShutdown, msg, nil)
@@ -191,7 +162,7 @@ func (*NodeServer) ending(err error) ending { return nodeEnding(err) }
 // frames the node has not processed are still kept (node sessions only);
 // otherwise it replaces old with a new session (NSESS-11, NSESS-24).
 func (srv *NodeServer) open(old *NodeSession, hello *dispatch.Hello, v int, node string, log *slog.Logger) (*NodeSession, []byte, func(), error) {
-	cfg := &srv.base.cfg
+	cfg := &srv.server.cfg
 	now := cfg.Clock.Now()
 	resumed := false
 	var s *NodeSession
@@ -208,14 +179,14 @@ func (srv *NodeServer) open(old *NodeSession, hello *dispatch.Hello, v int, node
 	}
 	if s == nil {
 		if old != nil {
-			srv.base.replace(old)
+			srv.server.replace(old)
 		}
 		s = &NodeSession{hello: hello, core: core{principal: node, clk: cfg.Clock, out: wsconn.NewOutbox(cfg.QueueFrames)}}
 		s.st = State{Handle: newHandle(), Version: v}
 	}
 	s.log = log.With(logkey.Session, s.st.Handle)
 
-	n := srv.base.register(s)
+	n := srv.server.register(s)
 	period := HeartbeatPeriod(cfg.HeartbeatSecs, cfg.MaxHeartbeatsPerSec, n)
 	s.mu.Lock()
 	s.resumed = resumed

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/vk-ci/vk/internal/logkey"
@@ -40,23 +39,11 @@ type RelaySession struct {
 // Relay returns the relay's enrolled ID.
 func (s *RelaySession) Relay() string { return s.principal }
 
-// Handle returns the session handle.
-func (s *RelaySession) Handle() string { return s.handle() }
-
-// Version returns the negotiated relay-session version (1..3).
-func (s *RelaySession) Version() int { return s.version() }
-
 // NewWorkAllowed reports whether the hub takes new work from this relay:
 // false for a version-1 session, whose capacity requests, reservation
 // requests and new jobs the API answers 403 forbidden while it may still
 // replay submissions, follow, cancel and settle its held jobs (RSESS-11).
 func (s *RelaySession) NewWorkAllowed() bool { return s.Version() >= client.RelayVersionAdmissions }
-
-// State returns a copy of the per-session state.
-func (s *RelaySession) State() State { return s.state() }
-
-// Ended returns why the session ended, nil while it lives.
-func (s *RelaySession) Ended() error { return s.err() }
 
 // Send queues m (a *client.ServerStatus or *client.Update, or their
 // values) for the relay and returns at once, assigning its seq. It fails
@@ -151,32 +138,21 @@ func CheckRelayLimits(r *client.RelayReport) error {
 // between it and a RelayHandler. One session per relay: a new one
 // replaces the old. Create it with NewRelayServer.
 type RelayServer struct {
-	base server[*RelaySession, *client.RelayHello, client.RelayMessage] // registry and pump, shared with NodeServer
-	h    RelayHandler
+	// The registry and pump, shared with NodeServer.
+	server[*RelaySession, *client.RelayHello, client.RelayMessage]
+	h RelayHandler
 }
 
 // NewRelayServer returns the relay session endpoint. cfg.Lookup and h are
 // required.
 func NewRelayServer(cfg Config, h RelayHandler) *RelayServer {
 	srv := &RelayServer{h: h}
-	srv.base.init(cfg.withDefaults(), KindRelay, logkey.RelayID, false, srv)
+	srv.server.init(cfg.withDefaults(), KindRelay, logkey.RelayID, false, srv)
 	return srv
 }
 
-// Session returns the relay's live session, nil when none.
-func (srv *RelayServer) Session(relay string) *RelaySession { return srv.base.Session(relay) }
-
-// Len returns the number of live relay sessions.
-func (srv *RelayServer) Len() int { return srv.base.Len() }
-
-// Close ends every session with code shutdown (1001), refuses new ones
-// and waits until their readers have finished.
-func (srv *RelayServer) Close() { srv.base.Close() }
-
-// ServeHTTP handles GET /v1/gitlab/session: 401 with the API error body
-// when authentication fails; otherwise the session runs until it ends.
-// The session ends with its connection: relay sessions are not resumed.
-func (srv *RelayServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { srv.base.ServeHTTP(w, r) }
+// Session returns the relay's session, nil when it has none.
+func (srv *RelayServer) Session(relay string) *RelaySession { return srv.server.Session(relay) }
 
 // What follows is RelayServer's side of kindOps.
 
@@ -192,7 +168,7 @@ func (*RelayServer) names(h *client.RelayHello) (string, string) { return h.Rela
 // (RSESS-10); a version-1 relay is accepted but refused new work
 // (RSESS-11).
 func (srv *RelayServer) negotiate(h *client.RelayHello) (int, error) {
-	return client.NegotiateVersion("relay", srv.base.cfg.RelayVersions, h.Versions)
+	return client.NegotiateVersion("relay", srv.server.cfg.RelayVersions, h.Versions)
 }
 
 func (srv *RelayServer) refusal(r refusal, msg string) []byte {
@@ -200,7 +176,7 @@ func (srv *RelayServer) refusal(r refusal, msg string) []byte {
 	case refuseUnauthorized:
 		return relayErrorFrame(client.RelayErrorUnauthorized, msg, nil)
 	case refuseVersion:
-		local := srv.base.cfg.RelayVersions
+		local := srv.server.cfg.RelayVersions
 		return relayErrorFrame(client.RelayErrorVersion, msg, &local)
 	case refuseShutdown:
 		return relayErrorFrame(client.RelayErrorShutdown, msg, nil)
@@ -213,14 +189,14 @@ func (*RelayServer) ending(err error) ending { return relayEnding(err) }
 // open replaces old with a new session: relay sessions are never
 // resumed (the relay's heartbeats restate everything it holds).
 func (srv *RelayServer) open(old *RelaySession, hello *client.RelayHello, v int, relay string, log *slog.Logger) (*RelaySession, []byte, func(), error) {
-	cfg := &srv.base.cfg
+	cfg := &srv.server.cfg
 	if old != nil {
-		srv.base.replace(old)
+		srv.server.replace(old)
 	}
 	s := &RelaySession{hello: hello, core: core{principal: relay, clk: cfg.Clock, out: wsconn.NewOutbox(cfg.QueueFrames)}}
 	s.st = State{Handle: newHandle(), Version: v, LastSeen: cfg.Clock.Now()}
 	s.log = log.With(logkey.Session, s.st.Handle)
-	srv.base.register(s)
+	srv.server.register(s)
 
 	w := client.RelayWelcome{Version: v, Handle: s.st.Handle, HeartbeatSecs: cfg.RelayHeartbeatSecs}
 	wb, err := client.EncodeRelayFrame(client.RelayFrame{Msg: w})

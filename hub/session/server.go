@@ -100,23 +100,22 @@ func (srv *server[S, H, M]) init(cfg Config, kind Kind, idKey string, resumable 
 	srv.pending = make(chan struct{}, cfg.MaxPendingHellos)
 }
 
-// Session returns the principal's registered session, the zero S when
-// none.
+// Session returns the principal's session, the zero S when none.
 func (srv *server[S, H, M]) Session(principal string) S {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	return srv.sessions[principal]
 }
 
-// Len returns the number of registered sessions.
+// Len returns the number of sessions (a node's attached or resumable).
 func (srv *server[S, H, M]) Len() int {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	return len(srv.sessions)
 }
 
-// Close ends every session with the kind's shutdown ending, refuses new
-// ones and waits until their readers have finished.
+// Close ends every session with code shutdown (close code 1001), refuses
+// new ones and waits until their readers have finished.
 func (srv *server[S, H, M]) Close() {
 	srv.attachMu.Lock() // no handshake is between its closed check and the registry
 	srv.mu.Lock()
@@ -170,9 +169,11 @@ func (srv *server[S, H, M]) replace(old S) {
 	srv.forget(old)
 }
 
-// ServeHTTP handles the session endpoint: 401 with the API error body
-// when the signature, key or principal fails; otherwise the WebSocket
-// session runs until the connection ends.
+// ServeHTTP handles the session endpoint (GET /v1/node/session, GET
+// /v1/gitlab/session): 401 with the API error body when the signature,
+// key or principal fails; otherwise the WebSocket session runs until it
+// ends. A node's dropped connection leaves its session resumable for
+// Config.ResumeWindow; a relay's session ends with its connection.
 func (srv *server[S, H, M]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	select {
 	case srv.pending <- struct{}{}:
@@ -207,13 +208,13 @@ func (srv *server[S, H, M]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cs.markEnded(err)
 	}
 	cs.detach(l)
-	if e := cs.err(); e != nil {
+	if e := cs.Ended(); e != nil {
 		err = e
 		srv.forget(s)
 	}
-	attrs := []any{logkey.Session, cs.handle(), slog.Any("reason", err)}
+	attrs := []any{logkey.Session, cs.Handle(), slog.Any("reason", err)}
 	if srv.resumable {
-		attrs = append(attrs, "resumable", cs.err() == nil)
+		attrs = append(attrs, "resumable", cs.Ended() == nil)
 	}
 	log.Info(string(srv.kind)+" session dropped", attrs...)
 	srv.k.down(s, err)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -259,26 +260,19 @@ const MetaSchedulerSeed = "sched.seed"
 
 // Clone returns a deep copy of j (its byte slices copied).
 func (j Job) Clone() Job {
-	j.Result = clone(j.Result)
-	j.Spec = clone(j.Spec)
+	j.Result = slices.Clone(j.Result)
+	j.Spec = slices.Clone(j.Spec)
 	return j
 }
 
 // Clone returns a deep copy of a.
 func (a Answer) Clone() Answer {
-	a.Body = clone(a.Body)
+	a.Body = slices.Clone(a.Body)
 	return a
 }
 
 // Clone returns a deep copy of p.
 func (p Principal) Clone() Principal {
-	p.PublicKey = clone(p.PublicKey)
+	p.PublicKey = slices.Clone(p.PublicKey)
 	return p
-}
-
-func clone[S ~[]byte](b S) S {
-	if b == nil {
-		return nil
-	}
-	return append(S{}, b...)
 }

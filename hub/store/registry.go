@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,10 +70,7 @@ func Prefixes() []string {
 	defer regMu.Unlock()
 	var out []string
 	for p := range registry {
-		if p == "" {
-			p = "<path>"
-		}
-		out = append(out, p)
+		out = append(out, cmp.Or(p, "<path>"))
 	}
 	sort.Strings(out)
 	return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -40,11 +41,7 @@ func (s *server) back(r *http.Request, id string) string {
 
 // writeAudit appends an audit entry by the request's operator.
 func (s *server) writeAudit(ctx context.Context, action, subject, detail string) error {
-	if _, err := s.cfg.Store.AppendAudit(ctx, store.AuditEntry{Time: s.clk.Now().UTC(), Actor: operatorOf(ctx),
-		Action: action, Subject: subject, Detail: detail}); err != nil {
-		return fmt.Errorf("ui: audit: %w", err)
-	}
-	return nil
+	return admin.AppendAudit(ctx, s.cfg.Store, s.clk.Now().UTC(), operatorOf(ctx), action, subject, detail)
 }
 
 // ParsePools reads a pools field: names separated by commas or white
@@ -57,7 +54,7 @@ func ParsePools(v string) ([]string, error) {
 		if len(f) > 128 || strings.IndexFunc(f, func(r rune) bool { return r < 0x20 || r == 0x7f || r == 0xfffd }) >= 0 {
 			return nil, fmt.Errorf("%w: pool name %q", ErrBadForm, f)
 		}
-		if !containsString(pools, f) {
+		if !slices.Contains(pools, f) {
 			pools = append(pools, f)
 		}
 	}
@@ -65,15 +62,6 @@ func ParsePools(v string) ([]string, error) {
 		return nil, fmt.Errorf("%w: %d pools, at most 64", ErrBadForm, len(pools))
 	}
 	return pools, nil
-}
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ParseCeiling reads a ceiling field: a whole number >= 0, or "" or
@@ -123,7 +111,7 @@ func (s *server) setCeiling(w http.ResponseWriter, r *http.Request) error {
 	if err := s.cfg.Backend.SetCeiling(r.Context(), id, n); err != nil {
 		return fmt.Errorf("ui: set ceiling of %s: %w", id, err)
 	}
-	if err := s.writeAudit(r.Context(), "node.ceiling", id, ceilingText(n)); err != nil {
+	if err := s.writeAudit(r.Context(), "node.ceiling", id, admin.CeilingText(n)); err != nil {
 		return err
 	}
 	return s.redirect(w, r, s.back(r, id), "ceiling")
@@ -205,22 +193,8 @@ func (s *server) decide(r *http.Request, inst string, proj int64) (store.Approva
 	} else if err != nil {
 		return "", fmt.Errorf("ui: approval: %w", err)
 	}
-	a, err := s.cfg.Store.GetApproval(ctx, inst, proj)
-	if errors.Is(err, store.ErrNotFound) {
-		a, err = store.Approval{Instance: inst, Project: proj}, nil
-	}
-	if err != nil {
+	if err := admin.RecordApproval(ctx, s.cfg.Store, s.cfg.Backend, inst, proj, st, operatorOf(ctx), s.clk.Now().UTC()); err != nil {
 		return "", fmt.Errorf("ui: approval: %w", err)
-	}
-	a.State, a.By, a.Updated = st, operatorOf(ctx), s.clk.Now().UTC()
-	if err := s.cfg.Store.PutApproval(ctx, a); err != nil {
-		return "", fmt.Errorf("ui: approval: %w", err)
-	}
-	if err := s.writeAudit(ctx, "approval."+string(st), approvalSubject(inst, proj), a.Path); err != nil {
-		return "", err
-	}
-	if err := s.cfg.Backend.ApprovalChanged(ctx, a); err != nil {
-		return "", fmt.Errorf("ui: approval changed: %w", err)
 	}
 	return st, nil
 }

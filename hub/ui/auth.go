@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -45,10 +46,7 @@ func (a LoopbackOnly) Authenticate(r *http.Request) (string, bool) {
 	if err != nil || !ip.Unmap().IsLoopback() {
 		return "", false
 	}
-	if a.Operator != "" {
-		return a.Operator, true
-	}
-	return "operator@loopback", true
+	return cmp.Or(a.Operator, "operator@loopback"), true
 }
 
 // BasicAuth admits requests whose HTTP Basic password is Token, compared
@@ -80,10 +78,7 @@ func (a BasicAuth) Authenticate(r *http.Request) (string, bool) {
 	if !good {
 		return "", false
 	}
-	if user == "" {
-		user = "operator"
-	}
-	return user, true
+	return cmp.Or(user, "operator"), true
 }
 
 // LogValue keeps the token out of logs.
@@ -92,11 +87,7 @@ func (a BasicAuth) LogValue() slog.Value {
 }
 
 func (a BasicAuth) challenge() string {
-	realm := a.Realm
-	if realm == "" {
-		realm = "vk-hub"
-	}
-	return `Basic realm="` + realm + `", charset="UTF-8"`
+	return `Basic realm="` + cmp.Or(a.Realm, "vk-hub") + `", charset="UTF-8"`
 }
 
 type operatorKey struct{}

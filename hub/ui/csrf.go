@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"net/http"
 	"strings"
 )
@@ -29,8 +30,7 @@ func (s *server) session(w http.ResponseWriter, r *http.Request) string {
 	b := make([]byte, sessionLen)
 	rand.Read(b)
 	id := base64.RawURLEncoding.EncodeToString(b)
-	path := s.base + "/"
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: path, HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: s.base + "/", HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	return id
 }
@@ -48,9 +48,7 @@ func (s *server) csrfToken(operator, session string, form ...string) string {
 	m.Write([]byte("vk-ui-csrf-v1"))
 	for _, part := range append([]string{operator, session}, form...) {
 		// Length-prefix each part so no two part lists hash alike.
-		var n [4]byte
-		n[0], n[1], n[2], n[3] = byte(len(part)>>24), byte(len(part)>>16), byte(len(part)>>8), byte(len(part))
-		m.Write(n[:])
+		m.Write(binary.BigEndian.AppendUint32(nil, uint32(len(part))))
 		m.Write([]byte(part))
 	}
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))

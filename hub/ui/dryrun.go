@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,10 +89,7 @@ func (s *server) dryRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v.Policy = string(data)
-	if name != "" {
-		v.Name = name
-	}
+	v.Policy, v.Name = string(data), cmp.Or(name, v.Name)
 	if v.Off != "" {
 		return s.render(w, r, http.StatusOK, "dryrun", "Capacity policy dry run", "policy", v)
 	}

@@ -183,16 +183,11 @@ func (s *server) node(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("ui: jobs: %w", err)
 	}
-	var jobs []JobRow
-	for _, j := range rows {
-		if j.Node == id && len(jobs) < 20 {
-			jobs = append(jobs, j)
-		}
-	}
+	jobs := slices.DeleteFunc(rows, func(j JobRow) bool { return j.Node != id })
 	return s.render(w, r, http.StatusOK, "node", "Node "+id, "fleet", struct {
 		nodeView
 		RecentJobs []JobRow
-	}{viewNode(ns[i]), jobs})
+	}{viewNode(ns[i]), jobs[:min(len(jobs), 20)]})
 }
 
 // queue serves GET <base>/queue: what waits, with its wait reason; the
@@ -345,32 +340,17 @@ func (s *server) project(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("ui: queue: %w", err)
 	}
-	var waiting []Waiting
-	for _, it := range q {
-		if it.Instance == inst && it.Project == proj {
-			waiting = append(waiting, it)
-		}
-	}
+	waiting := slices.DeleteFunc(q, func(it Waiting) bool { return it.Instance != inst || it.Project != proj })
 	rows, err := s.cfg.Backend.Jobs(ctx, MaxJobs)
 	if err != nil {
 		return fmt.Errorf("ui: jobs: %w", err)
 	}
-	var jobs []JobRow
-	for _, j := range rows {
-		if j.Instance == inst && j.Project == proj && len(jobs) < 20 {
-			jobs = append(jobs, j)
-		}
-	}
+	jobs := slices.DeleteFunc(rows, func(j JobRow) bool { return j.Instance != inst || j.Project != proj })
 	entries, err := s.cfg.Store.ListAudit(ctx, MaxAudit)
 	if err != nil {
 		return fmt.Errorf("ui: audit: %w", err)
 	}
-	var history []store.AuditEntry
-	for _, e := range entries {
-		if e.Subject == approvalSubject(inst, proj) {
-			history = append(history, e)
-		}
-	}
+	history := slices.DeleteFunc(entries, func(e store.AuditEntry) bool { return e.Subject != admin.ApprovalSubject(inst, proj) })
 	return s.render(w, r, http.StatusOK, "project", "Project "+cmp.Or(a.Path, strconv.FormatInt(proj, 10)), "gitlab", struct {
 		Approval store.Approval
 		Seen     bool
@@ -378,7 +358,7 @@ func (s *server) project(w http.ResponseWriter, r *http.Request) error {
 		Waiting  []Waiting
 		Jobs     []JobRow
 		History  []store.AuditEntry
-	}{a, seen, server.State, waiting, jobs, history})
+	}{a, seen, server.State, waiting, jobs[:min(len(jobs), 20)], history})
 }
 
 // approvalPath reads {instance} and, with withProject, {project} (> 0).
@@ -398,15 +378,6 @@ func approvalPath(r *http.Request, withProject bool) (string, int64, error) {
 		return "", 0, fmt.Errorf("%w: project %q", errNotFound, v)
 	}
 	return inst, p, nil
-}
-
-// approvalSubject is the audit subject of an approval, as the admin
-// socket writes it.
-func approvalSubject(instance string, project int64) string {
-	if project == 0 {
-		return instance
-	}
-	return instance + "/" + strconv.FormatInt(project, 10)
 }
 
 // tenantView is a tenant row of the policy page.

@@ -33,7 +33,7 @@ func parseTemplates(s *server) (map[string]*pageTemplate, error) {
 		"url":     s.url,
 		"join":    func(ss []string) string { return strings.Join(ss, ", ") },
 		"csv":     func(ss []string) string { return strings.Join(ss, ",") },
-		"ceiling": ceilingText,
+		"ceiling": admin.CeilingText,
 		"size":    func(sz client.Size) string { return sz.String() },
 		"stamp":   stamp,
 		"dur":     dur,
@@ -180,13 +180,6 @@ func (s *server) url(parts ...any) string {
 		b.WriteByte('/')
 	}
 	return b.String()
-}
-
-func ceilingText(n int) string {
-	if n == admin.NoCeiling {
-		return "none"
-	}
-	return strconv.Itoa(n)
 }
 
 func stamp(t time.Time) string {

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -255,19 +256,14 @@ func New(cfg Config) (http.Handler, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, base: cfg.BasePath, log: cfg.Log, clk: clock.Or(cfg.Clock), key: cfg.CSRFKey}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
+	s := &server{cfg: cfg, base: cfg.BasePath, log: cmp.Or(cfg.Log, slog.New(slog.DiscardHandler)), clk: clock.Or(cfg.Clock), key: cfg.CSRFKey}
 	if s.key == nil {
 		s.key = make([]byte, 32)
 		rand.Read(s.key)
 	} else {
 		s.key = append([]byte(nil), s.key...)
 	}
-	if s.cfg.OutputTail == 0 {
-		s.cfg.OutputTail = DefaultOutputTail
-	}
+	s.cfg.OutputTail = cmp.Or(s.cfg.OutputTail, DefaultOutputTail)
 	if s.cfg.DryRunTimeout <= 0 {
 		s.cfg.DryRunTimeout = DefaultDryRunTimeout
 	}

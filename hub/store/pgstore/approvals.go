@@ -57,21 +57,11 @@ func (s *Store) CreateApproval(ctx context.Context, a store.Approval) (store.App
 
 // GetApproval implements [store.Approvals.GetApproval].
 func (s *Store) GetApproval(ctx context.Context, instance string, project int64) (store.Approval, error) {
-	var a store.Approval
-	err := s.read(ctx, func(q querier) (err error) {
-		a, err = getRec[store.Approval](ctx, q, fmt.Sprintf("approval %s/%d", instance, project),
-			"SELECT rec FROM vk_approvals WHERE instance = $1 AND project = $2", instance, project)
-		return err
-	})
-	return a, err
+	return readRec[store.Approval](ctx, s, fmt.Sprintf("approval %s/%d", instance, project),
+		"SELECT rec FROM vk_approvals WHERE instance = $1 AND project = $2", instance, project)
 }
 
 // ListApprovals implements [store.Approvals.ListApprovals].
 func (s *Store) ListApprovals(ctx context.Context) ([]store.Approval, error) {
-	var out []store.Approval
-	err := s.read(ctx, func(q querier) (err error) {
-		out, err = listRecs[store.Approval](ctx, q, "SELECT rec FROM vk_approvals ORDER BY instance COLLATE \"C\", project")
-		return err
-	})
-	return out, err
+	return readRecs[store.Approval](ctx, s, "SELECT rec FROM vk_approvals ORDER BY instance COLLATE \"C\", project")
 }

@@ -295,6 +295,23 @@ func getRec[T any](ctx context.Context, q querier, what, sql string, args ...any
 	return dec[T](b)
 }
 
+// readRec is getRec in a read of s; readRecs is listRecs in one.
+func readRec[T any](ctx context.Context, s *Store, what, sql string, args ...any) (out T, err error) {
+	err = s.read(ctx, func(q querier) (err error) {
+		out, err = getRec[T](ctx, q, what, sql, args...)
+		return err
+	})
+	return out, err
+}
+
+func readRecs[T any](ctx context.Context, s *Store, sql string, args ...any) (out []T, err error) {
+	err = s.read(ctx, func(q querier) (err error) {
+		out, err = listRecs[T](ctx, q, sql, args...)
+		return err
+	})
+	return out, err
+}
+
 // listRecs loads every record sql selects (one bytea column).
 func listRecs[T any](ctx context.Context, q querier, sql string, args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, sql, args...)

@@ -25,22 +25,12 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 
 // GetPrincipal implements [store.Principals.GetPrincipal].
 func (s *Store) GetPrincipal(ctx context.Context, id string) (store.Principal, error) {
-	var p store.Principal
-	err := s.read(ctx, func(q querier) (err error) {
-		p, err = getRec[store.Principal](ctx, q, "principal "+id, "SELECT rec FROM vk_principals WHERE id = $1", id)
-		return err
-	})
-	return p, err
+	return readRec[store.Principal](ctx, s, "principal "+id, "SELECT rec FROM vk_principals WHERE id = $1", id)
 }
 
 // ListPrincipals implements [store.Principals.ListPrincipals].
 func (s *Store) ListPrincipals(ctx context.Context) ([]store.Principal, error) {
-	var out []store.Principal
-	err := s.read(ctx, func(q querier) (err error) {
-		out, err = listRecs[store.Principal](ctx, q, "SELECT rec FROM vk_principals ORDER BY id COLLATE \"C\"")
-		return err
-	})
-	return out, err
+	return readRecs[store.Principal](ctx, s, "SELECT rec FROM vk_principals ORDER BY id COLLATE \"C\"")
 }
 
 // RemovePrincipal implements [store.Principals.RemovePrincipal].
@@ -102,10 +92,5 @@ func (s *Store) UseToken(ctx context.Context, h store.Hash, kind store.Principal
 
 // ListTokens implements [store.Principals.ListTokens].
 func (s *Store) ListTokens(ctx context.Context) ([]store.Token, error) {
-	var out []store.Token
-	err := s.read(ctx, func(q querier) (err error) {
-		out, err = listRecs[store.Token](ctx, q, "SELECT rec FROM vk_tokens ORDER BY created, hash")
-		return err
-	})
-	return out, err
+	return readRecs[store.Token](ctx, s, "SELECT rec FROM vk_tokens ORDER BY created, hash")
 }

@@ -30,12 +30,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 
 // GetJob implements [store.Records.GetJob].
 func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
-	var j store.Job
-	err := s.read(ctx, func(q querier) (err error) {
-		j, err = getRec[store.Job](ctx, q, "job "+id, "SELECT rec FROM vk_jobs WHERE id = $1", id)
-		return err
-	})
-	return j, err
+	return readRec[store.Job](ctx, s, "job "+id, "SELECT rec FROM vk_jobs WHERE id = $1", id)
 }
 
 // UpdateJob implements [store.Records.UpdateJob]. The row is locked, so fn
@@ -69,12 +64,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 
 // ListJobs implements [store.Records.ListJobs].
 func (s *Store) ListJobs(ctx context.Context, unsettledOnly bool) ([]store.Job, error) {
-	var out []store.Job
-	err := s.read(ctx, func(q querier) (err error) {
-		out, err = listRecs[store.Job](ctx, q, "SELECT rec FROM vk_jobs WHERE NOT (settled AND $1) ORDER BY id COLLATE \"C\"", unsettledOnly)
-		return err
-	})
-	return out, err
+	return readRecs[store.Job](ctx, s, "SELECT rec FROM vk_jobs WHERE NOT (settled AND $1) ORDER BY id COLLATE \"C\"", unsettledOnly)
 }
 
 // DeleteJob implements [store.Records.DeleteJob].
@@ -106,22 +96,12 @@ func (s *Store) PutAdmission(ctx context.Context, a store.Admission) error {
 
 // GetAdmission implements [store.Records.GetAdmission].
 func (s *Store) GetAdmission(ctx context.Context, id string) (store.Admission, error) {
-	var a store.Admission
-	err := s.read(ctx, func(q querier) (err error) {
-		a, err = getRec[store.Admission](ctx, q, "admission "+id, "SELECT rec FROM vk_admissions WHERE id = $1", id)
-		return err
-	})
-	return a, err
+	return readRec[store.Admission](ctx, s, "admission "+id, "SELECT rec FROM vk_admissions WHERE id = $1", id)
 }
 
 // ListAdmissions implements [store.Records.ListAdmissions].
 func (s *Store) ListAdmissions(ctx context.Context) ([]store.Admission, error) {
-	var out []store.Admission
-	err := s.read(ctx, func(q querier) (err error) {
-		out, err = listRecs[store.Admission](ctx, q, "SELECT rec FROM vk_admissions ORDER BY id COLLATE \"C\"")
-		return err
-	})
-	return out, err
+	return readRecs[store.Admission](ctx, s, "SELECT rec FROM vk_admissions ORDER BY id COLLATE \"C\"")
 }
 
 // DeleteAdmission implements [store.Records.DeleteAdmission].
