@@ -14,7 +14,9 @@
 // for the agent's hello; [Job.Boot] splits that wait into QEMU up, the
 // kernel's own time to init, and agent ready. Every Run is a script in
 // that guest under /bin/sh (busybox: the initramfs has no bash), so
-// files and processes' effects persist from stage to stage (STAGE-04).
+// files and processes' effects persist from stage to stage (STAGE-04);
+// in a job's image, under its bash, through its entrypoint and as its
+// USER (image.go).
 // Cancel signals the script's process group in the guest; Usage is QEMU's
 // CPU time and peak resident memory from /proc. Cleanup closes the
 // agent's stream — vk-agent powers the guest off — waits for QEMU (5 s,
@@ -34,7 +36,6 @@
 //
 // # Not yet
 //
-// Services as VMs, network modes, the registry proxy, vsock, the image's
-// user and entrypoint, and collecting the disks of images the store
-// removed. See docs/node.md, "The microvm backend".
+// Services as VMs, network modes, the registry proxy, vsock, and
+// collecting the disks of images the store removed. See docs/node.md, "The microvm backend".
 package microvm

@@ -20,6 +20,7 @@ import (
 
 	"github.com/vk-ci/vk/internal/procstat"
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/exec/vmproto"
 )
@@ -294,6 +295,10 @@ func (e *Executor) prepare(ctx context.Context, req exec.PrepareRequest, spec Sp
 		_ = j.Cleanup(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 	}
+	if err := j.ownBuilds(ctx); err != nil {
+		_ = j.Cleanup(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: the job tree for the image's user: %w", exec.ErrPrepare, err)
+	}
 	return j, nil
 }
 
@@ -433,6 +438,8 @@ type Job struct {
 	exited chan struct{}     // closed when QEMU exited
 	env    []string          // the scripts' base environment (the image's)
 	shell  []string          // the scripts' shell: the image's bash, else sh
+	entry  []string          // the image's entrypoint, before every script's shell
+	user   imageuser.User    // the scripts' identity, owner of the job tree
 	image  *imagestore.Image // the job's image, held until Cleanup; nil without
 
 	mu        sync.Mutex
@@ -463,14 +470,16 @@ func (j *Job) HostPath(guestPath string) string {
 	return filepath.Join(j.dir, "host", filepath.Clean("/"+guestPath))
 }
 
-// Adopt does nothing: the guest runs scripts as its root.
+// Adopt does nothing: what the node writes under HostPath does not reach
+// the guest, and what it pushes into the guest goes to the job's user.
 func (j *Job) Adopt(string) error { return nil }
 
 // Client is the connection to the guest's agent (archive, extract).
 func (j *Job) Client() *vmproto.Client { return j.client }
 
-// Run runs the script in the guest with busybox's sh (the initramfs has
-// no bash yet).
+// Run runs the script in the guest: under the image's shell (busybox's
+// sh without an image), through the image's entrypoint, as the image's
+// user.
 func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) (exec.RunResult, error) {
 	j.mu.Lock()
 	if j.cleaned {
@@ -479,7 +488,8 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 	}
 	env := append(append([]string(nil), j.env...), s.Env...)
 	started := time.Now()
-	p, err := j.client.Start(vmproto.Run{Script: s.Body, Shell: j.shell, Env: env, Dir: GuestBuildsDir}, stdout, stderr)
+	p, err := j.client.Start(vmproto.Run{Script: s.Body, Shell: j.shell, Env: env, Dir: GuestBuildsDir,
+		Entrypoint: j.entry, UID: j.user.UID, GID: j.user.GID, Groups: j.user.Groups}, stdout, stderr)
 	if err != nil {
 		j.mu.Unlock()
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
