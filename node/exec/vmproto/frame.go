@@ -152,6 +152,10 @@ type Run struct {
 	// ends with `exec "$@"` then runs the script. A name without a slash
 	// is looked up in Env's PATH. Empty runs Shell directly.
 	Entrypoint []string `json:"entrypoint,omitempty"`
+	// Command, when set, is run instead of a script (a service's main
+	// process): Entrypoint then Command, no shell, no file; Script and
+	// Shell are ignored.
+	Command []string `json:"command,omitempty"`
 	// UID, GID and Groups are the identity the script (and its
 	// entrypoint) runs as; all zero means root. The script's file is
 	// given to UID.

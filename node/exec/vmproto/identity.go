@@ -16,21 +16,27 @@ import (
 // file, in its own process group, as the run's user. Images whose
 // entrypoint ends with `exec "$@"` so run their scripts the way
 // gitlab-runner's Docker executor runs them in the build container.
+//
+// A run with a Command runs Entrypoint and Command as they are, with no
+// script file.
 func (a *agent) scriptCommand(r *Run, file string) (*osexec.Cmd, error) {
-	if err := os.WriteFile(file, []byte(r.Script), 0o700); err != nil {
-		return nil, err
-	}
 	asRoot := r.UID == 0 && r.GID == 0 && len(r.Groups) == 0
-	if !asRoot {
-		if err := os.Chown(file, int(r.UID), int(r.GID)); err != nil {
+	argv := append(append([]string(nil), r.Entrypoint...), r.Command...)
+	if len(r.Command) == 0 {
+		if err := os.WriteFile(file, []byte(r.Script), 0o700); err != nil {
 			return nil, err
 		}
+		if !asRoot {
+			if err := os.Chown(file, int(r.UID), int(r.GID)); err != nil {
+				return nil, err
+			}
+		}
+		shell := r.Shell
+		if len(shell) == 0 {
+			shell = []string{"bash", "--noprofile", "--norc"}
+		}
+		argv = append(append(argv, shell...), file)
 	}
-	shell := r.Shell
-	if len(shell) == 0 {
-		shell = []string{"bash", "--noprofile", "--norc"}
-	}
-	argv := append(append(append([]string(nil), r.Entrypoint...), shell...), file)
 	env := r.Env
 	if env == nil {
 		env = []string{}

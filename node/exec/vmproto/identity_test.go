@@ -136,3 +136,15 @@ func TestScriptsRunAsTheImageUserInATreeTheyOwn(t *testing.T) {
 		t.Errorf("the user's script read root's 0600 file")
 	}
 }
+
+// A run with a Command (a service's main process) runs the entrypoint and
+// the command as they are: no shell, no script file.
+func TestCommandRunsWithoutAScript(t *testing.T) {
+	c, _ := agentPair(t)
+	bin := t.TempDir()
+	entry := writeEntrypoint(t, bin, "svc-entry", "echo \"entry: $*\"\nexec \"$@\"\n")
+	ex, out, _ := run(t, c, Run{Entrypoint: []string{entry}, Command: []string{"echo", "serving", "$HOME"}, Env: []string{"PATH=/usr/bin:/bin", "HOME=/srv"}})
+	if want := "entry: echo serving $HOME\nserving $HOME\n"; ex.Code != 0 || out != want {
+		t.Errorf("exit %+v, stdout %q; want 0, %q", ex, out, want)
+	}
+}
