@@ -36,13 +36,27 @@ const kernelArgs = "console=ttyS0 panic=-1 loglevel=5 lpj=2000000 tsc=reliable n
 
 var idRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
+// vmNet is a VM's place on its job's network (hub.go).
+type vmNet struct {
+	hub   string   // the hub's socket
+	addr  string   // the guest's IPv4 address, with its prefix
+	mac   string   // the guest's Ethernet address
+	hosts []string // vk.host= values: "<ip>,<name>,<name>…"
+}
+
 // qemuArgs is QEMU's command line for a guest of mem MiB and cpus vCPUs
 // whose agent listens on sock, with disk (a qcow2 overlay) as its root
-// when not "".
-func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string) []string {
+// when not "", on the job's network when nw is not nil.
+func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string, nw *vmNet) []string {
 	appendArgs := kernelArgs
 	if disk != "" {
 		appendArgs += " vk.root=/dev/vda"
+	}
+	if nw != nil {
+		appendArgs += " vk.net=" + nw.addr
+		for _, h := range nw.hosts {
+			appendArgs += " vk.host=" + h
+		}
 	}
 	args := []string{
 		"-M", "microvm", "-accel", e.cfg.Accel, "-m", strconv.Itoa(int(mem)), "-smp", strconv.Itoa(cpus),
@@ -58,6 +72,10 @@ func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string) 
 	if disk != "" {
 		args = append(args, "-drive", "id=root,file="+disk+",format=qcow2,if=none,discard=unmap",
 			"-device", "virtio-blk-device,drive=root")
+	}
+	if nw != nil {
+		args = append(args, "-netdev", "stream,id=net,server=off,addr.type=unix,addr.path="+nw.hub,
+			"-device", "virtio-net-device,netdev=net,mac="+nw.mac)
 	}
 	if e.cfg.Accel == AccelTCG {
 		// The guest's clock follows the instructions it ran, not the
@@ -79,7 +97,7 @@ func (e *Executor) boot(ctx context.Context, j *Job, disk string) error {
 		cpus = 1
 	}
 	sock := filepath.Join(j.dir, "agent.sock")
-	cmd := osexec.Command(e.qemu, e.qemuArgs(j.dir, sock, mem, cpus, disk)...)
+	cmd := osexec.Command(e.qemu, e.qemuArgs(j.dir, sock, mem, cpus, disk, j.net)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	qlog, err := os.Create(filepath.Join(j.dir, "qemu.log"))
 	if err != nil {

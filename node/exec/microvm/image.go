@@ -40,8 +40,15 @@ type Spec struct {
 	// Image is the job's image; "" Name means the initramfs root.
 	Image job.Image
 	// Credentials are the job's registry credentials, used only to pull
-	// the image (AUTH-05).
+	// the images (AUTH-05).
 	Credentials []job.RegistryCredential
+	// Services are the job's services, each its own VM beside the job's
+	// on the job's private network (services.go).
+	Services []job.Image
+	// ServiceEnv is the environment every service gets before its own
+	// variables (the job's non-file variables, as gitlab-runner passes
+	// them), KEY=VALUE.
+	ServiceEnv []string
 }
 
 // For returns an [exec.Executor] whose Prepare boots spec's job.

@@ -20,6 +20,7 @@ import (
 	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/exec/vmproto"
+	"github.com/vk-ci/vk/proto/job"
 )
 
 // Accelerators of [Config.Accel].
@@ -74,6 +75,13 @@ type Config struct {
 	// DiskMiB is the free space a job gets on its image's disk, for its
 	// build tree and whatever it installs; 0 means [DefaultDiskMiB].
 	DiskMiB int64
+	// ServiceWait bounds the wait for a service's ports; 0 means
+	// [DefaultServiceWait]. ServiceGrace is the watch for an early exit
+	// of a service without ports; 0 means [DefaultServiceGrace].
+	ServiceWait, ServiceGrace time.Duration
+	// ServiceMemMiB is each service VM's memory; 0 means
+	// [DefaultServiceMemMiB].
+	ServiceMemMiB int64
 	// Log receives diagnostics; nil discards them.
 	Log *slog.Logger
 }
@@ -85,6 +93,7 @@ type Executor struct {
 	initrd      string
 	modules     []string
 	rootModules []string // loaded only when an image's disk is the root
+	netModules  []string // loaded only when the guest is on a job's network
 	log         *slog.Logger
 	disks       diskCache
 	mkfs        string // mkfs.ext4, with an image store
@@ -188,6 +197,15 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.DiskMiB <= 0 {
 		cfg.DiskMiB = DefaultDiskMiB
 	}
+	if cfg.ServiceWait <= 0 {
+		cfg.ServiceWait = DefaultServiceWait
+	}
+	if cfg.ServiceGrace <= 0 {
+		cfg.ServiceGrace = DefaultServiceGrace
+	}
+	if cfg.ServiceMemMiB <= 0 {
+		cfg.ServiceMemMiB = DefaultServiceMemMiB
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -208,6 +226,13 @@ func New(cfg Config) (*Executor, error) {
 			e.rootModules = append(e.rootModules, p)
 		}
 	}
+	// The job's network: virtio-net and what it needs.
+	for _, m := range []string{"net/core/failover.ko", "drivers/net/net_failover.ko", "drivers/net/virtio_net.ko"} {
+		p := filepath.Join("/lib/modules", ver, "kernel", m)
+		if _, err := os.Stat(p); err == nil {
+			e.netModules = append(e.netModules, p)
+		}
+	}
 	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
 		return nil, fmt.Errorf("%w: %w", exec.ErrConfiguration, err)
 	}
@@ -221,7 +246,7 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = writeInitramfs(f, initramfsSpec{agent: cfg.Agent, busybox: cfg.Busybox, modules: e.modules, rootModules: e.rootModules})
+	err = writeInitramfs(f, initramfsSpec{agent: cfg.Agent, busybox: cfg.Busybox, modules: e.modules, rootModules: e.rootModules, netModules: e.netModules})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -250,25 +275,20 @@ func (e *Executor) prepare(ctx context.Context, req exec.PrepareRequest, spec Sp
 	if !idRe.MatchString(req.ID) {
 		return nil, fmt.Errorf("%w: invalid job id %q", exec.ErrPrepare, req.ID)
 	}
-	start := time.Now()
 	dir := filepath.Join(e.cfg.Root, req.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 	}
-	j := &Job{e: e, id: req.ID, dir: dir, size: req.Size, start: start, exited: make(chan struct{}),
-		env: []string{"PATH=/bin:/sbin:/usr/bin", "HOME=/root"}, shell: []string{"/bin/sh"}}
-	var disk string
-	if strings.TrimSpace(spec.Image.Name) != "" {
+	j := e.newJob(req.ID, dir, req.Size)
+	if len(spec.Services) > 0 {
+		// The services' VMs boot while the job's does.
 		var err error
-		if disk, err = e.imageRoot(ctx, j, spec); err != nil {
-			os.RemoveAll(dir)
-			if j.image != nil {
-				j.image.Release()
-			}
+		if j.svcs, err = e.startServices(ctx, j, spec); err != nil {
+			_ = j.Cleanup(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 		}
 	}
-	if err := e.boot(ctx, j, disk); err != nil {
+	if err := e.bootImage(ctx, j, spec.Image, spec.Credentials); err != nil {
 		_ = j.Cleanup(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 	}
@@ -276,25 +296,53 @@ func (e *Executor) prepare(ctx context.Context, req exec.PrepareRequest, spec Sp
 		_ = j.Cleanup(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: the job tree for the image's user: %w", exec.ErrPrepare, err)
 	}
+	if j.svcs != nil {
+		if err := j.svcs.ready(ctx, j); err != nil {
+			_ = j.Cleanup(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
+		}
+	}
 	return j, nil
+}
+
+// newJob is a VM not yet booted in dir, which exists.
+func (e *Executor) newJob(id, dir string, size exec.Size) *Job {
+	return &Job{e: e, id: id, dir: dir, size: size, start: time.Now(), exited: make(chan struct{}),
+		env: []string{"PATH=/bin:/sbin:/usr/bin", "HOME=/root"}, shell: []string{"/bin/sh"}}
+}
+
+// bootImage boots j from img's disk, or from the initramfs when img
+// names no image.
+func (e *Executor) bootImage(ctx context.Context, j *Job, img job.Image, creds []job.RegistryCredential) error {
+	var disk string
+	if strings.TrimSpace(img.Name) != "" {
+		var err error
+		if disk, err = e.imageRoot(ctx, j, Spec{Image: img, Credentials: creds}); err != nil {
+			return err
+		}
+	}
+	return e.boot(ctx, j, disk)
 }
 
 // Job is one job's VM.
 type Job struct {
-	e      *Executor
-	id     string
-	dir    string
-	cmd    *osexec.Cmd
-	client *vmproto.Client
-	size   exec.Size
-	start  time.Time
-	boot   Boot
-	exited chan struct{}     // closed when QEMU exited
-	env    []string          // the scripts' base environment (the image's)
-	shell  []string          // the scripts' shell: the image's bash, else sh
-	entry  []string          // the image's entrypoint, before every script's shell
-	user   imageuser.User    // the scripts' identity, owner of the job tree
-	image  *imagestore.Image // the job's image, held until Cleanup; nil without
+	e        *Executor
+	id       string
+	dir      string
+	cmd      *osexec.Cmd
+	client   *vmproto.Client
+	size     exec.Size
+	start    time.Time
+	boot     Boot
+	exited   chan struct{}     // closed when QEMU exited
+	env      []string          // the scripts' base environment (the image's)
+	shell    []string          // the scripts' shell: the image's bash, else sh
+	entry    []string          // the image's entrypoint, before every script's shell
+	user     imageuser.User    // the scripts' identity, owner of the job tree
+	image    *imagestore.Image // the job's image, held until Cleanup; nil without
+	net      *vmNet            // the VM's place on the job's network; nil without services
+	svcs     *services         // the job's service VMs and their network; nil without
+	warnings []string          // for the trace, from Prepare
 
 	mu        sync.Mutex
 	proc      *vmproto.Proc
@@ -327,6 +375,15 @@ func (j *Job) HostPath(guestPath string) string {
 // Adopt does nothing: what the node writes under HostPath does not reach
 // the guest, and what it pushes into the guest goes to the job's user.
 func (j *Job) Adopt(string) error { return nil }
+
+// agentPath is the agent's own binary in the guest: its copy in the
+// image's root, else the initramfs's init.
+func (j *Job) agentPath() string {
+	if j.image != nil {
+		return "/run/vk/vk-agent"
+	}
+	return "/init"
+}
 
 // Client is the connection to the guest's agent (archive, extract).
 func (j *Job) Client() *vmproto.Client { return j.client }
@@ -384,14 +441,23 @@ func (j *Job) Usage() exec.Usage {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	u := exec.Usage{Size: j.size}
+	if j.svcs != nil {
+		// The services' VMs are the job's: their CPU adds up, and so do
+		// their peaks (a bound: the peaks need not coincide).
+		for _, sv := range j.svcs.list {
+			su := sv.vm.Usage()
+			u.CPU += su.CPU
+			u.PeakMemBytes += su.PeakMemBytes
+		}
+	}
 	if j.cleaned {
-		u.Wall, u.CPU, u.PeakMemBytes = j.end.Sub(j.start), j.cpu, j.peak
+		u.Wall, u.CPU, u.PeakMemBytes = j.end.Sub(j.start), u.CPU+j.cpu, u.PeakMemBytes+j.peak
 		return u
 	}
 	u.Wall = time.Since(j.start)
 	if j.cmd != nil {
 		if pu, err := procstat.Read(j.cmd.Process.Pid); err == nil {
-			u.CPU, u.PeakMemBytes = pu.CPU, pu.MaxRSS
+			u.CPU, u.PeakMemBytes = u.CPU+pu.CPU, u.PeakMemBytes+pu.MaxRSS
 		}
 	}
 	return u
@@ -399,7 +465,8 @@ func (j *Job) Usage() exec.Usage {
 
 // Cleanup closes the agent's connection (the guest powers off), waits
 // for QEMU to exit — killing it after 5 s — and removes the job's
-// directory with its socket and logs. Safe to call more than once.
+// directory with its socket and logs; the services' VMs go the same way,
+// at the same time, and then their network. Safe to call more than once.
 func (j *Job) Cleanup(ctx context.Context) error {
 	j.mu.Lock()
 	if j.cleaned {
@@ -413,6 +480,12 @@ func (j *Job) Cleanup(ctx context.Context) error {
 		}
 	}
 	j.mu.Unlock()
+	svcsDone := make(chan error, 1)
+	if j.svcs != nil {
+		go func() { svcsDone <- j.svcs.cleanup(ctx) }() // beside the job's VM
+	} else {
+		svcsDone <- nil
+	}
 	if j.client != nil {
 		j.client.Close()
 	}
@@ -432,11 +505,12 @@ func (j *Job) Cleanup(ctx context.Context) error {
 	j.mu.Lock()
 	j.end = time.Now()
 	j.mu.Unlock()
+	serr := <-svcsDone
 	if j.image != nil {
 		j.image.Release()
 	}
 	if err := os.RemoveAll(j.dir); err != nil {
-		return fmt.Errorf("microvm: cleanup %s: %w", j.id, err)
+		return errors.Join(serr, fmt.Errorf("microvm: cleanup %s: %w", j.id, err))
 	}
-	return nil
+	return serr
 }

@@ -153,7 +153,7 @@ func (j *Job) jobRootfs(img *imagestore.Image, im job.Image) (*layeredRootfs, er
 func (j *Job) writeHosts(services []job.Image) (string, error) {
 	var names []string
 	for i, s := range services {
-		hn, dropped := serviceHostnames(s)
+		hn, dropped := ServiceHostnames(s)
 		names = append(names, hn...)
 		if len(dropped) > 0 {
 			j.warnings = append(j.warnings, fmt.Sprintf(
