@@ -41,7 +41,15 @@ func main() {
 	serve := flag.Bool("serve", false, "internal: the server under the init")
 	wait := flag.String("wait-tcp", "", "wait until each of these comma-separated host:port addresses accepts a connection, then exit 0; print those that did not and exit 1 after -wait")
 	waitFor := flag.Duration("wait", 30*time.Second, "how long -wait-tcp waits")
+	relayTo := flag.String("relay", "", "on the node: join stdin/stdout to this Unix socket (QEMU's guestfwd command)")
 	flag.Parse()
+	if *relayTo != "" {
+		if err := relay(*relayTo); err != nil {
+			fmt.Fprintln(os.Stderr, "vk-agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *wait != "" {
 		if pending := waitTCP(strings.Split(*wait, ","), *waitFor); len(pending) > 0 {
 			fmt.Println(strings.Join(pending, " "))
@@ -183,7 +191,7 @@ func initMain() int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vk-agent:", err)
 	}
-	if gnet.addr != nil {
+	if len(gnet.ifs) > 0 {
 		loadModules(netModulesList) // from the initramfs, before the root moves
 	}
 	_ = os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")

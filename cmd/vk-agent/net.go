@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,17 +18,26 @@ import (
 // guest's address on the kernel command line, vk.net=<ip>/<prefix>, and
 // the names on that network, one vk.host=<ip>,<name>[,<name>…] each; the
 // init loads the virtio-net modules listed in netModulesList (before the
-// image's root hides the initramfs), gives the guest's one Ethernet
+// image's root hides the initramfs), gives the guest's Ethernet
 // interface the address, brings it and lo up, and writes /etc/hosts
-// with the names (the aliases scripts reach services by).
+// with the names (the aliases scripts reach services by). A guest with
+// two interfaces (the job's network and the node's forwarding network of
+// net.mode "switch") gets one vk.net=<ip>/<prefix>@<mac> each, the
+// interface found by its Ethernet address.
 
 // netModulesList names the modules the init loads for the network.
 const netModulesList = "/etc/vk-agent/modules.net"
 
 // guestNet is the network the kernel command line gives the guest.
 type guestNet struct {
-	addr  *net.IPNet // the guest's address and prefix; nil: no network
-	hosts []string   // /etc/hosts lines beyond localhost
+	ifs   []guestIf // the guest's interfaces; none: no network
+	hosts []string  // /etc/hosts lines beyond localhost
+}
+
+// guestIf is one interface's address.
+type guestIf struct {
+	addr *net.IPNet
+	mac  string // "": the first interface other than lo
 }
 
 // parseNet reads vk.net= and vk.host= from a kernel command line. A
@@ -36,12 +46,20 @@ func parseNet(cmdline string) (guestNet, error) {
 	var g guestNet
 	for _, f := range strings.Fields(cmdline) {
 		if v, ok := strings.CutPrefix(f, "vk.net="); ok {
-			ip, n, err := net.ParseCIDR(v)
+			cidr, mac, _ := strings.Cut(v, "@")
+			ip, n, err := net.ParseCIDR(cidr)
 			if err != nil || ip.To4() == nil {
 				return g, fmt.Errorf("vk.net=%s: want an IPv4 address/prefix", v)
 			}
+			if mac != "" {
+				hw, err := net.ParseMAC(mac)
+				if err != nil {
+					return g, fmt.Errorf("vk.net=%s: %w", v, err)
+				}
+				mac = hw.String()
+			}
 			n.IP = ip.To4()
-			g.addr = n
+			g.ifs = append(g.ifs, guestIf{addr: n, mac: mac})
 		}
 		if v, ok := strings.CutPrefix(f, "vk.host="); ok {
 			parts := strings.Split(v, ",")
@@ -69,8 +87,8 @@ func (g guestNet) hostsFile() string {
 // driver is loaded.
 const netWait = 10 * time.Second
 
-// configure gives the guest's Ethernet interface its address and brings
-// it and lo up.
+// configure gives the guest's Ethernet interfaces their addresses and
+// brings them and lo up.
 func (g guestNet) configure() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -80,14 +98,22 @@ func (g guestNet) configure() error {
 	if err := ifUp(fd, "lo"); err != nil {
 		return fmt.Errorf("lo: %w", err)
 	}
-	name, err := ethernet()
+	var errs []error
+	for _, gi := range g.ifs {
+		errs = append(errs, gi.configure(fd))
+	}
+	return errors.Join(errs...)
+}
+
+func (gi guestIf) configure(fd int) error {
+	name, err := ethernet(gi.mac)
 	if err != nil {
 		return err
 	}
 	for _, a := range []struct {
 		req uint
 		v   net.IP
-	}{{unix.SIOCSIFADDR, g.addr.IP}, {unix.SIOCSIFNETMASK, net.IP(g.addr.Mask)}} {
+	}{{unix.SIOCSIFADDR, gi.addr.IP}, {unix.SIOCSIFNETMASK, net.IP(gi.addr.Mask)}} {
 		ifr, err := unix.NewIfreq(name)
 		if err != nil {
 			return err
@@ -102,18 +128,23 @@ func (g guestNet) configure() error {
 	return ifUp(fd, name)
 }
 
-// ethernet waits for the guest's first interface other than lo.
-func ethernet() (string, error) {
+// ethernet waits for the guest's interface with Ethernet address mac,
+// or for its first interface other than lo when mac is "".
+func ethernet(mac string) (string, error) {
 	deadline := time.Now().Add(netWait)
 	for {
 		ents, _ := os.ReadDir("/sys/class/net")
 		for _, e := range ents {
-			if e.Name() != "lo" {
+			if e.Name() == "lo" {
+				continue
+			}
+			addr, _ := os.ReadFile(filepath.Join("/sys/class/net", e.Name(), "address"))
+			if mac == "" || strings.TrimSpace(string(addr)) == mac {
 				return e.Name(), nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", errors.New("no network interface appeared (virtio_net not loaded?)")
+			return "", fmt.Errorf("no network interface %s appeared (virtio_net not loaded?)", mac)
 		}
 		time.Sleep(10 * time.Millisecond) // polling sysfs for a device to appear
 	}
@@ -134,7 +165,7 @@ func ifUp(fd int, name string) error {
 // setup brings the guest's network up and writes its /etc/hosts
 // (in the root the scripts see: call it after the root moved).
 func (g guestNet) setup() {
-	if g.addr == nil {
+	if len(g.ifs) == 0 {
 		return
 	}
 	if err := g.configure(); err != nil {
@@ -169,4 +200,25 @@ func waitTCP(addrs []string, wait time.Duration) []string {
 		}
 		time.Sleep(100 * time.Millisecond) // polling a port that may not listen yet
 	}
+}
+
+// relay joins stdin and stdout to the Unix socket path, until both
+// directions end: QEMU's user network runs it for each connection a
+// guest opens to an address the node forwards (guestfwd), so the node
+// serves that connection on a socket in the job's directory.
+func relay(path string) error {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(os.Stdout, c)
+		close(done)
+	}()
+	_, _ = io.Copy(c, os.Stdin)
+	_ = c.(*net.UnixConn).CloseWrite()
+	<-done
+	return nil
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"io"
 	"net"
+	osexec "os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +22,9 @@ func TestParseNet(t *testing.T) {
 		{cmdline: "console=ttyS0 vk.net=10.0.2.2/24 vk.host=10.0.2.3,web,test__base vk.host=10.0.2.4,db",
 			wantAddr: "10.0.2.2/24", wantHosts: "10.0.2.3\tweb test__base\n10.0.2.4\tdb\n"},
 		{cmdline: "vk.net=10.0.2.2/24 vk.host=bogus,web vk.host=10.0.2.5", wantAddr: "10.0.2.2/24"},
+		{cmdline: "vk.net=10.0.2.2/24@52:54:00:76:6B:02 vk.net=10.0.3.15/24@52:54:00:76:6b:fe",
+			wantAddr: "10.0.2.2/24@52:54:00:76:6b:02 10.0.3.15/24@52:54:00:76:6b:fe"},
+		{cmdline: "vk.net=10.0.2.2/24@not-a-mac", wantErr: true},
 		{cmdline: "vk.net=10.0.2.2", wantErr: true},
 		{cmdline: "vk.net=fd00::2/64", wantErr: true},
 	}
@@ -31,11 +37,16 @@ func TestParseNet(t *testing.T) {
 		if tt.wantErr {
 			continue
 		}
-		got := ""
-		if g.addr != nil {
-			ones, _ := g.addr.Mask.Size()
-			got = g.addr.IP.String() + "/" + itoa(ones)
+		var gots []string
+		for _, gi := range g.ifs {
+			ones, _ := gi.addr.Mask.Size()
+			a := gi.addr.IP.String() + "/" + itoa(ones)
+			if gi.mac != "" {
+				a += "@" + gi.mac
+			}
+			gots = append(gots, a)
 		}
+		got := strings.Join(gots, " ")
 		if got != tt.wantAddr {
 			t.Errorf("%q: address %q, want %q", tt.cmdline, got, tt.wantAddr)
 		}
@@ -72,5 +83,35 @@ func TestWaitTCP(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("waitTCP took %v with a 300 ms wait", time.Since(start))
+	}
+}
+
+// The relay QEMU runs per forwarded connection carries both directions
+// between its stdio and the node's socket.
+func TestRelay(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "fwd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		c.Write([]byte("node got " + string(b)))
+	}()
+	bin := filepath.Join(t.TempDir(), "vk-agent")
+	if out, err := osexec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := osexec.Command(bin, "-relay", sock)
+	cmd.Stdin = strings.NewReader("GET / HTTP/1.0\r\n\r\n")
+	out, err := cmd.Output()
+	if err != nil || string(out) != "node got GET / HTTP/1.0\r\n\r\n" {
+		t.Errorf("relay: %q, %v", out, err)
 	}
 }

@@ -46,17 +46,21 @@ type vmNet struct {
 
 // qemuArgs is QEMU's command line for a guest of mem MiB and cpus vCPUs
 // whose agent listens on sock, with disk (a qcow2 overlay) as its root
-// when not "", on the job's network when nw is not nil.
-func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string, nw *vmNet) []string {
+// when not "", on the job's network when nw is not nil, with the
+// forwarding network of net.mode "switch" when fwd is not nil.
+func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string, nw *vmNet, fwd *forwarder) []string {
 	appendArgs := kernelArgs
 	if disk != "" {
 		appendArgs += " vk.root=/dev/vda"
 	}
 	if nw != nil {
-		appendArgs += " vk.net=" + nw.addr
+		appendArgs += " vk.net=" + nw.addr + "@" + nw.mac
 		for _, h := range nw.hosts {
 			appendArgs += " vk.host=" + h
 		}
+	}
+	if fwd != nil {
+		appendArgs += fwd.kernelArgs()
 	}
 	args := []string{
 		"-M", "microvm", "-accel", e.cfg.Accel, "-m", strconv.Itoa(int(mem)), "-smp", strconv.Itoa(cpus),
@@ -76,6 +80,9 @@ func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string, 
 	if nw != nil {
 		args = append(args, "-netdev", "stream,id=net,server=off,addr.type=unix,addr.path="+nw.hub,
 			"-device", "virtio-net-device,netdev=net,mac="+nw.mac)
+	}
+	if fwd != nil {
+		args = append(args, fwd.qemuArgs(e.cfg.Agent)...)
 	}
 	if e.cfg.Accel == AccelTCG {
 		// The guest's clock follows the instructions it ran, not the
@@ -97,7 +104,7 @@ func (e *Executor) boot(ctx context.Context, j *Job, disk string) error {
 		cpus = 1
 	}
 	sock := filepath.Join(j.dir, "agent.sock")
-	cmd := osexec.Command(e.qemu, e.qemuArgs(j.dir, sock, mem, cpus, disk, j.net)...)
+	cmd := osexec.Command(e.qemu, e.qemuArgs(j.dir, sock, mem, cpus, disk, j.net, j.fwd)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	qlog, err := os.Create(filepath.Join(j.dir, "qemu.log"))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
+	"github.com/vk-ci/vk/node/regproxy"
 	"github.com/vk-ci/vk/proto/job"
 )
 
@@ -49,6 +51,17 @@ type Spec struct {
 	// variables (the job's non-file variables, as gitlab-runner passes
 	// them), KEY=VALUE.
 	ServiceEnv []string
+	// NetMode is the job's net.mode: "switch" gives the job's VM a
+	// network whose only way out is the job's registry proxy at
+	// registry.vk (switch.go); any other mode none.
+	NetMode string
+	// Registry is the job's guest registry proxy (regproxy.New with the
+	// job's token) under "switch"; nil means one refusing every request
+	// (XFER-19).
+	Registry http.Handler
+	// RegistryNamespaces are the job's token's grants, for the steps'
+	// VK_REGISTRY_NAMESPACES under "switch" (XFER-22).
+	RegistryNamespaces []regproxy.Namespace
 }
 
 // For returns an [exec.Executor] whose Prepare boots spec's job.

@@ -20,6 +20,7 @@ import (
 	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/exec/vmproto"
+	"github.com/vk-ci/vk/node/regproxy"
 	"github.com/vk-ci/vk/proto/job"
 )
 
@@ -280,6 +281,12 @@ func (e *Executor) prepare(ctx context.Context, req exec.PrepareRequest, spec Sp
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 	}
 	j := e.newJob(req.ID, dir, req.Size)
+	if regproxy.Enabled(spec.NetMode) {
+		if err := e.startForwarder(j, spec); err != nil {
+			_ = j.Cleanup(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
+		}
+	}
 	if len(spec.Services) > 0 {
 		// The services' VMs boot while the job's does.
 		var err error
@@ -343,6 +350,8 @@ type Job struct {
 	net      *vmNet            // the VM's place on the job's network; nil without services
 	svcs     *services         // the job's service VMs and their network; nil without
 	warnings []string          // for the trace, from Prepare
+	fwd      *forwarder        // what the node forwards under net.mode "switch"; nil otherwise
+	regEnv   []string          // the steps' registry variables (switch only)
 
 	mu        sync.Mutex
 	proc      *vmproto.Proc
@@ -397,7 +406,7 @@ func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) 
 		j.mu.Unlock()
 		return exec.RunResult{}, exec.ErrCleanedUp
 	}
-	env := append(append([]string(nil), j.env...), s.Env...)
+	env := append(append(append([]string(nil), j.env...), j.regEnv...), s.Env...)
 	started := time.Now()
 	p, err := j.client.Start(vmproto.Run{Script: s.Body, Shell: j.shell, Env: env, Dir: GuestBuildsDir,
 		Entrypoint: j.entry, UID: j.user.UID, GID: j.user.GID, Groups: j.user.Groups}, stdout, stderr)
@@ -506,6 +515,9 @@ func (j *Job) Cleanup(ctx context.Context) error {
 	j.end = time.Now()
 	j.mu.Unlock()
 	serr := <-svcsDone
+	if j.fwd != nil {
+		j.fwd.close()
+	}
 	if j.image != nil {
 		j.image.Release()
 	}
