@@ -34,8 +34,14 @@
 // init makes the root. [Sweep], run by [New], kills the QEMU of every job
 // directory a dead executor left and removes the directories.
 //
+// # Services and networks
+//
+// A job's services are VMs beside the job's on a private per-job
+// network, an Ethernet hub in the node (services.go, hub.go); under
+// net.mode "switch" the job's VM also reaches registry.vk, the job's
+// guest registry proxy, and nothing else (switch.go).
+//
 // # Not yet
 //
-// Services as VMs, network modes, the registry proxy, vsock, and
-// collecting the disks of images the store removed. See docs/node.md, "The microvm backend".
+// vsock, and the node passing net.mode and the job's registry proxy. See docs/node.md, "The microvm backend".
 package microvm

@@ -445,7 +445,8 @@ func (j *Job) Cancel(mode exec.CancelMode) {
 }
 
 // Usage is the VM's: QEMU's CPU time (the guest's vCPUs run in it) and
-// its peak resident memory, read from /proc while it runs.
+// its peak resident memory, read from /proc while it runs, with the
+// services' VMs' added.
 func (j *Job) Usage() exec.Usage {
 	j.mu.Lock()
 	defer j.mu.Unlock()
