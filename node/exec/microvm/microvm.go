@@ -146,6 +146,20 @@ func lookSbin(name string) (string, error) {
 	return "", err
 }
 
+// kernelModules are the modules of kernel version ver named relative to
+// its drivers directory, in order, leaving out those absent (built into
+// the kernel).
+func kernelModules(ver string, names ...string) []string {
+	var out []string
+	for _, m := range names {
+		p := filepath.Join("/lib/modules", ver, "kernel/drivers", m)
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func newestKernel() string {
 	ks, _ := filepath.Glob("/boot/vmlinuz-*")
 	if len(ks) == 0 {
@@ -213,27 +227,13 @@ func New(cfg Config) (*Executor, error) {
 	}
 	e := &Executor{cfg: cfg, qemu: qemu, log: log, mkfs: mkfs, qemuImg: qemuImg}
 	ver := strings.TrimPrefix(filepath.Base(cfg.Kernel), "vmlinuz-")
-	for _, m := range []string{"virtio/virtio_ring.ko", "virtio/virtio.ko", "virtio/virtio_mmio.ko", "char/virtio_console.ko"} {
-		p := filepath.Join("/lib/modules", ver, "kernel/drivers", m)
-		if _, err := os.Stat(p); err == nil { // absent: built into the kernel
-			e.modules = append(e.modules, p)
-		}
-	}
+	// The agent's port: virtio-mmio and virtio-console.
+	e.modules = kernelModules(ver, "virtio/virtio_ring.ko", "virtio/virtio.ko", "virtio/virtio_mmio.ko", "char/virtio_console.ko")
 	// The image's disk: virtio-blk and ext4 with what it needs (crc16,
 	// mbcache, jbd2 and the crc32c its checksums use).
-	for _, m := range []string{"drivers/block/virtio_blk.ko", "lib/crc16.ko", "fs/mbcache.ko", "fs/jbd2/jbd2.ko", "crypto/crc32c_generic.ko", "fs/ext4/ext4.ko"} {
-		p := filepath.Join("/lib/modules", ver, "kernel", m)
-		if _, err := os.Stat(p); err == nil {
-			e.rootModules = append(e.rootModules, p)
-		}
-	}
+	e.rootModules = kernelModules(ver, "block/virtio_blk.ko", "../lib/crc16.ko", "../fs/mbcache.ko", "../fs/jbd2/jbd2.ko", "../crypto/crc32c_generic.ko", "../fs/ext4/ext4.ko")
 	// The job's network: virtio-net and what it needs.
-	for _, m := range []string{"net/core/failover.ko", "drivers/net/net_failover.ko", "drivers/net/virtio_net.ko"} {
-		p := filepath.Join("/lib/modules", ver, "kernel", m)
-		if _, err := os.Stat(p); err == nil {
-			e.netModules = append(e.netModules, p)
-		}
-	}
+	e.netModules = kernelModules(ver, "../net/core/failover.ko", "net/net_failover.ko", "net/virtio_net.ko")
 	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
 		return nil, fmt.Errorf("%w: %w", exec.ErrConfiguration, err)
 	}
