@@ -117,7 +117,8 @@ func (a *Agent) newMicroVM(b *backends) error {
 }
 
 // chooseMicroVM is the microvm backend's executor for j: its image (or
-// the node's default image) as the guest's root, else the initramfs.
+// the node's default image) as the guest's root, else the initramfs, and
+// its services as VMs beside it.
 func (b *backends) chooseMicroVM(j *job.CiJob, defaultImage string) (exec.Executor, string, []string) {
 	var spec microvm.Spec
 	if j.Image != nil {
@@ -127,9 +128,13 @@ func (b *backends) chooseMicroVM(j *job.CiJob, defaultImage string) (exec.Execut
 		spec.Image.Name = defaultImage
 	}
 	spec.Credentials = j.RegistryCredentials
-	var warns []string
-	if len(j.Services) > 0 {
-		warns = append(warns, fmt.Sprintf("the job has %d service(s); the microvm executor does not run services yet and ignores them", len(j.Services)))
+	// Each service its own VM beside the job's, with the job's variables
+	// before its own, as the oci backend passes them.
+	spec.Services = j.Services
+	for _, v := range j.Variables {
+		if !v.File {
+			spec.ServiceEnv = append(spec.ServiceEnv, v.Key+"="+v.Value)
+		}
 	}
-	return b.microvm.For(spec), BackendMicroVM, warns
+	return b.microvm.For(spec), BackendMicroVM, nil
 }

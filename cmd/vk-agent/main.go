@@ -6,7 +6,9 @@
 //
 // As PID 1 (the VM's init) it mounts /proc, /sys, /dev and /tmp, makes
 // the job image's disk the root when the kernel command line names one
-// (vk.root=, see root.go), runs a copy of itself as the server, reaps every orphan, and powers the VM off
+// (vk.root=, see root.go), brings up the job's private network when the
+// command line gives it one (vk.net=, see net.go), runs a copy of itself
+// as the server, reaps every orphan, and powers the VM off
 // when the server ends (the node closed the stream). Build it with
 // CGO_ENABLED=0.
 package main
@@ -37,7 +39,24 @@ func main() {
 	stdio := flag.Bool("stdio", false, "serve on stdin/stdout")
 	root := flag.String("root", "/builds", "the job tree")
 	serve := flag.Bool("serve", false, "internal: the server under the init")
+	wait := flag.String("wait-tcp", "", "wait until each of these comma-separated host:port addresses accepts a connection, then exit 0; print those that did not and exit 1 after -wait")
+	waitFor := flag.Duration("wait", 30*time.Second, "how long -wait-tcp waits")
+	relayTo := flag.String("relay", "", "on the node: join stdin/stdout to this Unix socket (QEMU's guestfwd command)")
 	flag.Parse()
+	if *relayTo != "" {
+		if err := relay(*relayTo); err != nil {
+			fmt.Fprintln(os.Stderr, "vk-agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *wait != "" {
+		if pending := waitTCP(strings.Split(*wait, ","), *waitFor); len(pending) > 0 {
+			fmt.Println(strings.Join(pending, " "))
+			os.Exit(1)
+		}
+		return
+	}
 	if os.Getpid() == 1 && !*serve {
 		os.Exit(initMain())
 	}
@@ -167,6 +186,14 @@ func initMain() int {
 	_ = unix.Mount("devpts", "/dev/pts", "devpts", 0, "")
 	vmproto.ProtectFromOOM() // the server inherits it; its scripts do not
 	loadModules(modulesList)
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	gnet, err := parseNet(string(cmdline))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vk-agent:", err)
+	}
+	if len(gnet.ifs) > 0 {
+		loadModules(netModulesList) // from the initramfs, before the root moves
+	}
 	_ = os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	self, err := os.Executable()
 	if err != nil {
@@ -179,6 +206,7 @@ func initMain() int {
 			return 1
 		}
 	}
+	gnet.setup()
 	cmd := osexec.Command(self, append([]string{"-serve"}, os.Args[1:]...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {

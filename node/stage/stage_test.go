@@ -523,11 +523,6 @@ func TestCheckoutIsTransfers(t *testing.T) {
 	t.Skip("STAGE-02/03: the checkout (GIT_STRATEGY, GIT_DEPTH, credential helper) is node/xfer's GetSources; tested there")
 }
 
-// spec: STAGE-07
-func TestLaterItems(t *testing.T) {
-	t.Skip("[later]: services as a compose group beside the job VM come with the microvm backend's services (see docs/node.md, The microvm backend)")
-}
-
 func TestStartRejectsBadSpec(t *testing.T) {
 	h := newHarness(t, Config{})
 	if _, err := h.runner.Start(t.Context(), Spec{ID: "x"}); !errors.Is(err, ErrBadSpec) {

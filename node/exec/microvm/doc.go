@@ -14,7 +14,9 @@
 // for the agent's hello; [Job.Boot] splits that wait into QEMU up, the
 // kernel's own time to init, and agent ready. Every Run is a script in
 // that guest under /bin/sh (busybox: the initramfs has no bash), so
-// files and processes' effects persist from stage to stage (STAGE-04).
+// files and processes' effects persist from stage to stage (STAGE-04);
+// in a job's image, under its bash, through its entrypoint and as its
+// USER (image.go).
 // Cancel signals the script's process group in the guest; Usage is QEMU's
 // CPU time and peak resident memory from /proc. Cleanup closes the
 // agent's stream — vk-agent powers the guest off — waits for QEMU (5 s,
@@ -32,9 +34,14 @@
 // init makes the root. [Sweep], run by [New], kills the QEMU of every job
 // directory a dead executor left and removes the directories.
 //
+// # Services and networks
+//
+// A job's services are VMs beside the job's on a private per-job
+// network, an Ethernet hub in the node (services.go, hub.go); under
+// net.mode "switch" the job's VM also reaches registry.vk, the job's
+// guest registry proxy, and nothing else (switch.go).
+//
 // # Not yet
 //
-// Services as VMs, network modes, the registry proxy, vsock, the image's
-// user and entrypoint, and collecting the disks of images the store
-// removed. See docs/node.md, "The microvm backend".
+// vsock, and the node passing net.mode and the job's registry proxy. See docs/node.md, "The microvm backend".
 package microvm

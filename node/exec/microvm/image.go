@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 	"sync"
 
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
+	"github.com/vk-ci/vk/node/regproxy"
 	"github.com/vk-ci/vk/proto/job"
 )
 
@@ -25,15 +28,40 @@ import (
 // job, and the overlay goes with the job. The guest's init mounts the
 // disk and makes it the root (cmd/vk-agent, root.go); scripts then run in
 // the image's tree with its environment, under its bash when it has one,
-// else its /bin/sh.
+// else its /bin/sh, as the image's USER (or the job's image user),
+// resolved against the image's /etc/passwd and /etc/group as Docker
+// does, and through the image's entrypoint (or the job's): each script is
+// the entrypoint's arguments, as gitlab-runner's Docker executor starts
+// the build container's entrypoint with the shell for every script, so
+// an entrypoint that ends with `exec "$@"` runs it and `entrypoint: [""]`
+// clears it. The job tree /builds and everything the node puts there
+// belong to that user.
 
 // Spec is what a job asks of the microvm backend beyond its size.
 type Spec struct {
 	// Image is the job's image; "" Name means the initramfs root.
 	Image job.Image
 	// Credentials are the job's registry credentials, used only to pull
-	// the image (AUTH-05).
+	// the images (AUTH-05).
 	Credentials []job.RegistryCredential
+	// Services are the job's services, each its own VM beside the job's
+	// on the job's private network (services.go).
+	Services []job.Image
+	// ServiceEnv is the environment every service gets before its own
+	// variables (the job's non-file variables, as gitlab-runner passes
+	// them), KEY=VALUE.
+	ServiceEnv []string
+	// NetMode is the job's net.mode: "switch" gives the job's VM a
+	// network whose only way out is the job's registry proxy at
+	// registry.vk (switch.go); any other mode none.
+	NetMode string
+	// Registry is the job's guest registry proxy (regproxy.New with the
+	// job's token) under "switch"; nil means one refusing every request
+	// (XFER-19).
+	Registry http.Handler
+	// RegistryNamespaces are the job's token's grants, for the steps'
+	// VK_REGISTRY_NAMESPACES under "switch" (XFER-22).
+	RegistryNamespaces []regproxy.Namespace
 }
 
 // For returns an [exec.Executor] whose Prepare boots spec's job.
@@ -77,14 +105,34 @@ func (e *Executor) imageRoot(ctx context.Context, j *Job, spec Spec) (string, er
 	if out, err := osexec.CommandContext(ctx, e.qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base, overlay).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("qemu-img create: %v: %s", err, strings.TrimSpace(string(out)))
 	}
-	j.env = imageEnv(im.Config.Env)
+	userSpec := im.Config.User
+	if img.User != "" {
+		userSpec = img.User
+	}
+	if j.user, err = imageuser.Resolve(im.Rootfs, userSpec); err != nil {
+		return "", fmt.Errorf("%w: image %s: %w", exec.ErrConfiguration, img.Name, err)
+	}
+	j.entry = im.Config.Entrypoint
+	if img.Entrypoint != nil {
+		j.entry = clearEmpty(img.Entrypoint)
+	}
+	j.env = imageEnv(im.Config.Env, j.user.Home)
 	j.shell = imageShell(im.Rootfs)
 	return overlay, nil
 }
 
+// clearEmpty turns [""] (a cleared entrypoint, as GitLab sends it) into
+// nil.
+func clearEmpty(s []string) []string {
+	if len(s) == 1 && s[0] == "" {
+		return nil
+	}
+	return s
+}
+
 // imageEnv is the scripts' base environment from the image's: its
-// variables, with PATH and HOME defaulted.
-func imageEnv(img []string) []string {
+// variables, with PATH and HOME (the user's home) defaulted.
+func imageEnv(img []string, home string) []string {
 	env := append([]string(nil), img...)
 	has := func(k string) bool {
 		for _, v := range env {
@@ -98,7 +146,7 @@ func imageEnv(img []string) []string {
 		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	}
 	if !has("HOME") {
-		env = append(env, "HOME=/root")
+		env = append(env, "HOME="+home)
 	}
 	return env
 }

@@ -52,6 +52,9 @@ type initramfsSpec struct {
 	// rootModules are loaded by the init, in this order, only before it
 	// mounts an image's disk as the root.
 	rootModules []string
+	// netModules are loaded by the init, in this order, only when the
+	// guest is on its job's network.
+	netModules []string
 }
 
 // writeInitramfs writes the initramfs: vk-agent as /init, busybox and a
@@ -86,7 +89,7 @@ func writeInitramfs(w io.Writer, s initramfsSpec) error {
 	for _, list := range []struct {
 		name    string
 		modules []string
-	}{{"modules", s.modules}, {"modules.root", s.rootModules}} {
+	}{{"modules", s.modules}, {"modules.root", s.rootModules}, {"modules.net", s.netModules}} {
 		var order bytes.Buffer
 		for _, m := range list.modules {
 			b, err := os.ReadFile(m)

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,8 +17,11 @@ import (
 
 	"github.com/vk-ci/vk/internal/procstat"
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/exec/vmproto"
+	"github.com/vk-ci/vk/node/regproxy"
+	"github.com/vk-ci/vk/proto/job"
 )
 
 // Accelerators of [Config.Accel].
@@ -76,6 +76,13 @@ type Config struct {
 	// DiskMiB is the free space a job gets on its image's disk, for its
 	// build tree and whatever it installs; 0 means [DefaultDiskMiB].
 	DiskMiB int64
+	// ServiceWait bounds the wait for a service's ports; 0 means
+	// [DefaultServiceWait]. ServiceGrace is the watch for an early exit
+	// of a service without ports; 0 means [DefaultServiceGrace].
+	ServiceWait, ServiceGrace time.Duration
+	// ServiceMemMiB is each service VM's memory; 0 means
+	// [DefaultServiceMemMiB].
+	ServiceMemMiB int64
 	// Log receives diagnostics; nil discards them.
 	Log *slog.Logger
 }
@@ -87,6 +94,7 @@ type Executor struct {
 	initrd      string
 	modules     []string
 	rootModules []string // loaded only when an image's disk is the root
+	netModules  []string // loaded only when the guest is on a job's network
 	log         *slog.Logger
 	disks       diskCache
 	mkfs        string // mkfs.ext4, with an image store
@@ -136,6 +144,20 @@ func lookSbin(name string) (string, error) {
 		}
 	}
 	return "", err
+}
+
+// kernelModules are the modules of kernel version ver named relative to
+// its drivers directory, in order, leaving out those absent (built into
+// the kernel).
+func kernelModules(ver string, names ...string) []string {
+	var out []string
+	for _, m := range names {
+		p := filepath.Join("/lib/modules", ver, "kernel/drivers", m)
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func newestKernel() string {
@@ -190,26 +212,28 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.DiskMiB <= 0 {
 		cfg.DiskMiB = DefaultDiskMiB
 	}
+	if cfg.ServiceWait <= 0 {
+		cfg.ServiceWait = DefaultServiceWait
+	}
+	if cfg.ServiceGrace <= 0 {
+		cfg.ServiceGrace = DefaultServiceGrace
+	}
+	if cfg.ServiceMemMiB <= 0 {
+		cfg.ServiceMemMiB = DefaultServiceMemMiB
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Executor{cfg: cfg, qemu: qemu, log: log, mkfs: mkfs, qemuImg: qemuImg}
 	ver := strings.TrimPrefix(filepath.Base(cfg.Kernel), "vmlinuz-")
-	for _, m := range []string{"virtio/virtio_ring.ko", "virtio/virtio.ko", "virtio/virtio_mmio.ko", "char/virtio_console.ko"} {
-		p := filepath.Join("/lib/modules", ver, "kernel/drivers", m)
-		if _, err := os.Stat(p); err == nil { // absent: built into the kernel
-			e.modules = append(e.modules, p)
-		}
-	}
+	// The agent's port: virtio-mmio and virtio-console.
+	e.modules = kernelModules(ver, "virtio/virtio_ring.ko", "virtio/virtio.ko", "virtio/virtio_mmio.ko", "char/virtio_console.ko")
 	// The image's disk: virtio-blk and ext4 with what it needs (crc16,
 	// mbcache, jbd2 and the crc32c its checksums use).
-	for _, m := range []string{"drivers/block/virtio_blk.ko", "lib/crc16.ko", "fs/mbcache.ko", "fs/jbd2/jbd2.ko", "crypto/crc32c_generic.ko", "fs/ext4/ext4.ko"} {
-		p := filepath.Join("/lib/modules", ver, "kernel", m)
-		if _, err := os.Stat(p); err == nil {
-			e.rootModules = append(e.rootModules, p)
-		}
-	}
+	e.rootModules = kernelModules(ver, "block/virtio_blk.ko", "../lib/crc16.ko", "../fs/mbcache.ko", "../fs/jbd2/jbd2.ko", "../crypto/crc32c_generic.ko", "../fs/ext4/ext4.ko")
+	// The job's network: virtio-net and what it needs.
+	e.netModules = kernelModules(ver, "../net/core/failover.ko", "net/net_failover.ko", "net/virtio_net.ko")
 	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
 		return nil, fmt.Errorf("%w: %w", exec.ErrConfiguration, err)
 	}
@@ -223,7 +247,7 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = writeInitramfs(f, initramfsSpec{agent: cfg.Agent, busybox: cfg.Busybox, modules: e.modules, rootModules: e.rootModules})
+	err = writeInitramfs(f, initramfsSpec{agent: cfg.Agent, busybox: cfg.Busybox, modules: e.modules, rootModules: e.rootModules, netModules: e.netModules})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -236,26 +260,6 @@ func New(cfg Config) (*Executor, error) {
 	}
 	return e, nil
 }
-
-// Boot is the breakdown of one job's start.
-type Boot struct {
-	// QEMU is Prepare's start to the agent's socket accepting (QEMU up).
-	QEMU time.Duration
-	// Kernel is the guest kernel's own time from boot to starting the
-	// agent as init, as its log stamps it.
-	Kernel time.Duration
-	// Ready is Prepare's start to the agent's hello: the guest can run a
-	// stage.
-	Ready time.Duration
-}
-
-// kernelArgs is the guest's command line: the console on the one serial
-// port, power off on panic, and no probing of what a microvm lacks (PCI,
-// the i8042 keyboard controller) or of the TSC and delay loop, which
-// under emulation costs seconds.
-const kernelArgs = "console=ttyS0 panic=-1 loglevel=5 lpj=2000000 tsc=reliable no_timer_check pci=off i8042.noaux i8042.nokbd i8042.nopnp"
-
-var idRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // Prepare boots the job's VM with the initramfs as its root (busybox's
 // tools) and waits for its agent. The guest is sized by req.Size (0 means
@@ -272,168 +276,82 @@ func (e *Executor) prepare(ctx context.Context, req exec.PrepareRequest, spec Sp
 	if !idRe.MatchString(req.ID) {
 		return nil, fmt.Errorf("%w: invalid job id %q", exec.ErrPrepare, req.ID)
 	}
-	start := time.Now()
 	dir := filepath.Join(e.cfg.Root, req.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 	}
-	j := &Job{e: e, id: req.ID, dir: dir, size: req.Size, start: start, exited: make(chan struct{}),
-		env: []string{"PATH=/bin:/sbin:/usr/bin", "HOME=/root"}, shell: []string{"/bin/sh"}}
-	var disk string
-	if strings.TrimSpace(spec.Image.Name) != "" {
-		var err error
-		if disk, err = e.imageRoot(ctx, j, spec); err != nil {
-			os.RemoveAll(dir)
-			if j.image != nil {
-				j.image.Release()
-			}
+	j := e.newJob(req.ID, dir, req.Size)
+	if regproxy.Enabled(spec.NetMode) {
+		if err := e.startForwarder(j, spec); err != nil {
+			_ = j.Cleanup(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
 		}
 	}
-	if err := e.boot(ctx, j, disk); err != nil {
+	if len(spec.Services) > 0 {
+		// The services' VMs boot while the job's does.
+		var err error
+		if j.svcs, err = e.startServices(ctx, j, spec); err != nil {
+			_ = j.Cleanup(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
+		}
+	}
+	if err := e.bootImage(ctx, j, spec.Image, spec.Credentials); err != nil {
 		_ = j.Cleanup(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
+	}
+	if err := j.ownBuilds(ctx); err != nil {
+		_ = j.Cleanup(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: the job tree for the image's user: %w", exec.ErrPrepare, err)
+	}
+	if j.svcs != nil {
+		if err := j.svcs.ready(ctx, j); err != nil {
+			_ = j.Cleanup(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("%w: %w", exec.ErrPrepare, err)
+		}
 	}
 	return j, nil
 }
 
-// qemuArgs is QEMU's command line for a guest of mem MiB and cpus vCPUs
-// whose agent listens on sock, with disk (a qcow2 overlay) as its root
-// when not "".
-func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string) []string {
-	appendArgs := kernelArgs
-	if disk != "" {
-		appendArgs += " vk.root=/dev/vda"
-	}
-	args := []string{
-		"-M", "microvm", "-accel", e.cfg.Accel, "-m", strconv.Itoa(int(mem)), "-smp", strconv.Itoa(cpus),
-		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-kernel", e.cfg.Kernel, "-initrd", e.initrd,
-		"-append", appendArgs,
-		"-pidfile", filepath.Join(dir, pidFile),
-		"-serial", "file:" + filepath.Join(dir, "console.log"),
-		"-device", "virtio-serial-device",
-		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
-		"-device", "virtserialport,chardev=agent,name=vk.agent",
-	}
-	if disk != "" {
-		args = append(args, "-drive", "id=root,file="+disk+",format=qcow2,if=none,discard=unmap",
-			"-device", "virtio-blk-device,drive=root")
-	}
-	if e.cfg.Accel == AccelTCG {
-		// The guest's clock follows the instructions it ran, not the
-		// host's: on a loaded host an emulated vCPU that gets little CPU
-		// otherwise spends it all on the timer interrupts it fell behind
-		// on, and never boots.
-		args = append(args, "-icount", "shift=auto,sleep=on")
-	}
-	return args
+// newJob is a VM not yet booted in dir, which exists.
+func (e *Executor) newJob(id, dir string, size exec.Size) *Job {
+	return &Job{e: e, id: id, dir: dir, size: size, start: time.Now(), exited: make(chan struct{}),
+		env: []string{"PATH=/bin:/sbin:/usr/bin", "HOME=/root"}, shell: []string{"/bin/sh"}}
 }
 
-// boot starts QEMU for j and waits for its agent's hello.
-func (e *Executor) boot(ctx context.Context, j *Job, disk string) error {
-	mem, cpus := j.size.MemMiB, j.size.CPUs
-	if mem <= 0 {
-		mem = DefaultMemMiB
-	}
-	if cpus <= 0 {
-		cpus = 1
-	}
-	sock := filepath.Join(j.dir, "agent.sock")
-	cmd := osexec.Command(e.qemu, e.qemuArgs(j.dir, sock, mem, cpus, disk)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	qlog, err := os.Create(filepath.Join(j.dir, "qemu.log"))
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = qlog, qlog
-	err = cmd.Start()
-	qlog.Close()
-	if err != nil {
-		return fmt.Errorf("qemu: %w", err)
-	}
-	j.cmd = cmd
-	go func() { _ = cmd.Wait(); close(j.exited) }()
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
-	defer cancel()
-	console := func() string { return tailFile(filepath.Join(j.dir, "console.log"), 5) }
-	var conn net.Conn
-	for conn == nil {
-		c, err := net.Dial("unix", sock)
-		if err == nil {
-			conn = c
-			break
-		}
-		select {
-		case <-j.exited:
-			return fmt.Errorf("qemu exited: %s", tailFile(filepath.Join(j.dir, "qemu.log"), 5))
-		case <-ctx.Done():
-			return fmt.Errorf("qemu's agent socket did not appear within %v", e.cfg.BootTimeout)
-		case <-time.After(5 * time.Millisecond): // polling a socket QEMU creates
+// bootImage boots j from img's disk, or from the initramfs when img
+// names no image.
+func (e *Executor) bootImage(ctx context.Context, j *Job, img job.Image, creds []job.RegistryCredential) error {
+	var disk string
+	if strings.TrimSpace(img.Name) != "" {
+		var err error
+		if disk, err = e.imageRoot(ctx, j, Spec{Image: img, Credentials: creds}); err != nil {
+			return err
 		}
 	}
-	j.boot.QEMU = time.Since(j.start)
-	dialed := make(chan error, 1)
-	go func() {
-		c, err := vmproto.Dial(conn)
-		j.client = c
-		dialed <- err
-	}()
-	select {
-	case err := <-dialed:
-		if err != nil {
-			return fmt.Errorf("agent: %w; console: %s", err, console())
-		}
-	case <-j.exited:
-		conn.Close()
-		<-dialed
-		return fmt.Errorf("the guest stopped before its agent was ready; console: %s", console())
-	case <-ctx.Done():
-		conn.Close()
-		<-dialed
-		return fmt.Errorf("the guest's agent was not ready within %v (accel %s); console: %s", e.cfg.BootTimeout, e.cfg.Accel, console())
-	}
-	j.boot.Ready = time.Since(j.start)
-	j.boot.Kernel = kernelTime(filepath.Join(j.dir, "console.log"))
-	return nil
-}
-
-var readyRe = regexp.MustCompile(`\[\s*(\d+\.\d+)\] vk-agent: init ready`)
-
-// kernelTime reads the kernel's stamp of the agent's ready line.
-func kernelTime(console string) time.Duration {
-	b, _ := os.ReadFile(console)
-	m := readyRe.FindSubmatch(b)
-	if m == nil {
-		return 0
-	}
-	s, _ := strconv.ParseFloat(string(m[1]), 64)
-	return time.Duration(s * float64(time.Second))
-}
-
-func tailFile(p string, n int) string {
-	b, _ := os.ReadFile(p)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
+	return e.boot(ctx, j, disk)
 }
 
 // Job is one job's VM.
 type Job struct {
-	e      *Executor
-	id     string
-	dir    string
-	cmd    *osexec.Cmd
-	client *vmproto.Client
-	size   exec.Size
-	start  time.Time
-	boot   Boot
-	exited chan struct{}     // closed when QEMU exited
-	env    []string          // the scripts' base environment (the image's)
-	shell  []string          // the scripts' shell: the image's bash, else sh
-	image  *imagestore.Image // the job's image, held until Cleanup; nil without
+	e        *Executor
+	id       string
+	dir      string
+	cmd      *osexec.Cmd
+	client   *vmproto.Client
+	size     exec.Size
+	start    time.Time
+	boot     Boot
+	exited   chan struct{}     // closed when QEMU exited
+	env      []string          // the scripts' base environment (the image's)
+	shell    []string          // the scripts' shell: the image's bash, else sh
+	entry    []string          // the image's entrypoint, before every script's shell
+	user     imageuser.User    // the scripts' identity, owner of the job tree
+	image    *imagestore.Image // the job's image, held until Cleanup; nil without
+	net      *vmNet            // the VM's place on the job's network; nil without services
+	svcs     *services         // the job's service VMs and their network; nil without
+	warnings []string          // for the trace, from Prepare
+	fwd      *forwarder        // what the node forwards under net.mode "switch"; nil otherwise
+	regEnv   []string          // the steps' registry variables (switch only)
 
 	mu        sync.Mutex
 	proc      *vmproto.Proc
@@ -463,23 +381,35 @@ func (j *Job) HostPath(guestPath string) string {
 	return filepath.Join(j.dir, "host", filepath.Clean("/"+guestPath))
 }
 
-// Adopt does nothing: the guest runs scripts as its root.
+// Adopt does nothing: what the node writes under HostPath does not reach
+// the guest, and what it pushes into the guest goes to the job's user.
 func (j *Job) Adopt(string) error { return nil }
+
+// agentPath is the agent's own binary in the guest: its copy in the
+// image's root, else the initramfs's init.
+func (j *Job) agentPath() string {
+	if j.image != nil {
+		return "/run/vk/vk-agent"
+	}
+	return "/init"
+}
 
 // Client is the connection to the guest's agent (archive, extract).
 func (j *Job) Client() *vmproto.Client { return j.client }
 
-// Run runs the script in the guest with busybox's sh (the initramfs has
-// no bash yet).
+// Run runs the script in the guest: under the image's shell (busybox's
+// sh without an image), through the image's entrypoint, as the image's
+// user.
 func (j *Job) Run(ctx context.Context, s exec.Script, stdout, stderr io.Writer) (exec.RunResult, error) {
 	j.mu.Lock()
 	if j.cleaned {
 		j.mu.Unlock()
 		return exec.RunResult{}, exec.ErrCleanedUp
 	}
-	env := append(append([]string(nil), j.env...), s.Env...)
+	env := append(append(append([]string(nil), j.env...), j.regEnv...), s.Env...)
 	started := time.Now()
-	p, err := j.client.Start(vmproto.Run{Script: s.Body, Shell: j.shell, Env: env, Dir: GuestBuildsDir}, stdout, stderr)
+	p, err := j.client.Start(vmproto.Run{Script: s.Body, Shell: j.shell, Env: env, Dir: GuestBuildsDir,
+		Entrypoint: j.entry, UID: j.user.UID, GID: j.user.GID, Groups: j.user.Groups}, stdout, stderr)
 	if err != nil {
 		j.mu.Unlock()
 		return exec.RunResult{}, fmt.Errorf("%w: %w", exec.ErrStart, err)
@@ -515,19 +445,29 @@ func (j *Job) Cancel(mode exec.CancelMode) {
 }
 
 // Usage is the VM's: QEMU's CPU time (the guest's vCPUs run in it) and
-// its peak resident memory, read from /proc while it runs.
+// its peak resident memory, read from /proc while it runs, with the
+// services' VMs' added.
 func (j *Job) Usage() exec.Usage {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	u := exec.Usage{Size: j.size}
+	if j.svcs != nil {
+		// The services' VMs are the job's: their CPU adds up, and so do
+		// their peaks (a bound: the peaks need not coincide).
+		for _, sv := range j.svcs.list {
+			su := sv.vm.Usage()
+			u.CPU += su.CPU
+			u.PeakMemBytes += su.PeakMemBytes
+		}
+	}
 	if j.cleaned {
-		u.Wall, u.CPU, u.PeakMemBytes = j.end.Sub(j.start), j.cpu, j.peak
+		u.Wall, u.CPU, u.PeakMemBytes = j.end.Sub(j.start), u.CPU+j.cpu, u.PeakMemBytes+j.peak
 		return u
 	}
 	u.Wall = time.Since(j.start)
 	if j.cmd != nil {
 		if pu, err := procstat.Read(j.cmd.Process.Pid); err == nil {
-			u.CPU, u.PeakMemBytes = pu.CPU, pu.MaxRSS
+			u.CPU, u.PeakMemBytes = u.CPU+pu.CPU, u.PeakMemBytes+pu.MaxRSS
 		}
 	}
 	return u
@@ -535,7 +475,8 @@ func (j *Job) Usage() exec.Usage {
 
 // Cleanup closes the agent's connection (the guest powers off), waits
 // for QEMU to exit — killing it after 5 s — and removes the job's
-// directory with its socket and logs. Safe to call more than once.
+// directory with its socket and logs; the services' VMs go the same way,
+// at the same time, and then their network. Safe to call more than once.
 func (j *Job) Cleanup(ctx context.Context) error {
 	j.mu.Lock()
 	if j.cleaned {
@@ -549,6 +490,12 @@ func (j *Job) Cleanup(ctx context.Context) error {
 		}
 	}
 	j.mu.Unlock()
+	svcsDone := make(chan error, 1)
+	if j.svcs != nil {
+		go func() { svcsDone <- j.svcs.cleanup(ctx) }() // beside the job's VM
+	} else {
+		svcsDone <- nil
+	}
 	if j.client != nil {
 		j.client.Close()
 	}
@@ -568,11 +515,15 @@ func (j *Job) Cleanup(ctx context.Context) error {
 	j.mu.Lock()
 	j.end = time.Now()
 	j.mu.Unlock()
+	serr := <-svcsDone
+	if j.fwd != nil {
+		j.fwd.close()
+	}
 	if j.image != nil {
 		j.image.Release()
 	}
 	if err := os.RemoveAll(j.dir); err != nil {
-		return fmt.Errorf("microvm: cleanup %s: %w", j.id, err)
+		return errors.Join(serr, fmt.Errorf("microvm: cleanup %s: %w", j.id, err))
 	}
-	return nil
+	return serr
 }

@@ -3,9 +3,12 @@ package microvm
 import (
 	"log/slog"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The sweep removes every job directory a dead executor left and keeps
@@ -52,5 +55,40 @@ func TestRemoveDisksOfRemovedImages(t *testing.T) {
 	ents, _ := os.ReadDir(filepath.Join(root, disksDir))
 	if len(ents) != 1 || ents[0].Name() != "bbb.ext4" {
 		t.Errorf("disks left: %v, want bbb.ext4", ents)
+	}
+}
+
+// A service's VM left running by a dead executor is killed with its
+// job's directory: the sweep finds its pid file in the job's svc-N
+// directory. The stand-in QEMU is a sleep whose command line names that
+// directory, as QEMU's names its files there.
+func TestSweepKillsLeftoverServiceVMs(t *testing.T) {
+	root := t.TempDir()
+	svc := filepath.Join(root, "job1", "svc-0")
+	if err := os.MkdirAll(svc, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A shell that stays (sleep, then a no-op naming the directory).
+	cmd := osexec.Command("sh", "-c", "sleep 300; : "+svc+"/")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if err := os.WriteFile(filepath.Join(svc, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Sweep(root, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatal("the leftover service VM still runs after the sweep")
+	}
+	if _, err := os.Stat(filepath.Join(root, "job1")); !os.IsNotExist(err) {
+		t.Errorf("the job's directory is still there: %v", err)
 	}
 }

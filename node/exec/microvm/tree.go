@@ -1,6 +1,8 @@
 package microvm
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +43,7 @@ func (j *Job) StagingDir(name string) (string, error) {
 }
 
 // PushTree streams the content of hostDir into the guest at guestPath
-// through the agent's extract.
+// through the agent's extract, for the job's user.
 func (j *Job) PushTree(ctx context.Context, hostDir, guestPath string) error {
 	rel, err := guestRel(guestPath)
 	if err != nil {
@@ -52,7 +54,7 @@ func (j *Job) PushTree(ctx context.Context, hostDir, guestPath string) error {
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(vmproto.WriteTree(hostDir, ".", pw)) }()
-	err = j.client.Extract(ctx, rel, pr)
+	err = j.client.ExtractAs(ctx, vmproto.PathRequest{Path: rel, UID: j.user.UID, GID: j.user.GID}, pr)
 	pr.CloseWithError(errors.New("extract ended"))
 	if err != nil {
 		return fmt.Errorf("microvm: into the guest's %s: %w", guestPath, err)
@@ -89,4 +91,17 @@ func (j *Job) PullTree(ctx context.Context, guestPath, hostDir string) error {
 		return fmt.Errorf("microvm: from the guest's %s: %w", guestPath, err)
 	}
 	return nil
+}
+
+// ownBuilds gives the guest's job tree to the job's user when it is not
+// root: an empty extraction of the tree's root, for that user.
+func (j *Job) ownBuilds(ctx context.Context) error {
+	if j.user.UID == 0 && j.user.GID == 0 {
+		return nil
+	}
+	var empty bytes.Buffer
+	if err := tar.NewWriter(&empty).Close(); err != nil {
+		return err
+	}
+	return j.client.ExtractAs(ctx, vmproto.PathRequest{Path: ".", UID: j.user.UID, GID: j.user.GID}, &empty)
 }

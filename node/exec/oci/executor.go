@@ -343,11 +343,11 @@ func splitAliases(a string) []string {
 	return strings.Fields(strings.ReplaceAll(a, ",", " "))
 }
 
-// serviceHostnames returns the names a service is reached by: its first
+// ServiceHostnames returns the names a service is reached by: its first
 // alias (DECISIONS 8) and, as gitlab-runner's Docker executor does, its
 // image name without tag with "/" made "__" and "-"; dropped are the
 // aliases beyond the first.
-func serviceHostnames(s job.Image) (names, dropped []string) {
+func ServiceHostnames(s job.Image) (names, dropped []string) {
 	aliases := splitAliases(s.Alias)
 	if len(aliases) > 0 {
 		names = append(names, aliases[0])

@@ -20,6 +20,7 @@ import (
 
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 )
 
@@ -42,7 +43,7 @@ type Job struct {
 	cgCreated  bool
 	keep       *os.File // write end of the keeper's stdin
 	initPID    int      // host PID of the job container's main process
-	user       guestUser
+	user       imageuser.User
 	env        []string
 	warnings   []string
 

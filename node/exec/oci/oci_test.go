@@ -539,7 +539,7 @@ func TestServiceHostnames(t *testing.T) {
 		{job.Image{Name: "pg@sha256:abc", Alias: "a, b c"}, "a pg", "b c"},
 		{job.Image{Name: "host:5000/x", Alias: ""}, "service", ""},
 	} {
-		n, d := serviceHostnames(tc.img)
+		n, d := ServiceHostnames(tc.img)
 		if strings.Join(n, " ") != tc.names || strings.Join(d, " ") != tc.dropped {
 			t.Errorf("%+v: names %q dropped %q", tc.img, n, d)
 		}
@@ -549,11 +549,6 @@ func TestServiceHostnames(t *testing.T) {
 			}
 		}
 	}
-}
-
-// spec: STAGE-07
-func TestServicesAsComposeGroupBesideVM(t *testing.T) {
-	t.Skip("STAGE-07 [later]: services as a compose group beside the job VM belong to the microvm backend, not built yet; the oci backend runs them as sibling containers in the job's network namespace (TestServiceReachedByAlias)")
 }
 
 // spec: STAGE-08

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/internal/cgroupv1"
 	"github.com/vk-ci/vk/proto/job"
@@ -133,7 +134,7 @@ func (j *Job) jobRootfs(img *imagestore.Image, im job.Image) (*layeredRootfs, er
 	if im.User != "" {
 		userSpec = im.User
 	}
-	u, err := resolveUser(rfs.merged, userSpec)
+	u, err := imageuser.Resolve(rfs.merged, userSpec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: image %s: %w", ErrConfig, im.Name, err)
 	}
@@ -152,7 +153,7 @@ func (j *Job) jobRootfs(img *imagestore.Image, im job.Image) (*layeredRootfs, er
 func (j *Job) writeHosts(services []job.Image) (string, error) {
 	var names []string
 	for i, s := range services {
-		hn, dropped := serviceHostnames(s)
+		hn, dropped := ServiceHostnames(s)
 		names = append(names, hn...)
 		if len(dropped) > 0 {
 			j.warnings = append(j.warnings, fmt.Sprintf(

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vk-ci/vk/node/exec/imageuser"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/proto/job"
 )
@@ -40,7 +41,7 @@ func (j *Job) startService(i int, s job.Image, img *imagestore.Image, baseEnv []
 	if s.User != "" {
 		userSpec = s.User
 	}
-	u, err := resolveUser(rfs.merged, userSpec)
+	u, err := imageuser.Resolve(rfs.merged, userSpec)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}

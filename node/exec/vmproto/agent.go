@@ -114,7 +114,7 @@ func (a *agent) handle(f Frame) error {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			err := extract(a.cfg.Root, m.Path, pr)
+			err := extract(a.cfg.Root, m.Path, pr, owner{m.UID, m.GID})
 			_, _ = io.Copy(io.Discard, pr) // let the host finish sending
 			_ = a.w.send(Control(KindEnd, f.Stream, End{Error: errString(err)}))
 		}()
@@ -155,24 +155,12 @@ func (a *agent) startRun(stream uint32, r *Run) {
 		_ = a.w.send(Control(KindExit, stream, Exit{Code: -1, Error: err.Error()}))
 	}
 	file := filepath.Join(a.cfg.TempDir, "vk-script-"+strconv.FormatUint(uint64(stream), 10)+".sh")
-	if err := os.WriteFile(file, []byte(r.Script), 0o700); err != nil {
+	cmd, err := a.scriptCommand(r, file)
+	if err != nil {
+		os.Remove(file)
 		fail(err)
 		return
 	}
-	shell := r.Shell
-	if len(shell) == 0 {
-		shell = []string{"bash", "--noprofile", "--norc"}
-	}
-	cmd := osexec.Command(shell[0], append(shell[1:len(shell):len(shell)], file)...)
-	cmd.Env = r.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{}
-	}
-	cmd.Dir = r.Dir
-	if cmd.Dir == "" {
-		cmd.Dir = a.cfg.Root
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		os.Remove(file)

@@ -246,12 +246,19 @@ func (c *Client) Archive(ctx context.Context, path string, w io.Writer) error {
 // Extract sends the tar stream r to be unpacked at path (relative to the
 // guest's job tree, created if missing).
 func (c *Client) Extract(ctx context.Context, path string, r io.Reader) error {
+	return c.ExtractAs(ctx, PathRequest{Path: path}, r)
+}
+
+// ExtractAs is [Client.Extract] with the request's owner: what the
+// extraction creates is given to req.UID and req.GID.
+func (c *Client) ExtractAs(ctx context.Context, req PathRequest, r io.Reader) error {
+	path := req.Path
 	s := &stream{end: make(chan End, 1)}
 	id, err := c.open(s)
 	if err != nil {
 		return err
 	}
-	if err := c.w.send(Control(KindExtract, id, PathRequest{Path: path})); err != nil {
+	if err := c.w.send(Control(KindExtract, id, req)); err != nil {
 		c.close(id)
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}

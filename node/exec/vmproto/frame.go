@@ -11,8 +11,10 @@ import (
 // Version is the protocol version this package speaks. The host sends it
 // in its hello; an agent that does not speak it answers with an error and
 // closes the stream, so a node never drives a guest built from another
-// release by accident.
-const Version = 1
+// release by accident. Version 2 added the script's identity and
+// entrypoint and the extract's owner: an agent of version 1 would run
+// every script as root.
+const Version = 2
 
 // MaxPayload bounds a frame's payload. The reader refuses a larger length
 // before allocating anything: the guest is the job's, and the host must
@@ -145,6 +147,21 @@ type Run struct {
 	// Dir is the script's working directory (absolute, in the guest);
 	// empty means the agent's job tree.
 	Dir string `json:"dir,omitempty"`
+	// Entrypoint runs first with Shell, the script's file and all as its
+	// arguments, as a container's entrypoint gets its command: one that
+	// ends with `exec "$@"` then runs the script. A name without a slash
+	// is looked up in Env's PATH. Empty runs Shell directly.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	// Command, when set, is run instead of a script (a service's main
+	// process): Entrypoint then Command, no shell, no file; Script and
+	// Shell are ignored.
+	Command []string `json:"command,omitempty"`
+	// UID, GID and Groups are the identity the script (and its
+	// entrypoint) runs as; all zero means root. The script's file is
+	// given to UID.
+	UID    uint32   `json:"uid,omitempty"`
+	GID    uint32   `json:"gid,omitempty"`
+	Groups []uint32 `json:"groups,omitempty"`
 }
 
 // Signal asks the agent to signal a script's process group. Number is a
@@ -171,6 +188,12 @@ type Exit struct {
 // separated, no "..", "" or "." for the whole tree).
 type PathRequest struct {
 	Path string `json:"path"`
+	// UID and GID, for an extract, own what it creates: the path itself,
+	// the directories made on the way to it and every entry (the job's
+	// user, so its scripts can change the tree). Both zero leaves root
+	// the owner.
+	UID uint32 `json:"uid,omitempty"`
+	GID uint32 `json:"gid,omitempty"`
 }
 
 // End closes an archive or extract stream; Error is "" on success.

@@ -91,7 +91,9 @@ func TestControlRoundTrip(t *testing.T) {
 		{KindRun, &Run{Script: "echo", Shell: []string{"sh", "-e"}, Env: []string{"A=b"}, Dir: "/builds"}},
 		{KindSignal, &Signal{Number: 15}},
 		{KindExit, &Exit{Code: -1, Signal: "killed"}},
+		{KindRun, &Run{Entrypoint: []string{"/entry"}, Command: []string{"httpd", "-f"}, UID: 1000, GID: 1001, Groups: []uint32{2000}}},
 		{KindArchive, &PathRequest{Path: "out"}},
+		{KindExtract, &PathRequest{Path: "group/p", UID: 1000, GID: 1000}},
 		{KindEnd, &End{Error: "e"}},
 	}
 	for _, m := range msgs {

@@ -12,4 +12,4 @@ func WriteTree(root, rel string, w io.Writer) error { return archive(root, rel, 
 // through an os.Root, refusing names and links that would leave it and
 // entries other than directories, regular files and symbolic links. The
 // node unpacks what a guest archived with it, which is hostile input.
-func ReadTree(root, rel string, r io.Reader) error { return extract(root, rel, r) }
+func ReadTree(root, rel string, r io.Reader) error { return extract(root, rel, r, owner{}) }

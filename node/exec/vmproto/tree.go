@@ -99,8 +99,9 @@ func archive(root, rel string, w io.Writer) error {
 // extract unpacks the tar stream r into root/rel, creating rel. Entries
 // are created through an os.Root of the target, so no name or link in
 // the stream can place a file outside it; entries other than
-// directories, regular files and symbolic links are refused.
-func extract(root, rel string, r io.Reader) error {
+// directories, regular files and symbolic links are refused. What it
+// creates, rel and the directories on the way included, goes to own.
+func extract(root, rel string, r io.Reader, own owner) error {
 	rel, err := cleanRel(rel)
 	if err != nil {
 		return err
@@ -111,6 +112,9 @@ func extract(root, rel string, r io.Reader) error {
 	}
 	defer jr.Close()
 	if err := jr.MkdirAll(rel, 0o755); err != nil {
+		return err
+	}
+	if err := own.chownPath(jr, rel); err != nil {
 		return err
 	}
 	dst, err := jr.OpenRoot(rel)
@@ -139,6 +143,9 @@ func extract(root, rel string, r io.Reader) error {
 			if err := dst.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
+			if err := own.chownPath(dst, dir); err != nil {
+				return err
+			}
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -164,6 +171,9 @@ func extract(root, rel string, r io.Reader) error {
 			}
 		default:
 			return fmt.Errorf("vmproto: %s: tar entry type %q is not extracted", h.Name, h.Typeflag)
+		}
+		if err := own.chown(dst, name); err != nil {
+			return err
 		}
 	}
 }

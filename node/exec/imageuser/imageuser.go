@@ -1,4 +1,8 @@
-package oci
+// Package imageuser resolves the identity an image's processes run as —
+// the image's USER or the job's image user, "name", "uid", "name:group"
+// or "uid:gid" — against the image's /etc/passwd and /etc/group, as
+// Docker does. The container and microVM backends share it.
+package imageuser
 
 import (
 	"bytes"
@@ -9,21 +13,21 @@ import (
 	"strings"
 )
 
-// guestUser is the identity a container's processes run as.
-type guestUser struct {
+// User is the identity an image's processes run as.
+type User struct {
 	UID, GID uint32
 	Groups   []uint32 // supplementary groups from /etc/group
 	Home     string
 }
 
-// resolveUser reads spec ("", "name", "uid", "name:group", "uid:gid") as
+// Resolve reads spec ("", "name", "uid", "name:group", "uid:gid") as
 // Docker does against the rootfs's /etc/passwd and /etc/group (SPEC-14:
 // image.user overrides the image's USER). "" is root. A numeric uid absent
 // from /etc/passwd is allowed (gid 0 unless given, home "/"); an unknown
 // name is an error. The files are read through an [os.Root], so symlinks
 // cannot reach the host.
-func resolveUser(rootfs, spec string) (guestUser, error) {
-	u := guestUser{Home: "/root"}
+func Resolve(rootfs, spec string) (User, error) {
+	u := User{Home: "/root"}
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
 		spec = "0"

@@ -1,0 +1,149 @@
+package microvm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vk-ci/vk/internal/need"
+	"github.com/vk-ci/vk/internal/ocitest"
+	"github.com/vk-ci/vk/internal/registrytest"
+	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/oci/imagestore"
+	"github.com/vk-ci/vk/proto/job"
+)
+
+// A job VM and a service VM, both booted from one image whose USER is
+// builder and whose entrypoint announces itself and execs its arguments:
+// the job's scripts run through the entrypoint as builder in a job tree
+// builder owns; the service's VM runs the service's command through the
+// same entrypoint with the job's and its own variables; the job reaches
+// it by its alias over the job's private network once the health check
+// saw its port; the second alias is dropped with a warning; cleanup
+// destroys both VMs and the network.
+// spec: STAGE-07
+func TestServiceVMReachedByAlias(t *testing.T) {
+	if err := Available("", ""); err != nil {
+		need.Missingf(t, "%v", err)
+	}
+	if err := AvailableImages(); err != nil {
+		need.Missingf(t, "%v", err)
+	}
+	reg := registrytest.New(t)
+	layer := ocitest.Layer(t, append(ocitest.BaseFiles(t),
+		ocitest.File{Name: "entry", Mode: 0o755, Body: "#!/bin/sh\necho \"entrypoint as $(id -u)\"\nexec \"$@\"\n"}))
+	ocitest.Push(t, reg.Addr, "test/vm:v1", ocitest.Host(), map[string]any{
+		"Env": []string{"PATH=/bin"}, "User": "builder", "Entrypoint": []string{"/entry"},
+	}, layer)
+	store, err := imagestore.New(imagestore.Config{Root: filepath.Join(t.TempDir(), "images"),
+		Rules: imagestore.Rules{Registry: reg.Addr, PlainHTTP: []string{reg.Addr}}, Log: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Root: filepath.Join(t.TempDir(), "vms"), Agent: buildAgent(t), Accel: AccelTCG,
+		BootTimeout: tcgBootTimeout, Images: store, DiskMiB: 64, ServiceMemMiB: 192, Log: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{
+		Image: job.Image{Name: "test/vm:v1"},
+		Services: []job.Image{{
+			Name: "test/vm:v1", Alias: "web,www2",
+			Command:   []string{"sh", "-c", `mkdir -p /tmp/srv && echo "$GREETING from $JOB_VAR as $(id -u)" > /tmp/srv/index.html && exec httpd -f -p 8080 -h /tmp/srv`},
+			Variables: []job.Variable{{Key: "GREETING", Value: "hi"}},
+			Ports:     []job.Port{{Number: 8080}},
+		}},
+		ServiceEnv: []string{"JOB_VAR=the-job"},
+	}
+	ji, err := e.For(spec).Prepare(context.Background(), exec.PrepareRequest{ID: "svcjob", Size: exec.Size{MemMiB: 256, CPUs: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := ji.(*Job)
+	defer j.Cleanup(context.Background())
+	warns := strings.Join(j.Warnings(), "\n")
+	if !strings.Contains(warns, "www2") || strings.Contains(warns, "probably didn't start") {
+		t.Errorf("warnings %q: want the dropped alias named and no failed service", warns)
+	}
+	var out, errb bytes.Buffer
+	res, err := j.Run(context.Background(), exec.Script{Name: "s", Body: `id -u; id -g; stat -c %u /builds; wget -q -O - http://web:8080/ && wget -q -O - http://test__vm:8080/; grep -c web /etc/hosts`}, &out, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "entrypoint as 1000\n1000\n1000\n1000\nhi from the-job as 1000\nhi from the-job as 1000\n1\n"
+	if res.ExitCode != 0 || out.String() != want {
+		t.Errorf("job script: exit %d\nstdout %q\nstderr %q\nwant stdout %q", res.ExitCode, out.String(), errb.String(), want)
+	}
+	if f := j.ServiceFailures(); len(f) != 0 {
+		t.Errorf("service failures: %q", f)
+	}
+	if u := j.Usage(); u.CPU <= 0 || u.PeakMemBytes <= 0 {
+		t.Errorf("usage %+v", u)
+	}
+	pids := []int{j.PID(), j.svcs.list[0].vm.PID()}
+	if err := j.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("QEMU %d still runs after cleanup", pid)
+		}
+	}
+	ents, _ := os.ReadDir(e.cfg.Root)
+	var names []string
+	for _, en := range ents {
+		names = append(names, en.Name())
+	}
+	if strings.Join(names, " ") != "disks initrd.cpio" {
+		t.Errorf("left in the VM root: %v", names)
+	}
+}
+
+// A service that exited is reported in gitlab-runner's words, with its
+// exit code and its last output, both by Prepare's health check and by
+// ServiceFailures later.
+func TestServiceExitReportedInRunnerWords(t *testing.T) {
+	dir := t.TempDir()
+	sv := &service{name: "test/db:v1", logPath: filepath.Join(dir, "service.log"), done: make(chan struct{}), code: 3}
+	var log strings.Builder
+	for i := range 30 {
+		log.WriteString("line " + string(rune('a'+i%26)) + "\n")
+	}
+	log.WriteString("boom\n")
+	if err := os.WriteFile(sv.logPath, []byte(log.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := &Job{svcs: &services{list: []*service{sv}}}
+	if f := j.ServiceFailures(); len(f) != 0 {
+		t.Fatalf("a running service reported: %q", f)
+	}
+	close(sv.done)
+	f := j.ServiceFailures()
+	if len(f) != 1 {
+		t.Fatalf("ServiceFailures = %q, want one", f)
+	}
+	for _, want := range []string{"*** WARNING: Service test/db:v1 probably didn't start properly.\n\n", "Health check error:\nservice \"test/db:v1\" exited with code 3\n\n", "Service container logs:\n", "boom\n\n*********\n"} {
+		if !strings.Contains(f[0], want) {
+			t.Errorf("warning %q lacks %q", f[0], want)
+		}
+	}
+	if n := strings.Count(f[0], "line "); n != serviceLogLines-1 {
+		t.Errorf("warning shows %d earlier log lines, want the last %d lines in all", n, serviceLogLines)
+	}
+	if err := sv.healthNoPorts(context.Background(), time.Hour); err == nil || !strings.Contains(err.Error(), "exited with code 3") {
+		t.Errorf("health of an exited service without ports: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	running := &service{name: "x", done: make(chan struct{})}
+	if err := running.healthNoPorts(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("health with an ended context: %v", err)
+	}
+}
