@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/hub/store/boltstore"
 	"github.com/vk-ci/vk/internal/logkey"
 )
 
@@ -31,9 +32,10 @@ type recWriter struct {
 		UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error)
 		AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	}
-	ctx context.Context
-	log *slog.Logger
-	max int // writes per batch: maxBatch (1 in the benchmark's baseline)
+	ctx    context.Context
+	log    *slog.Logger
+	max    int  // writes per batch: maxBatch (1 in the benchmark's baseline)
+	gather bool // tell a store that can gather a batch's writes (off in the benchmark's baseline)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -58,7 +60,7 @@ type wop struct {
 }
 
 func newRecWriter(ctx context.Context, st driverStore, log *slog.Logger) *recWriter {
-	w := &recWriter{st: st, ctx: ctx, log: log, max: maxBatch, pending: map[string]*wop{}, done: make(chan struct{})}
+	w := &recWriter{st: st, ctx: ctx, log: log, max: maxBatch, gather: true, pending: map[string]*wop{}, done: make(chan struct{})}
 	w.cond = sync.NewCond(&w.mu)
 	go w.run()
 	return w
@@ -128,11 +130,25 @@ func (w *recWriter) run() {
 		}
 		errs := make([]error, len(batch))
 		if len(batch) == 1 {
-			errs[0] = w.apply(batch[0])
+			errs[0] = w.apply(w.ctx, batch[0])
 		} else {
+			// The batch's writes reach the store together: a store that
+			// can gather them commits them as one (boltstore).
+			ga, _ := w.st.(gatherer)
+			var gat *boltstore.Gathering
+			if ga != nil && w.gather {
+				gat = ga.Gather(len(batch))
+			}
 			var wg sync.WaitGroup
 			for i, op := range batch {
-				wg.Go(func() { errs[i] = w.apply(op) })
+				wg.Go(func() {
+					ctx := w.ctx
+					if gat != nil {
+						ctx = gat.Context(ctx, i)
+						defer gat.Done(i)
+					}
+					errs[i] = w.apply(ctx, op)
+				})
 			}
 			wg.Wait()
 		}
@@ -184,23 +200,30 @@ func (w *recWriter) next() []*wop {
 	return batch
 }
 
-// apply writes op and returns once it is durable.
-func (w *recWriter) apply(op *wop) error {
+// gatherer is a store that commits writes made at once from several
+// goroutines as one when told they come (boltstore's Gather).
+type gatherer interface {
+	Gather(n int) *boltstore.Gathering
+}
+
+// apply writes op in ctx (w.ctx, or one carrying its batch's gathering)
+// and returns once it is durable.
+func (w *recWriter) apply(ctx context.Context, op *wop) error {
 	var err error
 	switch {
 	case op.audits != nil:
-		err = w.appendAudits(op.audits)
+		err = w.appendAudits(ctx, op.audits)
 		if err != nil {
 			w.log.Error("an audit log append failed", logkey.Err, err)
 		}
 	case op.job != "":
 		rec := op.rec
-		_, err = w.st.UpdateJob(w.ctx, rec.ID, func(r *store.Job) error { *r = rec; return nil })
+		_, err = w.st.UpdateJob(ctx, rec.ID, func(r *store.Job) error { *r = rec; return nil })
 		if err != nil {
 			w.log.Error("saving a job record failed", logkey.JobID, rec.ID, logkey.Err, err)
 		}
 	default:
-		err = op.fn(w.ctx)
+		err = op.fn(ctx)
 		if err != nil {
 			w.log.Error("a record write failed", logkey.Err, err)
 		}
@@ -216,12 +239,12 @@ type auditBatcher interface {
 
 // appendAudits appends es in order: in one write if the store can,
 // else one at a time.
-func (w *recWriter) appendAudits(es []store.AuditEntry) error {
+func (w *recWriter) appendAudits(ctx context.Context, es []store.AuditEntry) error {
 	if b, ok := w.st.(auditBatcher); ok {
-		return b.AppendAudits(w.ctx, es)
+		return b.AppendAudits(ctx, es)
 	}
 	for _, e := range es {
-		if _, err := w.st.AppendAudit(w.ctx, e); err != nil {
+		if _, err := w.st.AppendAudit(ctx, e); err != nil {
 			return err
 		}
 	}
