@@ -120,6 +120,7 @@ type Chunk struct {
 // [Open]. Safe for concurrent use.
 type Dir struct {
 	dir  string
+	dirf *os.File // dir, kept open for its fsyncs; closed by Close
 	log  *slog.Logger
 	done chan struct{} // closed by Close
 
@@ -154,7 +155,11 @@ func Open(dir string, log *slog.Logger) (*Dir, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Dir{dir: dir, log: log, done: make(chan struct{}), jobs: map[string]*jobOut{}, maxOpen: DefaultMaxOpen}, nil
+	dirf, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	return &Dir{dir: dir, dirf: dirf, log: log, done: make(chan struct{}), jobs: map[string]*jobOut{}, maxOpen: DefaultMaxOpen}, nil
 }
 
 // ValidJob reports whether id is acceptable as a job ID here.
@@ -294,14 +299,25 @@ func (d *Dir) writeLocked(job string, j *jobOut, b []byte) error {
 		return fmt.Errorf("output: close %s: %w", job, err)
 	}
 	if created {
-		if err := syncDir(d.dir); err != nil {
+		if err := d.syncDir(); err != nil {
 			return fmt.Errorf("output: sync directory: %w", err)
 		}
 	}
 	return nil
 }
 
-func syncDir(dir string) error {
+// syncDir fsyncs the directory (a file created or removed in it is then
+// durable) through the descriptor kept open for it; after Close closed
+// it, an operation still under way opens the directory itself.
+func (d *Dir) syncDir() error {
+	err := d.dirf.Sync()
+	if errors.Is(err, os.ErrClosed) {
+		return syncDirPath(d.dir)
+	}
+	return err
+}
+
+func syncDirPath(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -357,7 +373,7 @@ func (d *Dir) MarkComplete(ctx context.Context, job string) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("output: mark %s complete: %w", job, err)
 	}
-	if err := syncDir(d.dir); err != nil {
+	if err := d.syncDir(); err != nil {
 		return fmt.Errorf("output: sync directory: %w", err)
 	}
 	j.complete = true
@@ -410,7 +426,7 @@ func (d *Dir) Drop(ctx context.Context, job string) error {
 			return fmt.Errorf("output: drop %s: %w", job, err)
 		}
 	}
-	if err := syncDir(d.dir); err != nil {
+	if err := d.syncDir(); err != nil {
 		return fmt.Errorf("output: sync directory: %w", err)
 	}
 	d.mu.Lock()
@@ -432,5 +448,6 @@ func (d *Dir) Close() error {
 	}
 	d.mu.Unlock()
 	d.closeFiles()
+	d.dirf.Close() // a second Close's error (already closed) is no error
 	return nil
 }
