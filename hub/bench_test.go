@@ -8,47 +8,77 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/vk-ci/vk/hub/pki"
 	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/reqsign"
 )
 
+// benchConns are the client's two ways to reach the hub in the
+// benchmarks: "per-request" opens a TLS connection (a full handshake) for
+// every request, as reqsign.Transport does; "kept" keeps connections
+// alive and signs each request afresh over its connection with its
+// sequence number, as the relay's hubclient does (reqsign.Pool, AUTH-14).
+var benchConns = []string{"per-request", "kept"}
+
+// benchConn makes h's client reach the hub as conn says (see benchConns).
+func benchConn(b *testing.B, h *harness, conn string) {
+	b.Helper()
+	if conn != "kept" {
+		return
+	}
+	tcfg, err := pki.ClientConfig(h.srv.CAPEM(), "127.0.0.1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := &reqsign.Pool{Key: h.key, Principal: h.relay, TLSConfig: tcfg, Now: h.clk.Now}
+	b.Cleanup(pool.CloseIdleConnections)
+	h.hc = &http.Client{Transport: pool}
+}
+
 // BenchmarkReserveClaimOutcome measures full reservation cycles over real
-// TLS 1.3 with signed requests, one connection per request (AUTH-14):
+// TLS 1.3 with signed requests, per store and per connection mode
+// (benchConns: a connection per request, or kept alive):
 // POST reservation (202) → the node accepts the offer → GET ticket (201)
-// → claim (204) → outcome released (204). Four requests and four TLS
-// handshakes per cycle; the node is played through the driver. "bolt" is
-// the default durable store (fsync per write: request_id answer, claimed
+// → claim (204) → outcome released (204). Four requests per cycle (four
+// TLS handshakes with a connection each); the node is played through the
+// driver. "bolt" is the default durable store (fsync per write: request_id answer, claimed
 // admission put and delete), "mem" shows the cost without the disk,
 // "postgres" is a local PostgreSQL cluster with fsync and synchronous
 // commit on (pgtest.Durable), as durable as bolt.
 func BenchmarkReserveClaimOutcome(b *testing.B) {
 	for _, store := range []string{"bolt", "mem", "postgres"} {
-		b.Run(store, func(b *testing.B) {
-			var configure func(*Config)
-			if store == "postgres" {
-				srv := pgtest.Start(b, pgtest.Durable())
-				dsn := srv.NewSchema(b)
-				configure = func(c *Config) { c.Store = StoreConfig{Kind: StorePostgres, DSN: dsn} }
-			}
-			h := newHarness(b, configure)
-			if store == "mem" {
-				h.cfg.Store = StoreConfig{Kind: StoreMem}
-				h.restart()
-				h.enrol()
-			}
-			h.relayUp(1)
-			h.nodeUp(dispatch.Held{})
-			for b.Loop() {
-				g := h.grant()
-				h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/claim", nil)
-				h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/outcome",
-					client.OutcomeRequest{Admission: g.Admission, Outcome: client.OutcomeReleased})
-				expectFrame[dispatch.Release](h)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
-		})
+		for _, conn := range benchConns {
+			b.Run(store+"/conn="+conn, func(b *testing.B) { benchReserveClaimOutcome(b, store, conn) })
+		}
 	}
+}
+
+func benchReserveClaimOutcome(b *testing.B, store, conn string) {
+	var configure func(*Config)
+	if store == "postgres" {
+		srv := pgtest.Start(b, pgtest.Durable())
+		dsn := srv.NewSchema(b)
+		configure = func(c *Config) { c.Store = StoreConfig{Kind: StorePostgres, DSN: dsn} }
+	}
+	h := newHarness(b, configure)
+	if store == "mem" {
+		h.cfg.Store = StoreConfig{Kind: StoreMem}
+		h.restart()
+		h.enrol()
+	}
+	benchConn(b, h, conn)
+	h.relayUp(1)
+	h.nodeUp(dispatch.Held{})
+	for b.Loop() {
+		g := h.grant()
+		h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/claim", nil)
+		h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/outcome",
+			client.OutcomeRequest{Admission: g.Admission, Outcome: client.OutcomeReleased})
+		expectFrame[dispatch.Release](h)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 }
 
 // autoNode accepts every offer and answers every renew, from its own
@@ -80,9 +110,16 @@ func (a *autoNode) run(ctx context.Context) {
 // BenchmarkReserveClaimOutcomeParallel runs the same cycle from 8
 // concurrent request loops (one runner each) against an auto-accepting
 // node: the hub's throughput when handshakes and store commits of several
-// requests overlap.
+// requests overlap; per connection mode (benchConns).
 func BenchmarkReserveClaimOutcomeParallel(b *testing.B) {
+	for _, conn := range benchConns {
+		b.Run("conn="+conn, func(b *testing.B) { benchReserveClaimOutcomeParallel(b, conn) })
+	}
+}
+
+func benchReserveClaimOutcomeParallel(b *testing.B, conn string) {
 	h := newHarness(b)
+	benchConn(b, h, conn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	an := &autoNode{h: h, frames: make(chan dispatch.Message, 4096)}

@@ -95,10 +95,7 @@ func (d *Driver) storeFinished(j *jobRec, bump bool) {
 // only, never a spec's secrets (AUTH-07).
 func (d *Driver) audit(actor, action, subject, detail string) {
 	e := store.AuditEntry{Time: d.now(), Actor: actor, Action: action, Subject: subject, Detail: detail}
-	d.w.doKey("audit", func(ctx context.Context) error {
-		_, err := d.st.AppendAudit(ctx, e)
-		return err
-	})
+	d.w.appendAudit(e)
 }
 
 // newJobID returns a random 16-hex-digit job ID.

@@ -98,24 +98,31 @@ func (l *latencies) report(b *testing.B) {
 // (acked), finishes and sends its result → the relay follows the job's
 // view until finished → reads the output → settles. Eight or more
 // requests per lifecycle. "fresh" makes a full TLS handshake per request;
-// "resumed" resumes the client's last TLS session (as hubclient does). It
-// reports lifecycles/s and each request's p50/p99 in milliseconds.
+// "resumed" resumes the client's last TLS session (as hubclient did with
+// a connection per request); "kept" keeps connections alive (as hubclient
+// does now, reqsign.Pool). It reports lifecycles/s and each request's
+// p50/p99 in milliseconds.
 func BenchmarkLifecycle(b *testing.B) {
-	for _, mode := range []string{"fresh", "resumed"} {
-		b.Run(mode, func(b *testing.B) { benchLifecycle(b, mode == "resumed") })
+	for _, mode := range []string{"fresh", "resumed", "kept"} {
+		b.Run(mode, func(b *testing.B) { benchLifecycle(b, mode) })
 	}
 }
 
-func benchLifecycle(b *testing.B, resume bool) {
+func benchLifecycle(b *testing.B, mode string) {
 	h := newHarness(b)
 	tcfg, err := pki.ClientConfig(h.srv.CAPEM(), "127.0.0.1")
 	if err != nil {
 		b.Fatal(err)
 	}
-	if resume {
+	switch mode {
+	case "kept":
+		benchConn(b, h, "kept")
+	case "resumed":
 		tcfg.ClientSessionCache = tls.NewLRUClientSessionCache(16)
+		fallthrough
+	default:
+		h.hc = &http.Client{Transport: &reqsign.Transport{Key: h.key, Principal: h.relay, TLSConfig: tcfg, Now: h.clk.Now}}
 	}
-	h.hc = &http.Client{Transport: &reqsign.Transport{Key: h.key, Principal: h.relay, TLSConfig: tcfg, Now: h.clk.Now}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/hub/store/boltstore"
 	"github.com/vk-ci/vk/internal/logkey"
 )
 
@@ -15,7 +16,8 @@ import (
 // scheduling event. Writes of one key (a job record, an admission, a
 // job's output, the audit log) apply in the order they were queued; saves
 // of one job record not yet started coalesce into one (the latest record
-// wins). Keyed writes of different keys queued together go to the store
+// wins), and so do audit entries: entries queued while an audit write is
+// still queued join it and go to the store in one write, in order. Keyed writes of different keys queued together go to the store
 // together, up to maxBatch at a time, so a store that groups concurrent
 // commits makes them durable with one commit instead of one each (bbolt's
 // group commit) or commits them in parallel (PostgreSQL); a write without a key waits
@@ -28,15 +30,18 @@ import (
 type recWriter struct {
 	st interface {
 		UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error)
+		AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	}
-	ctx context.Context
-	log *slog.Logger
-	max int // writes per batch: maxBatch (1 in the benchmark's baseline)
+	ctx    context.Context
+	log    *slog.Logger
+	max    int  // writes per batch: maxBatch (1 in the benchmark's baseline)
+	gather bool // tell a store that can gather a batch's writes (off in the benchmark's baseline)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   []*wop          // guarded by mu
 	pending map[string]*wop // job ID → its queued save; guarded by mu
+	audit   *wop            // the queued audit write not yet started; guarded by mu
 	closed  bool            // guarded by mu
 	done    chan struct{}
 }
@@ -49,12 +54,13 @@ type wop struct {
 	key     string                          // "" for a write ordered against all
 	job     string                          // for job saves: the job ID
 	rec     store.Job                       // for job saves: the latest record
+	audits  []store.AuditEntry              // for audit writes: the entries, in order
 	fn      func(ctx context.Context) error // for other writes
 	waiters []chan error
 }
 
 func newRecWriter(ctx context.Context, st driverStore, log *slog.Logger) *recWriter {
-	w := &recWriter{st: st, ctx: ctx, log: log, max: maxBatch, pending: map[string]*wop{}, done: make(chan struct{})}
+	w := &recWriter{st: st, ctx: ctx, log: log, max: maxBatch, gather: true, pending: map[string]*wop{}, done: make(chan struct{})}
 	w.cond = sync.NewCond(&w.mu)
 	go w.run()
 	return w
@@ -71,6 +77,15 @@ func (w *recWriter) saveJob(rec store.Job) <-chan error {
 	return w.enqueue(&wop{key: "job:" + rec.ID, job: rec.ID, rec: rec})
 }
 
+// auditKey orders audit writes against each other.
+const auditKey = "audit"
+
+// appendAudit queues an audit entry; entries queued together are
+// written together.
+func (w *recWriter) appendAudit(e store.AuditEntry) <-chan error {
+	return w.enqueue(&wop{key: auditKey, audits: []store.AuditEntry{e}})
+}
+
 // enqueue queues op (without waiters) and returns the channel that
 // receives its error; after close, errStopped at once. A job save
 // (op.job set) whose job has a save queued and not yet started joins that
@@ -84,13 +99,21 @@ func (w *recWriter) enqueue(op *wop) <-chan error {
 		ch <- errStopped
 		return ch
 	}
-	if op.job != "" {
+	switch {
+	case op.job != "":
 		if queued := w.pending[op.job]; queued != nil {
 			queued.rec = op.rec
 			queued.waiters = append(queued.waiters, ch)
 			return ch
 		}
 		w.pending[op.job] = op
+	case op.audits != nil:
+		if queued := w.audit; queued != nil {
+			queued.audits = append(queued.audits, op.audits...)
+			queued.waiters = append(queued.waiters, ch)
+			return ch
+		}
+		w.audit = op
 	}
 	op.waiters = []chan error{ch}
 	w.queue = append(w.queue, op)
@@ -107,11 +130,25 @@ func (w *recWriter) run() {
 		}
 		errs := make([]error, len(batch))
 		if len(batch) == 1 {
-			errs[0] = w.apply(batch[0])
+			errs[0] = w.apply(w.ctx, batch[0])
 		} else {
+			// The batch's writes reach the store together: a store that
+			// can gather them commits them as one (boltstore).
+			ga, _ := w.st.(gatherer)
+			var gat *boltstore.Gathering
+			if ga != nil && w.gather {
+				gat = ga.Gather(len(batch))
+			}
 			var wg sync.WaitGroup
 			for i, op := range batch {
-				wg.Go(func() { errs[i] = w.apply(op) })
+				wg.Go(func() {
+					ctx := w.ctx
+					if gat != nil {
+						ctx = gat.Context(ctx, i)
+						defer gat.Done(i)
+					}
+					errs[i] = w.apply(ctx, op)
+				})
 			}
 			wg.Wait()
 		}
@@ -156,26 +193,62 @@ func (w *recWriter) next() []*wop {
 		if op.job != "" {
 			delete(w.pending, op.job)
 		}
+		if op == w.audit {
+			w.audit = nil
+		}
 	}
 	return batch
 }
 
-// apply writes op and returns once it is durable.
-func (w *recWriter) apply(op *wop) error {
+// gatherer is a store that commits writes made at once from several
+// goroutines as one when told they come (boltstore's Gather).
+type gatherer interface {
+	Gather(n int) *boltstore.Gathering
+}
+
+// apply writes op in ctx (w.ctx, or one carrying its batch's gathering)
+// and returns once it is durable.
+func (w *recWriter) apply(ctx context.Context, op *wop) error {
 	var err error
-	if op.job != "" {
+	switch {
+	case op.audits != nil:
+		err = w.appendAudits(ctx, op.audits)
+		if err != nil {
+			w.log.Error("an audit log append failed", logkey.Err, err)
+		}
+	case op.job != "":
 		rec := op.rec
-		_, err = w.st.UpdateJob(w.ctx, rec.ID, func(r *store.Job) error { *r = rec; return nil })
+		_, err = w.st.UpdateJob(ctx, rec.ID, func(r *store.Job) error { *r = rec; return nil })
 		if err != nil {
 			w.log.Error("saving a job record failed", logkey.JobID, rec.ID, logkey.Err, err)
 		}
-	} else {
-		err = op.fn(w.ctx)
+	default:
+		err = op.fn(ctx)
 		if err != nil {
 			w.log.Error("a record write failed", logkey.Err, err)
 		}
 	}
 	return err
+}
+
+// auditBatcher is a store that appends several audit entries in one
+// write (boltstore: one transaction).
+type auditBatcher interface {
+	AppendAudits(ctx context.Context, es []store.AuditEntry) error
+}
+
+// appendAudits appends es in order: in one write if the store can,
+// else one at a time.
+func (w *recWriter) appendAudits(ctx context.Context, es []store.AuditEntry) error {
+	if b, ok := w.st.(auditBatcher); ok {
+		return b.AppendAudits(ctx, es)
+	}
+	for _, e := range es {
+		if _, err := w.st.AppendAudit(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // close applies what is queued, then stops.

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"testing/synctest"
 
 	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/hub/store/boltstore"
 	"github.com/vk-ci/vk/hub/store/memstore"
 	"github.com/vk-ci/vk/internal/testlog"
 )
@@ -122,4 +124,82 @@ func TestRecWriterBatches(t *testing.T) {
 			t.Fatalf("order %v, want %v", order, want)
 		}
 	})
+}
+
+// batchAuditStore counts audit writes: single appends and batches.
+type batchAuditStore struct {
+	*boltstore.Store
+	singles, batches atomic.Int32
+}
+
+func (s *batchAuditStore) AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error) {
+	s.singles.Add(1)
+	return s.Store.AppendAudit(ctx, e)
+}
+
+func (s *batchAuditStore) AppendAudits(ctx context.Context, es []store.AuditEntry) error {
+	s.batches.Add(1)
+	return s.Store.AppendAudits(ctx, es)
+}
+
+// Audit entries queued while an audit write is still queued join it: one
+// store write for all of them, in queue order, every waiter answered once
+// it is durable; and the second entry does not end the batch, so a write
+// of another key queued after it goes to the store in the same batch.
+func TestRecWriterAuditCoalesce(t *testing.T) {
+	ctx := t.Context()
+	bs, err := boltstore.Open(ctx, filepath.Join(t.TempDir(), "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	st := &batchAuditStore{Store: bs}
+	w := newRecWriter(ctx, st, testlog.New(t))
+	defer w.close()
+	release, started := make(chan struct{}), make(chan struct{})
+	w.do(func(context.Context) error { close(started); <-release; return nil })
+	<-started
+
+	var chs []<-chan error
+	for _, subject := range []string{"a", "b", "c"} {
+		chs = append(chs, w.appendAudit(store.AuditEntry{Actor: "t", Action: "job.settle", Subject: subject}))
+	}
+	other := w.doKey("adm:x", func(context.Context) error { return nil })
+	w.mu.Lock()
+	queued := len(w.queue)
+	w.mu.Unlock()
+	close(release)
+	for _, ch := range append(chs, other) {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if queued != 2 {
+		t.Fatalf("%d writes queued, want 2 (one audit write holding 3 entries, one other)", queued)
+	}
+	if b, s := st.batches.Load(), st.singles.Load(); b != 1 || s != 0 {
+		t.Fatalf("store saw %d audit batches and %d single appends, want 1 and 0", b, s)
+	}
+	es, err := bs.ListAudit(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range slices.Backward(es) {
+		got = append(got, e.Subject)
+	}
+	if !slices.Equal(got, []string{"a", "b", "c"}) || es[0].Seq != 3 {
+		t.Fatalf("audit log (oldest first) %v, newest seq %d; want [a b c], 3", got, es[0].Seq)
+	}
+
+	// The batch: a writer without its goroutine, so next is ours to call.
+	idle := &recWriter{max: maxBatch, pending: map[string]*wop{}}
+	idle.cond = sync.NewCond(&idle.mu)
+	idle.appendAudit(store.AuditEntry{Subject: "a"})
+	idle.doKey("adm:x", func(context.Context) error { return nil })
+	idle.appendAudit(store.AuditEntry{Subject: "b"})
+	idle.doKey("adm:y", func(context.Context) error { return nil })
+	if batch := idle.next(); len(batch) != 3 || len(batch[0].audits) != 2 {
+		t.Fatalf("batch of %d writes (audit write with %d entries), want 3 writes, the audit with 2", len(batch), len(batch[0].audits))
+	}
 }

@@ -14,7 +14,9 @@
 // Per job, <dir>/<job>.out holds the output bytes and nothing else, and an
 // empty <dir>/<job>.done marks the output complete. Job IDs are restricted
 // to [A-Za-z0-9._-] (not starting with a dot), at most 128 bytes, so they
-// are safe file names ([ErrBadJob] otherwise).
+// are safe file names ([ErrBadJob] otherwise). A job's .out file stays
+// open between its operations, a bounded number of them at once
+// ([DefaultMaxOpen]), closed at Drop and Close.
 //
 // # Durability and crash recovery
 //
@@ -40,6 +42,7 @@
 package output
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -117,18 +120,23 @@ type Chunk struct {
 // [Open]. Safe for concurrent use.
 type Dir struct {
 	dir  string
+	dirf *os.File // dir, kept open for its fsyncs; closed by Close
 	log  *slog.Logger
 	done chan struct{} // closed by Close
 
-	mu     sync.Mutex
-	closed bool               // guarded by mu
-	jobs   map[string]*jobOut // guarded by mu
+	mu      sync.Mutex
+	closed  bool               // guarded by mu
+	jobs    map[string]*jobOut // guarded by mu
+	open    list.List          // jobs whose file is kept open, most recent first; guarded by mu
+	maxOpen int                // files kept open at most (see files.go)
 }
 
-// jobOut is one job's output state. The file is opened per operation, so
-// the hub holds no descriptor per running job.
+// jobOut is one job's output state. Its data file may be kept open
+// between operations (files.go).
 type jobOut struct {
 	mu       sync.Mutex
+	f        *os.File      // the kept data file, nil if none; guarded by mu
+	elem     *list.Element // f's place in Dir.open; guarded by Dir.mu
 	loaded   bool          // length/complete read from disk; guarded by mu
 	length   int64         // durable length in bytes; guarded by mu
 	complete bool          // guarded by mu
@@ -147,7 +155,11 @@ func Open(dir string, log *slog.Logger) (*Dir, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Dir{dir: dir, log: log, done: make(chan struct{}), jobs: map[string]*jobOut{}}, nil
+	dirf, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	return &Dir{dir: dir, dirf: dirf, log: log, done: make(chan struct{}), jobs: map[string]*jobOut{}, maxOpen: DefaultMaxOpen}, nil
 }
 
 // ValidJob reports whether id is acceptable as a job ID here.
@@ -264,13 +276,7 @@ func (d *Dir) Append(ctx context.Context, job string, offset int64, data []byte)
 // writeLocked writes b at j.length and syncs it; on failure it truncates
 // the file back to j.length.
 func (d *Dir) writeLocked(job string, j *jobOut, b []byte) error {
-	path := d.dataPath(job)
-	created := false
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
-		created = true
-	}
+	f, created, err := d.fileLocked(job, j, true)
 	if err != nil {
 		return fmt.Errorf("output: open %s: %w", job, err)
 	}
@@ -285,21 +291,33 @@ func (d *Dir) writeLocked(job string, j *jobOut, b []byte) error {
 			j.loaded = false
 			d.log.Error("output: truncate after failed write", logkey.JobID, job, logkey.Err, terr)
 		}
-		f.Close()
+		d.releaseLocked(j, f)
+		d.forgetLocked(j)
 		return fmt.Errorf("output: write %s: %w", job, err)
 	}
-	if err := f.Close(); err != nil {
+	if err := d.releaseLocked(j, f); err != nil {
 		return fmt.Errorf("output: close %s: %w", job, err)
 	}
 	if created {
-		if err := syncDir(d.dir); err != nil {
+		if err := d.syncDir(); err != nil {
 			return fmt.Errorf("output: sync directory: %w", err)
 		}
 	}
 	return nil
 }
 
-func syncDir(dir string) error {
+// syncDir fsyncs the directory (a file created or removed in it is then
+// durable) through the descriptor kept open for it; after Close closed
+// it, an operation still under way opens the directory itself.
+func (d *Dir) syncDir() error {
+	err := d.dirf.Sync()
+	if errors.Is(err, os.ErrClosed) {
+		return syncDirPath(d.dir)
+	}
+	return err
+}
+
+func syncDirPath(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -324,11 +342,11 @@ func (d *Dir) ReadAt(ctx context.Context, job string, offset int64, max int) (Ch
 	}
 	n := min(int64(max), j.length-offset)
 	if n > 0 {
-		f, err := os.Open(d.dataPath(job))
+		f, _, err := d.fileLocked(job, j, false)
 		if err != nil {
 			return Chunk{}, fmt.Errorf("output: open %s: %w", job, err)
 		}
-		defer f.Close()
+		defer d.releaseLocked(j, f)
 		c.Data = make([]byte, n)
 		if _, err := f.ReadAt(c.Data, offset); err != nil && !errors.Is(err, io.EOF) {
 			return Chunk{}, fmt.Errorf("output: read %s: %w", job, err)
@@ -355,7 +373,7 @@ func (d *Dir) MarkComplete(ctx context.Context, job string) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("output: mark %s complete: %w", job, err)
 	}
-	if err := syncDir(d.dir); err != nil {
+	if err := d.syncDir(); err != nil {
 		return fmt.Errorf("output: sync directory: %w", err)
 	}
 	j.complete = true
@@ -402,12 +420,13 @@ func (d *Dir) Drop(ctx context.Context, job string) error {
 		return err
 	}
 	defer j.mu.Unlock()
+	d.forgetLocked(j)
 	for _, p := range []string{d.dataPath(job), d.donePath(job)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("output: drop %s: %w", job, err)
 		}
 	}
-	if err := syncDir(d.dir); err != nil {
+	if err := d.syncDir(); err != nil {
 		return fmt.Errorf("output: sync directory: %w", err)
 	}
 	d.mu.Lock()
@@ -423,10 +442,12 @@ func (d *Dir) Drop(ctx context.Context, job string) error {
 // Close implements [Store.Close]. Closing twice is not an error.
 func (d *Dir) Close() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if !d.closed {
 		d.closed = true
 		close(d.done)
 	}
+	d.mu.Unlock()
+	d.closeFiles()
+	d.dirf.Close() // a second Close's error (already closed) is no error
 	return nil
 }

@@ -35,6 +35,12 @@ type impl struct {
 
 var impls = []impl{
 	{"Dir", func(t testing.TB, dir string) Store { return open(t, dir) }, true},
+	// Two kept files at most: the tests' jobs evict each other's.
+	{"DirFewFiles", func(t testing.TB, dir string) Store {
+		d := open(t, dir)
+		d.maxOpen = 2
+		return d
+	}, true},
 	{"Mem", func(t testing.TB, _ string) Store {
 		m := NewMem()
 		t.Cleanup(func() { m.Close() })
@@ -430,5 +436,30 @@ func BenchmarkAppend256K(b *testing.B) {
 			b.Fatal(err)
 		}
 		off = n
+	}
+}
+
+// BenchmarkAppendJobs measures what the hub does per chunk of vk-bench's
+// jobs: 4 KiB chunks, each fsynced, from 32 jobs in turn (each job's file
+// kept open between its chunks, or opened per chunk when the bound is 0).
+func BenchmarkAppendJobs(b *testing.B) {
+	for _, keep := range []int{DefaultMaxOpen, 0} {
+		b.Run(fmt.Sprintf("kept=%d", keep), func(b *testing.B) {
+			d := open(b, b.TempDir())
+			d.maxOpen = keep
+			chunk := bytes.Repeat([]byte("x"), 4<<10)
+			b.SetBytes(int64(len(chunk)))
+			var offs [32]int64
+			ctx := context.Background()
+			i := 0
+			for b.Loop() {
+				n, err := d.Append(ctx, fmt.Sprintf("job%d", i%32), offs[i%32], chunk)
+				if err != nil {
+					b.Fatal(err)
+				}
+				offs[i%32] = n
+				i++
+			}
+		})
 	}
 }

@@ -23,6 +23,25 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 	})
 }
 
+// AppendAudits appends es in order in one transaction (the hub's record
+// writer hands it the entries queued together).
+func (s *Store) AppendAudits(ctx context.Context, es []store.AuditEntry) error {
+	return s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktAudit)
+		for _, e := range es {
+			seq, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			e.Seq, e.Time = seq, utc(e.Time)
+			if err := putRec(b, binary.BigEndian.AppendUint64(nil, seq), e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // ListAudit implements [store.Audit.ListAudit]: it walks the sequence
 // keys backwards, newest first, which [eachRec] does not.
 func (s *Store) ListAudit(ctx context.Context, limit int) ([]store.AuditEntry, error) {

@@ -186,7 +186,7 @@ func inTx[T any](ctx context.Context, s *Store, writable bool, fn func(*bolt.Tx)
 	case writable && s.solo:
 		err = s.db.Update(run)
 	case writable:
-		err = s.group.update(run)
+		err = s.group.update(run, slotOf(ctx))
 	default:
 		err = s.db.View(run)
 	}

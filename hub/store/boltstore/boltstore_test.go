@@ -133,3 +133,44 @@ func TestDeps(t *testing.T) {
 	deptest.Forbid(t, "github.com/vk-ci/vk/hub/store", "go.etcd.io/bbolt")
 	deptest.Forbid(t, "github.com/vk-ci/vk/hub/store/memstore", "go.etcd.io/bbolt")
 }
+
+// AppendAudits appends its entries in order, numbered after the entries
+// already there, and they are there after a reopen (the hub's record
+// writer hands it the audit entries queued together).
+func TestAppendAuditsInOrder(t *testing.T) {
+	ctx := t.Context()
+	p := filepath.Join(t.TempDir(), "hub.db")
+	s, err := boltstore.Open(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendAudit(ctx, store.AuditEntry{Time: storetest.T0, Actor: "a", Action: "x", Subject: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	var es []store.AuditEntry
+	for _, sub := range []string{"b", "c", "d"} {
+		es = append(es, store.AuditEntry{Time: storetest.T0, Actor: "a", Action: "x", Subject: sub})
+	}
+	if err := s.AppendAudits(ctx, es); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = boltstore.Open(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, err := s.ListAudit(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"d", "c", "b", "first"} // newest first
+	if len(got) != len(want) {
+		t.Fatalf("%d entries, want %d", len(got), len(want))
+	}
+	for i, e := range got {
+		if e.Subject != want[i] || e.Seq != uint64(len(want)-i) || !e.Time.Equal(storetest.T0) {
+			t.Errorf("entry %d = %s seq %d at %v; want %s seq %d", i, e.Subject, e.Seq, e.Time, want[i], len(want)-i)
+		}
+	}
+}

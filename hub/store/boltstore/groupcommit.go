@@ -28,13 +28,15 @@ type groupCommit struct {
 	mu      sync.Mutex
 	pending []*gcOp // guarded by mu
 	running bool    // a caller is committing; guarded by mu
+	holds   int     // gatherings still waiting for some of their writes; guarded by mu
 	commits int     // transactions run, for tests; guarded by mu
 }
 
 // gcOp is one queued write.
 type gcOp struct {
-	fn  func(*bolt.Tx) error
-	res chan gcResult // buffered 1: a lead hand-off, then the result
+	fn       func(*bolt.Tx) error
+	res      chan gcResult // buffered 1: a lead hand-off, then the result
+	gathered bool          // made in a Gathering's slot: may wait for the gathering
 }
 
 // gcResult is what a queued writer hears: its write's outcome, or that it
@@ -46,18 +48,22 @@ type gcResult struct {
 }
 
 // update runs fn in a read-write transaction shared with the writes that
-// arrive together with it, and returns fn's error, or the commit's.
-func (g *groupCommit) update(fn func(*bolt.Tx) error) error {
+// arrive together with it, and returns fn's error, or the commit's. slot
+// is the write's place in a [Gathering] (nil if none).
+func (g *groupCommit) update(fn func(*bolt.Tx) error, slot *gatherSlot) error {
 	op := &gcOp{fn: fn, res: make(chan gcResult, 1)}
 	g.mu.Lock()
 	g.pending = append(g.pending, op)
-	if g.running {
+	slot.arriveLocked()
+	op.gathered = slot != nil
+	if g.running || (op.gathered && g.holds > 0) {
 		g.mu.Unlock()
 		r := <-op.res
 		if !r.lead {
 			return r.get()
 		}
-		// The previous committer handed the queue over; op is in it.
+		// The previous committer, or the gathering's last write, handed
+		// the queue over; op is in it.
 	} else {
 		g.running = true
 		g.mu.Unlock()
@@ -68,13 +74,26 @@ func (g *groupCommit) update(fn func(*bolt.Tx) error) error {
 	g.mu.Unlock()
 	g.commit(batch)
 	g.mu.Lock()
-	if len(g.pending) == 0 {
-		g.running = false
-	} else {
-		g.pending[0].res <- gcResult{lead: true}
-	}
+	g.running = false
+	g.handLeadLocked()
 	g.mu.Unlock()
 	return (<-op.res).get()
+}
+
+// handLeadLocked makes the first queued write commit the queue, unless a
+// commit is under way, or a gathering still waits for some of its writes
+// and every queued write is a gathering's. A write made outside a
+// gathering never waits for one (it may be a gathering caller's own
+// write under another context, which would otherwise wait for itself).
+func (g *groupCommit) handLeadLocked() {
+	if g.running || len(g.pending) == 0 {
+		return
+	}
+	if g.holds > 0 && !slices.ContainsFunc(g.pending, func(op *gcOp) bool { return !op.gathered }) {
+		return
+	}
+	g.running = true
+	g.pending[0].res <- gcResult{lead: true}
 }
 
 // get returns r's error, or panics again with what the write panicked with.

@@ -68,7 +68,7 @@ func TestGroupCommit(t *testing.T) {
 		first <- g.update(func(tx *bolt.Tx) error {
 			<-release // hold the commit open while the others queue
 			return put("k0")(tx)
-		})
+		}, nil)
 	}()
 	until(t, "the first write commits", func() bool {
 		g.mu.Lock()
@@ -100,7 +100,7 @@ func TestGroupCommit(t *testing.T) {
 					results <- res{i: i, panic: p}
 				}
 			}()
-			results <- res{i: i, err: g.update(fn)}
+			results <- res{i: i, err: g.update(fn, nil)}
 		}()
 	}
 	queued(t, g, len(fns))
@@ -178,7 +178,7 @@ func TestGroupCommitConcurrent(t *testing.T) {
 					return errTaken
 				}
 				return b.Put([]byte(k), []byte(fmt.Sprint(w)))
-			})
+			}, nil)
 			switch {
 			case err == nil:
 				mu.Lock()
