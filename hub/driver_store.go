@@ -211,6 +211,7 @@ func (d *Driver) restoreJob(ctx context.Context, r store.Job, byAdm map[string]s
 	}
 	d.nextJob++
 	j := &jobRec{sid: sched.JobID(d.nextJob), rec: r, outLen: n, wake: make(chan struct{}), name: specName(r.Spec)}
+	j.rec.Revision = d.epochRevision(r.Revision)
 	if (r.State == store.JobQueued || r.State == store.JobStarting) && d.cfg.Store.Lease {
 		d.undecided(j)
 		return rj, false
