@@ -217,6 +217,11 @@ func (d *Driver) restoreJob(ctx context.Context, r store.Job, byAdm map[string]s
 		return rj, false
 	}
 	d.addJob(j)
+	if j.rec.Revision != r.Revision {
+		// The lifted revision is stored at once: a view read from the
+		// store (a settled job's) must not show the older one.
+		d.saveJob(j, false)
+	}
 	switch r.State {
 	case store.JobFinished:
 		var res client.JobResult
