@@ -205,7 +205,7 @@ func (d *Driver) restore(ctx context.Context) error {
 // memory only); after a takeover under the lease it waits, undecided,
 // for the nodes' held instead (see [limbo]).
 func (d *Driver) restoreJob(ctx context.Context, r store.Job, byAdm map[string]store.Admission) (rj sched.RestoredJob, ok bool) {
-	n, _, err := d.out.Len(ctx, r.ID)
+	n, complete, err := d.out.Len(ctx, r.ID)
 	if err != nil {
 		d.log.Warn("output length unknown", logkey.JobID, r.ID, logkey.Err, err)
 	}
@@ -227,6 +227,13 @@ func (d *Driver) restoreJob(ctx context.Context, r store.Job, byAdm map[string]s
 		var res client.JobResult
 		if json.Unmarshal(r.Result, &res) == nil {
 			j.result = &res
+		}
+		if !complete && err == nil {
+			// The old leader stored the result but died before the
+			// output's completeness (a separate write): without it the
+			// job's readers wait for more output for ever.
+			id := r.ID
+			d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
 		}
 	case store.JobRunning:
 		return d.restoredJob(j), true
