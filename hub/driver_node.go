@@ -172,8 +172,8 @@ func (d *Driver) nodeHeld(n *nodeRec, h dispatch.Held) {
 				d.saveJob(j, true)
 			}
 			d.sendTo(n, dispatch.OutputAck{Job: hj.Job, Offset: j.outLen})
-			if j.rec.State == "finished" {
-				d.sendTo(n, dispatch.Recorded{Job: hj.Job})
+			if j.rec.State == store.JobFinished {
+				d.recordedOnceDurable(n, j)
 			}
 		}
 	}
@@ -293,31 +293,11 @@ func (d *Driver) nodeResult(n *nodeRec, r dispatch.Result) {
 		fin.Wall = time.Duration(u.WallMS) * time.Millisecond
 	}
 	d.exec(d.step(fin))
-	if st := j.stored; st != nil {
-		select {
-		case <-st.done:
-			if st.err != nil {
-				d.storeFinished(j, false) // the first write failed: try again
-			}
-		default:
-		}
-	}
 	d.finishJob(j, r.Result) // a repeat keeps the first result
 	// NSESS-10: "recorded" only once the result is durable; a failed write
-	// sends nothing, and the node repeats its result.
-	send, job, stored := n.send, r.Job, j.stored
-	if send == nil || stored == nil {
-		return
-	}
-	go func() {
-		<-stored.done
-		if stored.err != nil {
-			return
-		}
-		if err := send.Send(dispatch.Recorded{Job: job}); err != nil {
-			d.log.Warn("recorded not sent", logkey.JobID, job, logkey.Err, err)
-		}
-	}()
+	// sends nothing (a repeat writes it again), and the node repeats its
+	// result.
+	d.recordedOnceDurable(n, j)
 }
 
 // nodeOutput appends a chunk durably, then acks it (NODE-12, NSESS-08).

@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/sched"
 )
 
@@ -74,20 +76,56 @@ func (d *Driver) finishJob(j *jobRec, res client.JobResult) {
 		d.log.Error("encoding a job result failed", logkey.JobID, j.rec.ID, logkey.Err, err)
 	}
 	j.rec.State, j.rec.Result, j.result, j.spec = store.JobFinished, b, &res, nil
-	id := j.rec.ID
-	d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
 	d.met.add("vk_hub_jobs_finished_total", 1, "failure", res.Failure.MetricLabel())
 	d.log.Info("job finished", logkey.JobID, j.rec.ID, "failure", string(res.Failure), "message", res.Message)
 	d.storeFinished(j, true)
 }
 
-// storeFinished saves a finished job's record and sets j.stored.
+// storeFinished marks a finished job's output complete and saves its
+// record, and sets j.stored, done once both are durable (its error is
+// either's). Called again after a failed write (the database restarting
+// under it), it writes both again: neither may be lost, or the job's
+// readers wait for the rest of its output for ever.
 func (d *Driver) storeFinished(j *jobRec, bump bool) {
+	id := j.rec.ID
+	complete := d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
 	durable, wd := d.saveJob(j, bump), &writeDone{done: make(chan struct{})}
 	j.stored = wd
 	go func() {
-		wd.err = <-durable
+		wd.err = errors.Join(<-complete, <-durable)
 		close(wd.done)
+	}()
+}
+
+// recordedOnceDurable answers the node recorded for finished job j once
+// its finished record is durable (NSESS-10): at once for a record
+// restored from the store, after writing it again when the last write
+// failed, never for a write that fails (the node repeats its result).
+func (d *Driver) recordedOnceDurable(n *nodeRec, j *jobRec) {
+	st := j.stored
+	if st == nil {
+		d.sendTo(n, dispatch.Recorded{Job: j.rec.ID})
+		return
+	}
+	select {
+	case <-st.done:
+		if st.err != nil {
+			d.storeFinished(j, false)
+		}
+	default:
+	}
+	send, job, stored := n.send, j.rec.ID, j.stored
+	if send == nil {
+		return
+	}
+	go func() {
+		<-stored.done
+		if stored.err != nil {
+			return
+		}
+		if err := send.Send(dispatch.Recorded{Job: job}); err != nil {
+			d.log.Warn("recorded not sent", logkey.JobID, job, logkey.Err, err)
+		}
 	}()
 }
 
@@ -162,22 +200,35 @@ func (d *Driver) restore(ctx context.Context) error {
 // memory only); after a takeover under the lease it waits, undecided,
 // for the nodes' held instead (see [limbo]).
 func (d *Driver) restoreJob(ctx context.Context, r store.Job, byAdm map[string]store.Admission) (rj sched.RestoredJob, ok bool) {
-	n, _, err := d.out.Len(ctx, r.ID)
+	n, complete, err := d.out.Len(ctx, r.ID)
 	if err != nil {
 		d.log.Warn("output length unknown", logkey.JobID, r.ID, logkey.Err, err)
 	}
 	d.nextJob++
 	j := &jobRec{sid: sched.JobID(d.nextJob), rec: r, outLen: n, wake: make(chan struct{}), name: specName(r.Spec)}
+	j.rec.Revision = d.epochRevision(r.Revision)
 	if (r.State == store.JobQueued || r.State == store.JobStarting) && d.cfg.Store.Lease {
 		d.undecided(j)
 		return rj, false
 	}
 	d.addJob(j)
+	if j.rec.Revision != r.Revision {
+		// The lifted revision is stored at once: a view read from the
+		// store (a settled job's) must not show the older one.
+		d.saveJob(j, false)
+	}
 	switch r.State {
 	case store.JobFinished:
 		var res client.JobResult
 		if json.Unmarshal(r.Result, &res) == nil {
 			j.result = &res
+		}
+		if !complete && err == nil {
+			// The old leader stored the result but died before the
+			// output's completeness (a separate write): without it the
+			// job's readers wait for more output for ever.
+			id := r.ID
+			d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.MarkComplete(ctx, id) })
 		}
 	case store.JobRunning:
 		return d.restoredJob(j), true

@@ -36,6 +36,7 @@ type leaseRunner struct {
 	l       *pgstore.Lease
 	pg      *pgstore.Store
 	holder  string
+	log     *slog.Logger
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -72,9 +73,12 @@ type leasedStore struct {
 	r *leaseRunner
 }
 
-// Close implements [store.Store.Close].
+// Close implements [store.Store.Close]. It logs how many writes the
+// fence refused over the store's life (a deposed leader's, made after a
+// newer epoch took the lease), so a stopped instance's log says it.
 func (l leasedStore) Close() error {
 	l.r.stop()
+	l.r.log.Info("hub: store closed", "fenced_writes_refused", l.Store.Refused())
 	return l.Store.Close()
 }
 
@@ -100,7 +104,7 @@ func openLeased(ctx context.Context, dsn string, cfg StoreConfig, log *slog.Logg
 	if holder == "" {
 		holder, _ = os.Hostname()
 	}
-	r := &leaseRunner{pg: pg, holder: holder, done: make(chan struct{}),
+	r := &leaseRunner{pg: pg, holder: holder, log: log, done: make(chan struct{}),
 		l: pgstore.NewLease(pg.Pool(), pgstore.LeaseConfig{Holder: holder, TTL: cfg.leaseTTL(), Log: log})}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	return leasedStore{pg, r}, r, nil

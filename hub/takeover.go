@@ -37,6 +37,29 @@ type limbo struct {
 	deadline time.Time          // forget the rest then, whatever is awaited
 }
 
+// epochShift places a leader's epoch in the high bits of the job
+// revisions it serves (see [Driver.epochRevision]).
+const epochShift = 32
+
+// epochRevision lifts a job revision restored from the store into this
+// leader's epoch: epoch<<32 plus the stored count. A leader answers a
+// job's view as soon as it changes, before the record's write is
+// durable, so the store can hold an older revision than one a client
+// saw; a new leader restoring it as it was would serve a revision
+// going back, and then the same revision for another state (the HA
+// soak's history check found both). Revisions a leader serves are below
+// the next epoch's, so they only grow across a failover, and one
+// revision is one state. Without a lease (epoch 0) revisions are as
+// stored. Epochs stay below 2^21, so revisions stay exact in a JSON
+// number read as a float (2^53).
+func (d *Driver) epochRevision(rev uint64) uint64 {
+	st, ok := d.st.(interface{ Epoch() uint64 })
+	if !ok || st.Epoch() == 0 {
+		return rev
+	}
+	return st.Epoch()<<epochShift | rev&(1<<epochShift-1)
+}
+
 // takeoverNodes is the list of node sessions up when this driver took
 // over, sent by the node router before it hands them over.
 type takeoverNodes struct{ nodes []string }

@@ -62,4 +62,9 @@ func TestTakeoverAdoptsHeldStart(t *testing.T) {
 	if got.State != client.JobRunning || got.Node != p.node {
 		t.Fatalf("after the takeover the job is %s on %q (result %+v), want running on %s", got.State, got.Node, got.Result, p.node)
 	}
+	// Its revision moved into the new leader's epoch: above any revision
+	// the old leader served, durable or not (see Driver.epochRevision).
+	if e := b.Epoch(); got.Revision>>epochShift != e || got.Revision <= v.Revision {
+		t.Fatalf("after the takeover the job's revision is %#x (was %#x), want one in epoch %d", got.Revision, v.Revision, e)
+	}
 }

@@ -14,11 +14,12 @@ import (
 
 	"github.com/vk-ci/vk/hub"
 	"github.com/vk-ci/vk/hub/admin"
-	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/hub/store/pgstore"
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/node"
 	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/relay/loop"
 )
 
 // Errors.
@@ -88,6 +89,20 @@ type Options struct {
 	// [Hub.Jobs] and output reads go while the child runs). The child has
 	// no BeforeStart hook and no output archive.
 	HubProcess func() *exec.Cmd
+	// HubBinary, when set, is the path of a vk-hub binary: every hub
+	// instance (the first and Options.Standby) then runs as a child
+	// process of it (`vk-hub serve --config <state_dir>/hub.toml`), on a
+	// loopback port picked once and kept across restarts, so a kill is a
+	// real SIGKILL of the real binary (hubbin.go). The store must be
+	// PostgreSQL under the lease with a Standby. The fleet reads records
+	// and output from the database itself (through the Standby's DSN),
+	// and keeps every output chunk the hubs commit in a table of its own
+	// (a trigger it adds), which [Tenant.HubOutput] reads.
+	HubBinary string
+	// RelayHub, when set, wraps each relay's client of the hub API (built
+	// from its enrolment as vk-gitlab builds it) before the relay uses
+	// it, on every start: to record the operations it issues.
+	RelayHub func(tenant string, h loop.Hub) loop.Hub
 	// Hub and Node adjust the generated configurations last.
 	Hub  func(*hub.Config)
 	Node func(i int, c *node.Config)
@@ -163,6 +178,8 @@ type Fleet struct {
 	reg     *registry
 	hub     *Hub
 	standby *Hub // nil without Options.Standby
+	// db reads the hubs' database, with Options.HubBinary (nil otherwise).
+	db *pgstore.Store
 
 	mu      sync.Mutex
 	nodes   []*Node
@@ -249,6 +266,11 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	}
 	if opts.Standby != nil {
 		if f.standby, err = f.startStandby(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.HubBinary != "" {
+		if err := f.openDB(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -406,6 +428,9 @@ func (f *Fleet) Close() error {
 		errs = append(errs, f.hub.stopGraceful(sctx))
 	}
 	f.log.Debug("fleet close: hub stopped", "after", time.Since(began))
+	if f.db != nil {
+		f.db.Close()
+	}
 	for _, t := range f.tenants {
 		t.GitLab.Close()
 		if t.watch != nil {
@@ -514,6 +539,9 @@ func (t *Tenant) HubOutput(ctx context.Context, gitlabID int64) (out []byte, ok 
 	if err != nil {
 		return nil, false, err
 	}
+	if t.f.db != nil {
+		return t.f.archived(ctx, j.ID)
+	}
 	if b, ok := t.f.hub.arch.get(j.ID); ok {
 		return b, true, nil
 	}
@@ -561,14 +589,4 @@ func (f *Fleet) applyPolicy(ctx context.Context) error {
 		return fmt.Errorf("testfleet: capacity-policy set: %w", err)
 	}
 	return nil
-}
-
-// outputOver wraps a fresh output store of the hub's state dir so the
-// fleet keeps each dropped output.
-func outputOver(dir string, a *archive, log *slog.Logger) (output.Store, error) {
-	d, err := output.Open(filepath.Join(dir, "output"), log)
-	if err != nil {
-		return nil, err
-	}
-	return keepingStore{Store: d, a: a}, nil
 }

@@ -1,10 +1,11 @@
 package testfleet_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,14 +14,8 @@ import (
 	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/relay/loop"
 )
-
-// jobSeen is what one client-API read of a hub job's view returned.
-type jobSeen struct {
-	gone bool // 404: the hub does not know the job (forgotten after a takeover)
-	rank int  // queued 0, running 1, finished 2; -1 before any read
-	rev  uint64
-}
 
 func rankOf(s client.JobState) int {
 	switch s {
@@ -32,63 +27,42 @@ func rankOf(s client.JobState) int {
 	return 0
 }
 
-// jobViewModel is the client API's job view as one linearizable object
-// per job (GET /v1/jobs/{id}): its revision never goes back, one
-// revision is one state, the state moves only forward (queued, running,
-// finished), and a job is forgotten (404) only before it ran, for good.
-// A deposed leader answering from a stale picture, or a new leader
-// restoring an older revision than one a client saw, breaks it.
-var jobViewModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			id := op.Input.(string)
-			if by[id] == nil {
-				keys = append(keys, id)
-			}
-			by[id] = append(by[id], op)
-		}
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, by[k])
-		}
-		return out
-	},
-	Init: func() any { return jobSeen{rank: -1} },
-	Step: func(state, _, output any) (bool, any) {
-		s, o := state.(jobSeen), output.(jobSeen)
-		switch {
-		case s.gone:
-			return o.gone, s
-		case o.gone:
-			return s.rank <= 0, o
-		case o.rev < s.rev, o.rank < s.rank, o.rev == s.rev && o.rank != s.rank:
-			return false, s
-		}
-		return true, o
-	},
-	DescribeOperation: func(in, out any) string {
-		o := out.(jobSeen)
-		if o.gone {
-			return fmt.Sprintf("get %s -> 404", in)
-		}
-		return fmt.Sprintf("get %s -> rank %d rev %d", in, o.rank, o.rev)
-	},
+// answerOf classifies a hub call's error: ok, gone (404, 410) or
+// conflict (409); false when the hub gave no answer that says what
+// happened (transport error, timeout, 503, any other status).
+func answerOf(err error) (string, bool) {
+	var se *client.StatusError
+	switch {
+	case err == nil:
+		return ansOK, true
+	case errors.As(err, &se) && (se.Status == http.StatusNotFound || se.Status == http.StatusGone):
+		return ansGone, true
+	case errors.As(err, &se) && se.Status == http.StatusConflict:
+		return ansConflict, true
+	}
+	return "", false
 }
 
-// historyRecorder reads every job's view through the relay's own
-// enrolment (its hub link follows the leader) from a few concurrent
-// readers, and keeps each answered read as an operation.
+// historyRecorder keeps every answered client-API operation of the soak:
+// the relay's own (through [recordingHub], wrapped around its hub client)
+// and a few concurrent readers' job views, and which GitLab job each hub
+// job is (from the store, which keeps settled jobs).
 type historyRecorder struct {
-	hc  *hubclient.Client
-	f   *testfleet.Fleet
-	t0  time.Time
-	mu  sync.Mutex
-	ops []porcupine.Operation // guarded by mu
+	f    *testfleet.Fleet
+	hc   *hubclient.Client // the readers' client, through the relay's enrolment
+	t0   time.Time
+	mu   sync.Mutex
+	ops  []porcupine.Operation // guarded by mu
+	jobs map[string]int64      // hub job ID → GitLab job ID; guarded by mu
 }
 
-func newHistoryRecorder(t *testing.T, f *testfleet.Fleet, tn *testfleet.Tenant) *historyRecorder {
+func newHistoryRecorder() *historyRecorder {
+	return &historyRecorder{t0: time.Now(), jobs: map[string]int64{}}
+}
+
+// attach gives the recorder its fleet and a reader's client of the
+// tenant's relay enrolment.
+func (r *historyRecorder) attach(t *testing.T, f *testfleet.Fleet, tn *testfleet.Tenant) {
 	e, err := hubclient.LoadEnrolment(tn.Relay.Dir)
 	if err != nil {
 		t.Fatal(err)
@@ -97,34 +71,80 @@ func newHistoryRecorder(t *testing.T, f *testfleet.Fleet, tn *testfleet.Tenant) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &historyRecorder{hc: hc, f: f, t0: time.Now()}
+	r.f, r.hc = f, hc
 }
 
-// jobIDs lists the hub's job IDs from whichever instance's store answers
-// (one database).
-func (r *historyRecorder) jobIDs(ctx context.Context) []string {
-	for _, h := range []*testfleet.Hub{r.f.Hub(), r.f.Standby()} {
-		js, err := h.Jobs(ctx)
-		if err != nil {
-			continue
-		}
-		ids := make([]string, 0, len(js))
-		for _, j := range js {
-			ids = append(ids, j.ID)
-		}
-		return ids
+func (r *historyRecorder) now() int64 { return time.Since(r.t0).Nanoseconds() }
+
+func (r *historyRecorder) add(client int, call int64, op, key string, out apiOut) {
+	ret := r.now()
+	r.mu.Lock()
+	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: apiIn{Op: op, Key: key}, Call: call, Output: out, Return: ret})
+	r.mu.Unlock()
+}
+
+// view records a job view answer (or its 404/410).
+func (r *historyRecorder) view(client int, call int64, id string, v client.JobView, err error) {
+	ans, ok := answerOf(err)
+	switch {
+	case !ok, ans == ansConflict:
+		return
+	case ans == ansGone:
+		r.add(client, call, opView, "job:"+id, apiOut{Err: ans})
+	default:
+		r.add(client, call, opView, "job:"+v.ID, apiOut{Rank: rankOf(v.State), Rev: v.Revision})
 	}
-	return nil
 }
 
-// run reads until ctx ends, with readers concurrent readers.
+// grant records a grant on its reservation and its admission.
+func (r *historyRecorder) grant(call int64, g client.ReservationGrant) {
+	r.add(0, call, opGrant, "res:"+g.Reservation, apiOut{})
+	r.add(0, call, opGrant, "adm:"+g.Admission, apiOut{})
+}
+
+// plain records a call answered with no body.
+func (r *historyRecorder) plain(call int64, op, key string, err error) {
+	if ans, ok := answerOf(err); ok {
+		r.add(0, call, op, key, apiOut{Err: ans})
+	}
+}
+
+// mapJobs reads the store's job list (one database) and remembers which
+// GitLab job each hub job is; it returns the IDs.
+func (r *historyRecorder) mapJobs(ctx context.Context) []string {
+	js, err := r.f.Hub().Jobs(ctx)
+	if err != nil {
+		return nil
+	}
+	ids := make([]string, 0, len(js))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, j := range js {
+		ids = append(ids, j.ID)
+		r.jobs[j.ID] = j.GitLabJobID
+	}
+	return ids
+}
+
+// gitlabJob returns the GitLab job a hub job is, if the recorder saw it.
+func (r *historyRecorder) gitlabJob(id string) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.jobs[id]
+	return g, ok
+}
+
+// run reads every job's view until ctx ends, with readers concurrent
+// readers (clients 1…readers).
 func (r *historyRecorder) run(ctx context.Context, readers int) {
 	var wg sync.WaitGroup
 	for c := range readers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				for _, id := range r.jobIDs(ctx) {
-					r.read(ctx, c, id)
+				for _, id := range r.mapJobs(ctx) {
+					call := r.now()
+					v, err := r.hc.GetJob(ctx, id, 0, 0)
+					r.view(c+1, call, id, v, err)
 				}
 				pause(50 * time.Millisecond)
 			}
@@ -133,65 +153,154 @@ func (r *historyRecorder) run(ctx context.Context, readers int) {
 	wg.Wait()
 }
 
-func (r *historyRecorder) read(ctx context.Context, clientID int, id string) {
-	call := time.Since(r.t0).Nanoseconds()
-	v, err := r.hc.GetJob(ctx, id, 0, 0)
-	ret := time.Since(r.t0).Nanoseconds()
-	var out jobSeen
-	var se *client.StatusError
-	switch {
-	case err == nil:
-		out = jobSeen{rank: rankOf(v.State), rev: v.Revision}
-	case errors.As(err, &se) && se.Status == http.StatusNotFound:
-		out = jobSeen{gone: true}
-	default:
-		return // no answer (a hub down, a standby's 503): the read did nothing
-	}
-	r.mu.Lock()
-	r.ops = append(r.ops, porcupine.Operation{ClientId: clientID, Input: id, Call: call, Output: out, Return: ret})
-	r.mu.Unlock()
-}
-
 // check runs porcupine over the history; a checker timeout is a failure.
-func (r *historyRecorder) check(t *testing.T) {
+// It returns the operations checked and the checker's time.
+func (r *historyRecorder) check(t *testing.T) (int, time.Duration) {
 	r.mu.Lock()
 	ops := r.ops
 	r.mu.Unlock()
 	began := time.Now()
-	res := porcupine.CheckOperationsTimeout(jobViewModel, ops, time.Minute)
-	t.Logf("client-API history: %d reads checked in %v: %s", len(ops), time.Since(began).Round(time.Millisecond), res)
+	res := porcupine.CheckOperationsTimeout(apiModel, ops, 2*time.Minute)
+	took := time.Since(began)
+	t.Logf("client-API history: %d operations checked in %v: %s", len(ops), took.Round(time.Millisecond), res)
 	switch res {
 	case porcupine.Ok:
 	case porcupine.Unknown:
 		t.Error("the linearizability check timed out: that counts as a failure")
 	default:
-		t.Error("the client-API history is not linearizable against the job view model")
-	}
-}
-
-// The model accepts a job's views moving forward, concurrent reads in
-// either order and a forgotten queued job, and refuses a revision going
-// back, a state going back, and a forgotten job coming back.
-func TestJobViewModel(t *testing.T) {
-	op := func(c int, call, ret int64, s jobSeen) porcupine.Operation {
-		return porcupine.Operation{ClientId: c, Input: "j", Call: call, Return: ret, Output: s}
-	}
-	q1, r2, f3 := jobSeen{rank: 0, rev: 1}, jobSeen{rank: 1, rev: 2}, jobSeen{rank: 2, rev: 3}
-	for _, tc := range []struct {
-		name string
-		ops  []porcupine.Operation
-		want porcupine.CheckResult
-	}{
-		{"forward", []porcupine.Operation{op(0, 0, 1, q1), op(0, 2, 3, r2), op(0, 4, 5, f3)}, porcupine.Ok},
-		{"concurrent reads overlap", []porcupine.Operation{op(0, 0, 10, r2), op(1, 1, 2, q1)}, porcupine.Ok},
-		{"forgotten while queued", []porcupine.Operation{op(0, 0, 1, q1), op(0, 2, 3, jobSeen{gone: true})}, porcupine.Ok},
-		{"revision back", []porcupine.Operation{op(0, 0, 1, r2), op(1, 2, 3, jobSeen{rank: 1, rev: 1})}, porcupine.Illegal},
-		{"state back", []porcupine.Operation{op(0, 0, 1, r2), op(1, 2, 3, jobSeen{rank: 0, rev: 4})}, porcupine.Illegal},
-		{"forgotten comes back", []porcupine.Operation{op(0, 0, 1, jobSeen{gone: true}), op(0, 2, 3, q1)}, porcupine.Illegal},
-		{"forgotten after it ran", []porcupine.Operation{op(0, 0, 1, r2), op(0, 2, 3, jobSeen{gone: true})}, porcupine.Illegal},
-	} {
-		if got := porcupine.CheckOperationsTimeout(jobViewModel, tc.ops, 10*time.Second); got != tc.want {
-			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		bad := illegalKeys(ops)
+		t.Errorf("the client-API history is not linearizable against the model: %s", bad)
+		for _, part := range apiModel.Partition(ops) {
+			if k := part[0].Input.(apiIn).Key; len(bad) > 0 && k == bad[0] {
+				slices.SortFunc(part, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+				for _, op := range part[:min(len(part), 60)] {
+					t.Logf("  %s: client %d [%v, %v] %s", k, op.ClientId, time.Duration(op.Call), time.Duration(op.Return),
+						apiModel.DescribeOperation(op.Input, op.Output))
+				}
+			}
 		}
 	}
+	return len(ops), took
+}
+
+// illegalKeys names the objects whose own history fails the model.
+func illegalKeys(ops []porcupine.Operation) []string {
+	var bad []string
+	for _, part := range apiModel.Partition(ops) {
+		if porcupine.CheckOperationsTimeout(apiModel, part, 10*time.Second) != porcupine.Ok {
+			bad = append(bad, part[0].Input.(apiIn).Key)
+		}
+		if len(bad) == 10 {
+			break
+		}
+	}
+	return bad
+}
+
+// recordingHub is the relay's hub client, recording each answered call
+// into the history.
+type recordingHub struct {
+	loop.Hub
+	r *historyRecorder
+}
+
+func (h recordingHub) Reserve(ctx context.Context, req client.ReservationRequest) (hubclient.Reserved, error) {
+	call := h.r.now()
+	res, err := h.Hub.Reserve(ctx, req)
+	switch {
+	case err != nil:
+	case res.Grant != nil:
+		h.r.grant(call, *res.Grant)
+	case res.Ticket != "":
+		h.r.add(0, call, opTicket, "tk:"+res.Ticket, apiOut{})
+	}
+	return res, err
+}
+
+func (h recordingHub) PollTicket(ctx context.Context, ticket string, wait time.Duration) (hubclient.Reserved, error) {
+	call := h.r.now()
+	res, err := h.Hub.PollTicket(ctx, ticket, wait)
+	switch {
+	case err != nil:
+	case res.Gone:
+		h.r.add(0, call, opPoll, "tk:"+ticket, apiOut{Err: ansGone})
+	case res.Grant != nil:
+		h.r.add(0, call, opPoll, "tk:"+ticket, apiOut{Res: res.Grant.Reservation})
+		h.r.grant(call, *res.Grant)
+	default:
+		h.r.add(0, call, opPoll, "tk:"+ticket, apiOut{})
+	}
+	return res, err
+}
+
+func (h recordingHub) CancelTicket(ctx context.Context, ticket string) error {
+	call := h.r.now()
+	err := h.Hub.CancelTicket(ctx, ticket)
+	h.r.plain(call, opCancelT, "tk:"+ticket, err)
+	return err
+}
+
+func (h recordingHub) Claim(ctx context.Context, id string) error {
+	call := h.r.now()
+	err := h.Hub.Claim(ctx, id)
+	h.r.plain(call, opClaim, "adm:"+id, err)
+	return err
+}
+
+func (h recordingHub) Renew(ctx context.Context, id string, leaseSecs int) (client.ReservationGrant, error) {
+	call := h.r.now()
+	g, err := h.Hub.Renew(ctx, id, leaseSecs)
+	h.r.plain(call, opRenew, "res:"+id, err)
+	return g, err
+}
+
+func (h recordingHub) Release(ctx context.Context, id string) error {
+	call := h.r.now()
+	err := h.Hub.Release(ctx, id)
+	h.r.plain(call, opRelease, "res:"+id, err)
+	return err
+}
+
+func (h recordingHub) SubmitJob(ctx context.Context, sub client.JobSubmission) (client.JobView, error) {
+	call := h.r.now()
+	v, err := h.Hub.SubmitJob(ctx, sub)
+	if err == nil {
+		h.r.view(0, call, v.ID, v, nil)
+	}
+	return v, err
+}
+
+func (h recordingHub) GetJob(ctx context.Context, id string, after uint64, wait time.Duration) (client.JobView, error) {
+	call := h.r.now()
+	v, err := h.Hub.GetJob(ctx, id, after, wait)
+	h.r.view(0, call, id, v, err)
+	return v, err
+}
+
+func (h recordingHub) Cancel(ctx context.Context, id string, mode client.CancelMode) (client.JobView, error) {
+	call := h.r.now()
+	v, err := h.Hub.Cancel(ctx, id, mode)
+	h.r.view(0, call, id, v, err)
+	return v, err
+}
+
+func (h recordingHub) Settle(ctx context.Context, id string) error {
+	call := h.r.now()
+	err := h.Hub.Settle(ctx, id)
+	h.r.plain(call, opSettle, "job:"+id, err)
+	return err
+}
+
+func (h recordingHub) ReadOutput(ctx context.Context, id string, offset int64, wait time.Duration) (hubclient.Output, error) {
+	call := h.r.now()
+	o, err := h.Hub.ReadOutput(ctx, id, offset, wait)
+	switch ans, ok := answerOf(err); {
+	case errors.Is(err, hubclient.ErrPastEnd):
+		h.r.add(0, call, opOutput, "job:"+id, apiOut{Len: o.Length})
+	case ok && ans == ansOK:
+		h.r.add(0, call, opOutput, "job:"+id, apiOut{Len: o.Length, Complete: o.Complete, Data: len(o.Data) > 0})
+	case ok && ans == ansGone:
+		h.r.add(0, call, opOutput, "job:"+id, apiOut{Err: ans})
+	}
+	return o, err
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vk-ci/vk/hub"
@@ -39,6 +40,9 @@ type Hub struct {
 	// none runs; exited is closed once it exited. Guarded by mu.
 	proc   *exec.Cmd
 	exited chan struct{}
+	// fenced adds up the fenced writes its child processes said they
+	// refused.
+	fenced atomic.Int64
 }
 
 func (f *Fleet) startHub(ctx context.Context) (*Hub, error) {
@@ -90,7 +94,9 @@ func (f *Fleet) startStandby(ctx context.Context) (*Hub, error) {
 	if err := h.start(ctx); err != nil {
 		return nil, err
 	}
-	h.cfg.Addr = h.srv.Addr()
+	if srv := h.Server(); srv != nil {
+		h.cfg.Addr = srv.Addr()
+	}
 	return h, nil
 }
 
@@ -99,7 +105,7 @@ func (f *Fleet) startStandby(ctx context.Context) (*Hub, error) {
 func (h *Hub) NewLink() (*Link, error) { return h.newLink() }
 
 func (h *Hub) start(ctx context.Context) error {
-	if h.f.opts.HubProcess != nil && !h.standby {
+	if h.f.opts.HubBinary != "" || h.f.opts.HubProcess != nil && !h.standby {
 		return h.startChild(ctx)
 	}
 	log := h.f.log.With("component", "hub")
@@ -226,7 +232,7 @@ func (h *Hub) Kill() error {
 // Restart starts a killed hub again on the same state dir and address and
 // lets the clients through.
 func (h *Hub) Restart(ctx context.Context) error {
-	if h.Server() != nil {
+	if h.Server() != nil || h.running() {
 		return nil
 	}
 	if err := h.start(ctx); err != nil {
@@ -291,6 +297,9 @@ func (h *Hub) outputStore() output.Store {
 // Jobs returns every job record of the hub's store, settled ones
 // included, ordered by ID.
 func (h *Hub) Jobs(ctx context.Context) ([]store.Job, error) {
+	if h.f.db != nil {
+		return h.f.db.ListJobs(ctx, false)
+	}
 	srv := h.Server()
 	if srv == nil && h.f.opts.HubProcess != nil && h != h.f.standby && h.f.standby != nil {
 		srv = h.f.standby.Server() // a child process's: the same database

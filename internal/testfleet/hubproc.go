@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -64,11 +66,20 @@ func runHubChild(path string) int {
 	return 0
 }
 
-// startChild runs the hub as a child process (Options.HubProcess) and
-// waits until it leads.
+// startChild runs the hub as a child process (Options.HubProcess or
+// Options.HubBinary) and waits until it leads, or, for a standby of a
+// HubBinary fleet, until it serves.
 func (h *Hub) startChild(ctx context.Context) error {
 	if err := os.MkdirAll(h.cfg.StateDir, 0o700); err != nil {
 		return err
+	}
+	bin := h.f.opts.HubBinary != ""
+	if bin && strings.HasSuffix(h.cfg.Addr, ":0") {
+		addr, err := freeAddr(h.cfg.Addr)
+		if err != nil {
+			return err
+		}
+		h.cfg.Addr = addr
 	}
 	b, err := toml.Marshal(h.cfg)
 	if err != nil {
@@ -78,11 +89,16 @@ func (h *Hub) startChild(ctx context.Context) error {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return err
 	}
-	cmd := h.f.opts.HubProcess()
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
+	var cmd *exec.Cmd
+	if bin {
+		cmd = exec.Command(h.f.opts.HubBinary, "serve", "--config", path)
+	} else {
+		cmd = h.f.opts.HubProcess()
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, HubChildEnv+"="+path)
 	}
-	cmd.Env = append(cmd.Env, HubChildEnv+"="+path)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -94,34 +110,46 @@ func (h *Hub) startChild(ctx context.Context) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("testfleet: hub process: %w", err)
 	}
-	log := h.f.log.With("component", "hub", "pid", cmd.Process.Pid)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			log.Info(sc.Text())
-		}
-	}()
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		lines <- line
-	}()
+	log := h.f.log.With("component", "hub", "instance", h.cfg.Store.Instance, "pid", cmd.Process.Pid)
+	go h.readLog(stderr, log)
 	exited := make(chan struct{})
-	var line string
-	select {
-	case line = <-lines:
-	case <-ctx.Done():
-	}
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "leading ")
-	if !ok {
+	kill := func(e error) error {
 		cmd.Process.Kill()
 		cmd.Wait()
-		return fmt.Errorf("testfleet: hub process did not lead (said %q; its log is the fleet's)", line)
+		return e
 	}
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
+	addr := h.cfg.Addr
+	if bin {
+		go io.Copy(io.Discard, stdout)
+		go func() {
+			cmd.Wait()
+			close(exited)
+		}()
+		if err := h.waitServing(ctx, exited, !h.standby); err != nil {
+			cmd.Process.Kill()
+			<-exited
+			return err
+		}
+	} else {
+		lines := make(chan string, 1)
+		go func() {
+			line, _ := bufio.NewReader(stdout).ReadString('\n')
+			lines <- line
+		}()
+		var line string
+		select {
+		case line = <-lines:
+		case <-ctx.Done():
+		}
+		var ok bool
+		if addr, ok = strings.CutPrefix(strings.TrimSpace(line), "leading "); !ok {
+			return kill(fmt.Errorf("testfleet: hub process did not lead (said %q; its log is the fleet's)", line))
+		}
+		go func() {
+			cmd.Wait()
+			close(exited)
+		}()
+	}
 	h.mu.Lock()
 	h.proc, h.exited, h.up = cmd, exited, true
 	h.cfg.Addr = addr

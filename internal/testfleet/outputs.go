@@ -2,6 +2,8 @@ package testfleet
 
 import (
 	"context"
+	"log/slog"
+	"path/filepath"
 	"sync"
 
 	"github.com/vk-ci/vk/hub/output"
@@ -65,4 +67,14 @@ func readAll(ctx context.Context, st output.Store, job string) ([]byte, error) {
 		all = append(all, c.Data...)
 		off += int64(len(c.Data))
 	}
+}
+
+// outputOver wraps a fresh output store of the hub's state dir so the
+// fleet keeps each dropped output.
+func outputOver(dir string, a *archive, log *slog.Logger) (output.Store, error) {
+	d, err := output.Open(filepath.Join(dir, "output"), log)
+	if err != nil {
+		return nil, err
+	}
+	return keepingStore{Store: d, a: a}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -102,10 +103,35 @@ func (r *Relay) start() {
 	done := make(chan error, 1)
 	log := r.t.f.log.With("component", "relay", "tenant", r.t.Spec.Name)
 	opt := relay.Options{PlaceWithinSecs: r.t.Spec.PlaceWithinSecs}
-	go func() { done <- relay.Run(ctx, r.cfg, r.tokens, log, opt) }()
+	var err error
+	if w := r.t.f.opts.RelayHub; w != nil {
+		var hc *hubclient.Client
+		if hc, err = r.hubClient(log); err == nil {
+			opt.Hub = w(r.t.Spec.Name, hc)
+		}
+	}
+	go func() {
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- relay.Run(ctx, r.cfg, r.tokens, log, opt)
+	}()
 	r.mu.Lock()
 	r.cancel, r.done = cancel, done
 	r.mu.Unlock()
+}
+
+// hubClient builds the relay's client of the hub API from its enrolment,
+// as vk-gitlab does when no test gives one.
+func (r *Relay) hubClient(log *slog.Logger) (*hubclient.Client, error) {
+	e, err := hubclient.LoadEnrolment(r.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("testfleet: relay %s: %w", r.t.Spec.Name, err)
+	}
+	cfg := e.Config()
+	cfg.Log = log
+	return hubclient.New(cfg)
 }
 
 // Config returns the relay's configuration.

@@ -192,6 +192,9 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // SetEpoch sets the lease epoch this store's writes are fenced with.
 func (s *Store) SetEpoch(epoch uint64) { s.epoch.Store(epoch) }
 
+// Epoch returns the epoch set with [Store.SetEpoch] (0 before).
+func (s *Store) Epoch() uint64 { return s.epoch.Load() }
+
 // Refused returns how many writes were refused with [ErrFenced].
 func (s *Store) Refused() int64 { return s.refused.Load() }
 
