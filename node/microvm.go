@@ -22,7 +22,8 @@ type MicroVMConfig struct {
 	// guest at start and refuses to start when it is not ready within 5 s
 	// (a /dev/kvm that cannot boot a stock guest, such as nested PVM);
 	// tcg emulates the guest's CPU: it boots anywhere, some ten times
-	// slower.
+	// slower, and only with backend microvm (auto refuses it: it chooses
+	// microVMs only where the KVM probe boots).
 	Accel string `toml:"accel"`
 	// QEMU is the QEMU binary; "" means qemu-system-x86_64 from PATH.
 	QEMU string `toml:"qemu"`
