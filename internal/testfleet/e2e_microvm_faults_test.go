@@ -124,7 +124,7 @@ func TestMicroVMFaults(t *testing.T) {
 		// Long enough for a guest to boot under TCG on a loaded host;
 		// when the timeout hits during the boot instead, the job must
 		// end the same way.
-		{Name: "slow", Timeout: 150 * time.Second, Script: []string{`echo started-slow`, `sleep 600`}},
+		{Name: "slow", Timeout: 100 * time.Second, Script: []string{`echo started-slow`, `sleep 600`}},
 		{Name: "held", Script: []string{`echo "$((6*7))-holding"`, `sleep 600`}},
 	}})
 	if err != nil {
