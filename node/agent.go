@@ -17,6 +17,7 @@ import (
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/internal/version"
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/node/journal"
 	"github.com/vk-ci/vk/node/ledger"
 	"github.com/vk-ci/vk/node/session"
@@ -79,6 +80,10 @@ type Options struct {
 	// egressSampled, when set (tests), is called after each egress sample
 	// with whether a frame was sent.
 	egressSampled func(jobID string, sent bool)
+
+	// probeKVM, when set (tests), stands in for booting the KVM probe
+	// guest ([microvm.ProbeKVM]) with the microvm executor's config.
+	probeKVM func(cfg microvm.Config) error
 
 	// imageSwept, when set (tests), is called after each image cache
 	// sweep with the images it removed.

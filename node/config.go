@@ -64,11 +64,14 @@ const (
 	// configuration. The node refuses to start when runc, root or cgroup
 	// v1 is missing.
 	BackendOCI = "oci"
-	// BackendAuto runs a job in a container when it names an image (or
-	// the node has a default image) and the container backend is
-	// available here (oci.Available), else an imageless job in the process
-	// backend; a job naming an image fails configuration without a
-	// container backend unless [ExecutorConfig.ImageFallback] is "host".
+	// BackendAuto runs every job as [BackendMicroVM] does where a probe
+	// guest boots under KVM at start (QEMU, a guest kernel and vk-agent
+	// present; never under emulation). Elsewhere it runs a job in a
+	// container when it names an image (or the node has a default image)
+	// and the container backend is available here (oci.Available), else
+	// an imageless job in the process backend; a job naming an image
+	// fails configuration without a container backend unless
+	// [ExecutorConfig.ImageFallback] is "host".
 	BackendAuto = "auto"
 	// BackendMicroVM runs every job in its own QEMU microVM
 	// (node/exec/microvm, [MicroVMConfig]); the node refuses to start
@@ -384,6 +387,9 @@ func (c Config) Validate() error {
 	}
 	for _, p := range c.Executor.MicroVM.problems() {
 		bad("[executor.microvm] %s", p)
+	}
+	if c.Executor.Backend == BackendAuto && c.Executor.MicroVM.Accel == "tcg" {
+		bad("[executor.microvm] accel = \"tcg\" needs backend = \"microvm\": auto chooses microVMs only where a probe guest boots under KVM, and never emulates")
 	}
 	switch c.Executor.ImageFallback {
 	case "", ImageFallbackFail, ImageFallbackHost:

@@ -69,8 +69,9 @@
 // [ExecutorConfig.Backend] picks how jobs run. process: every job under
 // bash on the host (an image is ignored with a warning in the trace).
 // oci: every job in its image under runc (node/exec/oci); the agent does
-// not start without runc, root and cgroup v1. auto: oci.Chooser decides
-// per job — a container when the job names an image (or
+// not start without runc, root and cgroup v1. auto: every job in its own
+// microVM, as microvm under KVM, where a probe guest boots at start;
+// elsewhere oci.Chooser decides per job — a container when the job names an image (or
 // [ExecutorConfig.DefaultImage] is set) and the container backend is
 // available, else the process backend; [ExecutorConfig.RequireImage]
 // makes an imageless job fail configuration (FAIL-05). The stage runner

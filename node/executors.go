@@ -34,9 +34,12 @@ type backends struct {
 	procCg    string            // the process backend's cgroup parent; "" without cgroups
 	// microvm runs every job with backend "microvm" (microvm.go); nil
 	// otherwise. Its root is <state_dir>/microvm.
-	microvm      *microvm.Executor
-	microvmRoot  string
-	defaultImage string // [executor] default_image
+	microvm     *microvm.Executor
+	microvmRoot string
+	// microvmReason is why auto did not choose the microvm backend (nil
+	// otherwise).
+	microvmReason error
+	defaultImage  string // [executor] default_image
 	// imageOnHost: auto without a container backend runs image jobs on
 	// the host (image_fallback = "host").
 	imageOnHost bool
@@ -99,14 +102,27 @@ func (c Config) imageRules() imagestore.Rules {
 }
 
 // newBackends builds the configured executors. Backend oci fails when the
-// container runtime is unavailable; auto then runs every job in the
-// process backend (logged once, and noted in each imaged job's trace).
+// container runtime is unavailable. Auto runs every job in a microVM
+// where a probe guest boots under KVM; otherwise it chooses per job
+// between the container backend and the process backend, and without a
+// container runtime runs every job in the process backend (each reason
+// logged once, and noted in each imaged job's trace).
 func (a *Agent) newBackends() (*backends, error) {
 	cfg := a.cfg
 	b := &backends{ociRoot: filepath.Join(cfg.Node.StateDir, "oci"), ociParent: cfg.ociCgroupParent(),
 		microvmRoot: filepath.Join(cfg.Node.StateDir, "microvm"), defaultImage: cfg.Executor.DefaultImage}
 	if cfg.Executor.Backend == BackendMicroVM {
 		return b, a.newMicroVM(b)
+	}
+	if cfg.Executor.Backend == BackendAuto {
+		err := a.autoMicroVM(b)
+		if err == nil {
+			a.log.Info("backend auto: every job runs in its own microVM (a probe guest booted under KVM)")
+			return b, nil
+		}
+		b.microvmReason = err
+		a.log.Info("backend auto: the microvm backend is not used here; jobs run in containers or on the host", logkey.Err, err)
+		a.sweepMicroVMRoot(b.microvmRoot)
 	}
 	if cfg.Executor.Cgroups {
 		b.procCg = cfg.processCgroupParent()

@@ -240,7 +240,7 @@ func (a *Agent) run(jr *jobRun) {
 		egressTimer = a.clk.NewTimer(EgressEvery)
 	}
 	h, err := a.runner.Start(a.jobsCtx, stage.Spec{ID: jr.id, Job: jr.start.Spec.GitLabCI, Reserved: jr.reserve, Out: w,
-		Executor: ex, ExecutorName: exName, Warnings: warns})
+		Executor: ex, ExecutorName: exName, Warnings: warns, WithoutCaches: a.withoutCaches(jr.start)})
 	if err != nil {
 		if egressTimer != nil {
 			egressTimer.Stop()
@@ -462,4 +462,17 @@ func (a *Agent) stageStarted(jr *jobRun, name string) {
 	if err := a.journal.Running(jr.id, name); err != nil {
 		a.log.Warn("journal running", logkey.JobID, jr.id, logkey.Err, err)
 	}
+}
+
+// withoutCaches is why a start runs without caches, or "": under
+// [registry] guest_credential = "job" the node's own registry credential
+// is never used for a job's caches, so a start the hub gave no cache
+// repository (and token) gets none (XFER-15). Under "node", the default,
+// the node's credential keeps serving caches.
+func (a *Agent) withoutCaches(s *dispatch.Start) string {
+	if a.cfg.Registry.GuestCredential != GuestCredentialJob || (s != nil && s.Cache != nil) {
+		return ""
+	}
+	return "this node keeps caches only in a cache repository minted for the job ([registry] guest_credential = \"job\"), " +
+		"and the hub gave this job none: it runs without caches"
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
@@ -21,7 +22,8 @@ type MicroVMConfig struct {
 	// guest at start and refuses to start when it is not ready within 5 s
 	// (a /dev/kvm that cannot boot a stock guest, such as nested PVM);
 	// tcg emulates the guest's CPU: it boots anywhere, some ten times
-	// slower.
+	// slower, and only with backend microvm (auto refuses it: it chooses
+	// microVMs only where the KVM probe boots).
 	Accel string `toml:"accel"`
 	// QEMU is the QEMU binary; "" means qemu-system-x86_64 from PATH.
 	QEMU string `toml:"qemu"`
@@ -77,17 +79,69 @@ func (m MicroVMConfig) agentBinary() (string, error) {
 // store is the oci backend's, under <state_dir>/images), else from the
 // initramfs. Under kvm a probe guest must boot first.
 func (a *Agent) newMicroVM(b *backends) error {
+	mc, err := a.microvmConfig(b)
+	if err == nil && (mc.Accel == "" || mc.Accel == microvm.AccelKVM) {
+		err = a.probeKVM(mc)
+		if err != nil {
+			err = fmt.Errorf("%w; set [executor.microvm] accel = \"tcg\" to emulate (slow)", err)
+		}
+	}
+	if err == nil {
+		err = a.startMicroVM(b, mc)
+	}
+	if err != nil {
+		return fmt.Errorf("node: [executor] backend = \"microvm\": %w", err)
+	}
+	return nil
+}
+
+// autoMicroVM is backend auto's first choice: the microvm backend, under
+// KVM only, where QEMU, a guest kernel and vk-agent are here and a probe
+// guest boots. It returns why not otherwise; b is then unchanged.
+func (a *Agent) autoMicroVM(b *backends) error {
+	m := a.cfg.Executor.MicroVM
+	if err := microvm.Available(m.QEMU, m.Kernel); err != nil {
+		return err
+	}
+	mc, err := a.microvmConfig(b)
+	if err != nil {
+		return err
+	}
+	mc.Accel = microvm.AccelKVM // auto never emulates
+	if err := a.probeKVM(mc); err != nil {
+		return err
+	}
+	if err := a.startMicroVM(b, mc); err != nil {
+		b.images = nil
+		return err
+	}
+	return nil
+}
+
+// probeKVM boots a probe guest under KVM ([microvm.ProbeKVM], 5 s), or
+// asks the test's stand-in.
+func (a *Agent) probeKVM(mc microvm.Config) error {
+	if a.opts.probeKVM != nil {
+		return a.opts.probeKVM(mc)
+	}
+	return microvm.ProbeKVM(context.Background(), mc, 0)
+}
+
+// microvmConfig is the microvm executor's configuration from
+// [executor.microvm], with the builds directory made and the image store
+// opened.
+func (a *Agent) microvmConfig(b *backends) (microvm.Config, error) {
 	cfg := a.cfg
 	m := cfg.Executor.MicroVM
 	agent, err := m.agentBinary()
 	if err != nil {
-		return fmt.Errorf("node: [executor] backend = \"microvm\": %w", err)
+		return microvm.Config{}, err
 	}
 	// The builds directory holds what the host-side transfers need whole
 	// (a downloaded zip, a cache layer, XFER-25), as for the other
 	// backends; the jobs' trees live in their guests.
 	if err := os.MkdirAll(cfg.buildsDir(), 0o755); err != nil {
-		return fmt.Errorf("node: builds dir: %w", err)
+		return microvm.Config{}, fmt.Errorf("builds dir: %w", err)
 	}
 	store, err := imagestore.New(imagestore.Config{
 		Root: filepath.Join(cfg.Node.StateDir, "images"), Rules: cfg.imageRules(),
@@ -96,23 +150,22 @@ func (a *Agent) newMicroVM(b *backends) error {
 		Clock:             a.opts.Clock, Log: a.log,
 	})
 	if err != nil {
-		return err
+		return microvm.Config{}, err
 	}
-	mc := microvm.Config{
+	return microvm.Config{
 		Root: b.microvmRoot, Agent: agent, QEMU: m.QEMU, Kernel: m.Kernel, Busybox: m.Busybox,
 		Accel: m.Accel, BootTimeout: time.Duration(m.BootTimeoutSecs) * time.Second,
 		Images: store, DiskMiB: m.DiskMiB, Log: a.log,
-	}
-	if m.Accel == "" || m.Accel == microvm.AccelKVM {
-		if err := microvm.ProbeKVM(context.Background(), mc, 0); err != nil {
-			return fmt.Errorf("node: [executor] backend = \"microvm\": %w; set [executor.microvm] accel = \"tcg\" to emulate (slow)", err)
-		}
-	}
+	}, nil
+}
+
+// startMicroVM makes the executor of mc the one that runs every job.
+func (a *Agent) startMicroVM(b *backends, mc microvm.Config) error {
 	ex, err := microvm.New(mc)
 	if err != nil {
-		return fmt.Errorf("node: [executor] backend = \"microvm\": %w", err)
+		return err
 	}
-	b.microvm, b.images = ex, store
+	b.microvm, b.images = ex, mc.Images
 	return nil
 }
 
@@ -137,4 +190,16 @@ func (b *backends) chooseMicroVM(j *job.CiJob, defaultImage string) (exec.Execut
 		}
 	}
 	return b.microvm.For(spec), BackendMicroVM, nil
+}
+
+// sweepMicroVMRoot removes what microVM jobs of an earlier run left under
+// root (a node that chose microvm before its KVM stopped booting guests):
+// the executor that would sweep at start is not built.
+func (a *Agent) sweepMicroVMRoot(root string) {
+	if _, err := os.Stat(root); err != nil {
+		return
+	}
+	if err := microvm.Sweep(root, a.log); err != nil {
+		a.log.Warn("microvm leftovers", logkey.Err, err)
+	}
 }

@@ -119,4 +119,10 @@ type Spec struct {
 	// services ignored without an image). A prepared job that has a
 	// `Warnings() []string` method gets those written after Prepare too.
 	Warnings []string
+	// WithoutCaches, when not "", is why this job runs without caches:
+	// restore_cache and archive_cache write it to the trace as a warning
+	// and never call [Transfers] (no registry request at all). The node
+	// sets it under [registry] guest_credential = "job" for a start that
+	// carries no cache repository (XFER-15).
+	WithoutCaches string
 }

@@ -745,3 +745,29 @@ func TestPrepareErrorClasses(t *testing.T) {
 		}
 	}
 }
+
+// A job the node runs without caches (Spec.WithoutCaches, set under
+// [registry] guest_credential = "job" for a start without a cache
+// repository) gets the reason as a warning in both cache sections, no
+// cache transfer at all, and still succeeds with its other transfers.
+//
+// spec: XFER-15
+func TestWithoutCachesSkipsCacheTransfers(t *testing.T) {
+	tf := &transfers{}
+	h := newHarness(t, Config{Transfers: tf})
+	out := newWatchBuf("")
+	const why = "no cache repository for this job"
+	res, err := h.runner.Run(t.Context(), Spec{ID: "nocache", Job: transferJob(t), Out: out, WithoutCaches: why})
+	if err != nil || res.Failure != FailureNone {
+		t.Fatalf("Run = %+v, %v\n%s", res, err, out.String())
+	}
+	if got, want := strings.Join(tf.calls, " "), "get_sources download_artifacts upload_artifacts(failed=false)"; got != want {
+		t.Errorf("transfers:\n got %s\nwant %s", got, want)
+	}
+	if got, want := strings.Join(sections(out.String()), " "), "prepare_executor prepare_script get_sources restore_cache download_artifacts step_script step_release after_script archive_cache upload_artifacts_on_success cleanup_file_variables"; got != want {
+		t.Errorf("sections:\n got %s\nwant %s", got, want)
+	}
+	if n := strings.Count(out.String(), "WARNING: Skipping the cache: "+why); n != 2 {
+		t.Errorf("the warning is in the trace %d times, want in restore_cache and archive_cache:\n%s", n, out.String())
+	}
+}

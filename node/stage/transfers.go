@@ -109,6 +109,10 @@ func (x *run) restoreCache(ctx context.Context) bool {
 			x.tr.Warningln("Restoring cache is not supported on this node (no transfer service); continuing without it")
 			return
 		}
+		if x.spec.WithoutCaches != "" {
+			x.tr.Warningln("Skipping the cache: " + x.spec.WithoutCaches)
+			return
+		}
 		err := x.attempt(ctx, "RESTORE_CACHE_ATTEMPTS", func() error {
 			return x.intoProject(ctx, "cache", func(dir string) error {
 				return x.r.cfg.Transfers.RestoreCache(ctx, x.job, dir, x.tr)
@@ -203,6 +207,10 @@ func (x *run) archiveCache(ctx context.Context) {
 	x.section(name, title, func() {
 		if x.r.cfg.Transfers == nil {
 			x.tr.Warningln("Saving cache is not supported on this node (no transfer service); the cache is not saved")
+			return
+		}
+		if x.spec.WithoutCaches != "" {
+			x.tr.Warningln("Skipping the cache: " + x.spec.WithoutCaches)
 			return
 		}
 		err := x.fromProject(ctx, func(dir string) error {

@@ -407,8 +407,3 @@ func TestJobRegistryRepository(t *testing.T) {
 		}
 	}
 }
-
-// spec: XFER-15
-func TestGuestCredentialJobWithoutRepository(t *testing.T) {
-	t.Skip("XFER-15 needs [registry] guest_credential, which waits for microVMs (DECISIONS ruling 4); node/stage decides to skip caches then")
-}
