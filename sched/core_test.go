@@ -195,6 +195,84 @@ func TestJobOutcomeClearsBackoff(t *testing.T) {
 	grant(3)
 }
 
+// spec: ARB-20
+//
+// TestBackoffEasesOverTwoJobs: when the lead request of a runner backed
+// off for a long empty spell brings a job, the lead goes again at once but
+// still alone (one more GitLab request, not one per request loop); a
+// second job in a row clears the backoff and every waiting request goes;
+// a job and then an empty answer leave only the lead asking (DECISIONS 14).
+func TestBackoffEasesOverTwoJobs(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		second   sched.OutcomeKind
+		wantNext int // offers within 500 ms of the second answer
+	}{
+		{"job then job", sched.OutcomeJob, 4},
+		{"job then empty", sched.OutcomeEmpty, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := schedtest.New(sched.Policy{}, 1)
+			h.Check = true
+			h.Step(schedtest.Node(1, 8, 64, 100, "linux"))
+			h.ConnectRelay(1, 0, schedtest.Runner(1, 1, "linux", schedtest.Envelope(1, 4, 1)))
+			var offers []sched.Offer
+			collect := func(acts []sched.Action) {
+				for _, a := range acts {
+					if o, ok := a.(sched.Offer); ok {
+						offers = append(offers, o)
+					}
+				}
+			}
+			next := sched.TicketID(1)
+			queue := func() { // a loop queues again at once after its answer
+				collect(h.Step(sched.TicketQueued{Ticket: next, Runner: 1}))
+				next++
+			}
+			answer := func(k sched.OutcomeKind) {
+				o := offers[0]
+				offers = offers[1:]
+				g := h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true})[0].(sched.Grant)
+				h.Step(sched.Claimed{Admission: g.Admission})
+				collect(h.Step(sched.Outcome{Admission: g.Admission, Kind: k}))
+				queue()
+			}
+			within := func(d time.Duration) {
+				for end := h.Now.Add(d); h.Now.Before(end); {
+					collect(h.Advance(10 * time.Millisecond))
+				}
+			}
+			for range 4 {
+				queue()
+			}
+			// 30 s of empty answers: the runner is backed off far beyond
+			// the base interval, only its lead request asking
+			for start := h.Now; h.Now.Sub(start) < 30*time.Second; {
+				for len(offers) > 0 {
+					answer(sched.OutcomeEmpty)
+				}
+				collect(h.Advance(10 * time.Millisecond))
+			}
+			for len(offers) == 0 {
+				collect(h.Advance(10 * time.Millisecond))
+			}
+			answer(sched.OutcomeJob)
+			within(500 * time.Millisecond)
+			if len(offers) != 1 {
+				t.Fatalf("after the lead's job %d requests went within 500 ms, want the lead alone at once", len(offers))
+			}
+			answer(tc.second)
+			within(500 * time.Millisecond)
+			if len(offers) != tc.wantNext {
+				t.Fatalf("after a job and then %v, %d requests went within 500 ms, want %d", tc.second, len(offers), tc.wantNext)
+			}
+			if len(h.Failures) > 0 {
+				t.Fatal(h.Failures)
+			}
+		})
+	}
+}
+
 // spec: ARB-14, PLACE-19
 func TestPolicyValidate(t *testing.T) {
 	tests := []struct {

@@ -119,10 +119,10 @@ func (c *Core) runnerDropWaiting(r *runner, tk *ticket) {
 // waiting, one at a time — waits only the base interval (initial, with
 // the same jitter). So an idle runner asks GitLab about once per base
 // interval, as gitlab-runner with check_interval = 1 does, and a job that
-// arrives waits about that long, not up to max; its job outcome clears
-// the backoff and every request of the runner goes again.
+// arrives waits about that long, not up to max.
 func (c *Core) backoff(r *runner) {
 	r.backoffN++
+	r.leadJob = false
 	base := time.Duration(c.pol.BackoffInitialSecs) * time.Second
 	maxD := time.Duration(c.pol.BackoffMaxSecs) * time.Second
 	d := base
@@ -139,10 +139,21 @@ func (c *Core) backoff(r *runner) {
 	c.refreshRunner(r)
 }
 
-// tookJob records a job outcome: backoff cleared, runner busy (not a probe).
+// tookJob records a job outcome: the runner is busy (not a probe) and its
+// backoff eases. A backed-off runner's first job lets its lead request go
+// again at once, still one at a time; a second job in a row clears the
+// backoff and every request of the runner goes again. A single job after
+// a quiet spell so costs GitLab one more request, not one per request
+// loop, while a runner that keeps finding jobs has all its loops back
+// after its second (DECISIONS 14, docs/capacity-policy.md).
 func (c *Core) tookJob(r *runner) {
-	r.backoffN, r.backoffEnd, r.leadEnd = 0, time.Time{}, time.Time{}
 	r.lastJob = c.now
+	if c.backedOff(r) && !r.leadJob {
+		r.leadJob, r.leadEnd = true, c.now
+		c.refreshRunner(r)
+		return
+	}
+	r.backoffN, r.backoffEnd, r.leadEnd, r.leadJob = 0, time.Time{}, time.Time{}, false
 	c.refreshRunner(r)
 }
 

@@ -300,10 +300,11 @@ func (c *Core) maybeDrain(p *placementQueue, w *waiter) {
 	if p.nodes.Len() > 0 || len(p.drains) >= p.nwait {
 		return
 	}
-	if w.tk != nil && c.backedOff(w.tk.runner) {
-		// the lead request of a runner whose last requests found GitLab
+	if w.tk != nil && c.backedOff(w.tk.runner) && !w.tk.runner.leadJob {
+		// the lead request of a runner whose last request found GitLab
 		// empty: its demand is a guess, and emptying a node for every
-		// such guess, once a second, idles a node for nothing
+		// such guess, once a second, idles a node for nothing (a lead
+		// whose last answer was a job drains as before)
 		return
 	}
 	ps := p.ps

@@ -32,6 +32,12 @@ type vkRun struct {
 	jobAdms     map[sched.RunnerID]*btree.BTreeG[sched.AdmissionID] // sorted, for heartbeats
 	admOf       []sched.AdmissionID                                 // per workload job: its admission
 	tickAt      time.Duration                                       // earliest scheduled tick, -1 none
+	// with GitLab's long polling, as vk-gitlab: each runner's one loop
+	// whose request GitLab may hold, the loops waiting for it (holding
+	// nothing), and whether the runner's last answer was empty
+	polls  map[sched.RunnerID]*vkLoop
+	parked map[sched.RunnerID][]*vkLoop
+	idle   map[sched.RunnerID]bool
 
 	ended   map[string]int // AdmissionEnded reasons, when counting (tests)
 	steps   int
@@ -101,7 +107,8 @@ func runVKWith(ctx context.Context, w *world, p VKParams, check, countEnded bool
 		gl: newGitlabQueues(len(s.Jobs)), loops: map[sched.TicketID]*vkLoop{},
 		resv: map[sched.ReservationID]vkRes{}, jobNode: map[sched.JobID]*simNode{}, tickAt: -1,
 		runnerLoops: map[sched.RunnerID][]*vkLoop{}, jobAdms: map[sched.RunnerID]*btree.BTreeG[sched.AdmissionID]{},
-		admOf: make([]sched.AdmissionID, len(w.jobs)), check: check}
+		admOf: make([]sched.AdmissionID, len(w.jobs)), check: check,
+		polls: map[sched.RunnerID]*vkLoop{}, parked: map[sched.RunnerID][]*vkLoop{}, idle: map[sched.RunnerID]bool{}}
 	if countEnded {
 		v.ended = map[string]int{}
 	}
@@ -303,12 +310,39 @@ func (v *vkRun) claim(l *vkLoop, g sched.Grant) {
 		v.queue(l)
 		return
 	}
+	// With long polling, a request sent after an empty answer is one
+	// GitLab may hold (it carries the runner's last_update); vk-gitlab
+	// lets one such request per runner out and gives the other loops'
+	// grants back until it comes back. Other requests reach Rails, which
+	// answers at once.
+	var longPoll time.Duration
+	if lp := w.s.GitLab.LongPoll.Duration; lp > 0 && v.idle[l.runner] {
+		if v.polls[l.runner] != nil {
+			v.step(sched.Outcome{Admission: g.Admission, Kind: sched.OutcomeReleased})
+			v.parked[l.runner] = append(v.parked[l.runner], l)
+			return
+		}
+		v.polls[l.runner], longPoll = l, lp
+	}
 	w.m.gitlabRequests++
 	l.asking = g.Admission
 	v.renewLater(l, g)
 	w.eng.after(w.s.GitLab.RoundTrip.Sample(w.rng), func() {
-		v.gl.request(&w.eng, l.tmpl, w.s.GitLab.LongPoll.Duration, w.s.GitLab.RoundTrip.Sample(w.rng)/2, func(j int, ok bool) { v.answer(l, g, j, ok) })
+		v.gl.request(&w.eng, l.tmpl, longPoll, w.s.GitLab.RoundTrip.Sample(w.rng)/2, func(j int, ok bool) { v.answer(l, g, j, ok, longPoll > 0) })
 	})
+}
+
+// pollEnded ends runner r's long poll when l's request was it: the loops
+// that waited for it queue again.
+func (v *vkRun) pollEnded(l *vkLoop) {
+	if v.polls[l.runner] != l {
+		return
+	}
+	delete(v.polls, l.runner)
+	for _, p := range v.parked[l.runner] {
+		v.w.eng.after(v.lat(), func() { v.queue(p) })
+	}
+	v.parked[l.runner] = nil
 }
 
 // renewLater renews the grant's reservation every third of its lease while
@@ -325,14 +359,24 @@ func (v *vkRun) renewLater(l *vkLoop, g sched.Grant) {
 	})
 }
 
-// answer is GitLab's answer to a loop's job request.
-func (v *vkRun) answer(l *vkLoop, g sched.Grant, j int, ok bool) {
+// answer is GitLab's answer to a loop's job request; held says GitLab
+// long-polled it.
+func (v *vkRun) answer(l *vkLoop, g sched.Grant, j int, ok, held bool) {
 	w := v.w
 	l.asking = 0
+	v.pollEnded(l)
+	v.idle[l.runner] = !ok
 	{
 		if !ok {
 			w.m.emptyAnswers++
-			v.step(sched.Outcome{Admission: g.Admission, Kind: sched.OutcomeEmpty})
+			// a held request's empty end is Workhorse's own 204 (the
+			// long poll ran out, Rails not asked): vk-gitlab reports it
+			// released, so the runner is not backed off for it
+			kind := sched.OutcomeEmpty
+			if held {
+				kind = sched.OutcomeReleased
+			}
+			v.step(sched.Outcome{Admission: g.Admission, Kind: kind})
 			w.eng.after(v.lat(), func() { v.queue(l) })
 			return
 		}

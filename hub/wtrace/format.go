@@ -146,6 +146,9 @@ type Policy struct {
 	DrainsPerPool        int        `json:"drains_per_pool,omitempty"`
 	WideFraction         float64    `json:"wide_fraction,omitempty"`
 	DrainMaxHoldSecs     int        `json:"drain_max_hold_secs,omitempty"`
+	// FairDrainMaxWaitSecs bounds fairness drains as the capacity policy's
+	// fair_drain_max_wait_secs does: 0 the core's default, -1 none.
+	FairDrainMaxWaitSecs int `json:"fair_drain_max_wait_secs,omitempty"`
 }
 
 // Tenant is one tenant of a [Policy].
@@ -171,7 +174,8 @@ func PolicyOf(p sched.Policy, name func(sched.TenantID) string) *Policy {
 	out := &Policy{BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit, BackoffInitialSecs: p.BackoffInitialSecs,
 		BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst, LeaseSecs: p.LeaseSecs,
 		ClaimRenewals: p.ClaimRenewals, PackAboveUtilization: p.PackAboveUtilization, DrainsPerPool: p.DrainsPerPool,
-		WideFraction: p.WideFraction, DrainMaxHoldSecs: int(p.DrainMaxHold / time.Second)}
+		WideFraction: p.WideFraction, DrainMaxHoldSecs: int(p.DrainMaxHold / time.Second),
+		FairDrainMaxWaitSecs: int(p.FairDrainMaxWait / time.Second)}
 	for id, t := range p.Tenants {
 		tn := Tenant{ID: uint64(id), Weight: t.Weight, Cap: t.Cap}
 		if name != nil {
@@ -200,7 +204,8 @@ func (p *Policy) Sched() sched.Policy {
 		BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit, BackoffInitialSecs: p.BackoffInitialSecs,
 		BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst, LeaseSecs: p.LeaseSecs,
 		ClaimRenewals: p.ClaimRenewals, PackAboveUtilization: p.PackAboveUtilization, DrainsPerPool: p.DrainsPerPool,
-		WideFraction: p.WideFraction, DrainMaxHold: time.Duration(p.DrainMaxHoldSecs) * time.Second}
+		WideFraction: p.WideFraction, DrainMaxHold: time.Duration(p.DrainMaxHoldSecs) * time.Second,
+		FairDrainMaxWait: time.Duration(p.FairDrainMaxWaitSecs) * time.Second}
 	for _, t := range p.Tenants {
 		out.Tenants[sched.TenantID(t.ID)] = sched.TenantPolicy{Weight: t.Weight, Cap: t.Cap}
 	}

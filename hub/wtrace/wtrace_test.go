@@ -334,3 +334,22 @@ func TestQueueRecord(t *testing.T) {
 		t.Fatalf("an old reader's decode: %v %+v", err, old)
 	}
 }
+
+// The fairness-drain bound survives the trace: a replay of a hub that set
+// it (or turned fairness drains off) arbitrates as that hub did.
+// spec: BS-18
+func TestPolicyKeepsFairDrainMaxWait(t *testing.T) {
+	for _, d := range []time.Duration{0, 7 * time.Minute, -time.Second} {
+		var buf bytes.Buffer
+		if err := json.NewEncoder(&buf).Encode(PolicyOf(sched.Policy{FairDrainMaxWait: d}, nil)); err != nil {
+			t.Fatal(err)
+		}
+		var p Policy
+		if err := json.Unmarshal(buf.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Sched().FairDrainMaxWait; got != d {
+			t.Errorf("fair drain max wait %v came back %v (record %s)", d, got, strings.TrimSpace(buf.String()))
+		}
+	}
+}

@@ -31,6 +31,7 @@ const (
 	HeaderJobToken       = "Job-Token"                      // job token: per-job endpoints
 	HeaderRequestID      = "X-Request-Id"                   // correlation ID, both directions
 	HeaderLastUpdate     = "X-Gitlab-Last-Update"           // queue version for long polling
+	HeaderBuildsPolling  = "Gitlab-Ci-Builds-Polling"       // "yes": Workhorse long-polls job requests
 	HeaderJobStatus      = "Job-Status"                     // the job's state in GitLab
 	HeaderUpdateInterval = "X-Gitlab-Trace-Update-Interval" // trace update interval, seconds
 	HeaderRetryAfter     = "Retry-After"                    // wait before retrying, seconds

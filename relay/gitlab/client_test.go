@@ -781,3 +781,45 @@ func TestCorrelationIDsLoggedTokensNot(t *testing.T) {
 		t.Errorf("a token was logged:\n%s", all)
 	}
 }
+
+// A 204 is Workhorse's own (the queue changed or the long poll ran out,
+// Rails not asked) only when GitLab long-polls, the request carried a
+// last_update, and the answer has no X-GitLab-Last-Update; Rails' 204s
+// carry one, and without long polling no request is held.
+// spec: GL-04
+func TestRequestJobTellsWorkhorseAnswer(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	polling := true
+	c, _ := newTestClient(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if polling {
+			w.Header().Set("Gitlab-Ci-Builds-Polling", "yes")
+		}
+		if n != 2 && n != 4 { // the second and fourth answers are bare
+			w.Header().Set("X-GitLab-Last-Update", "v1")
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	for i, want := range []struct{ workhorse, polling bool }{
+		{false, true}, // first request: no last_update sent, Rails answered
+		{true, true},  // held, answered bare
+		{false, true}, // Rails' 204 with the version
+		{false, false},
+	} {
+		if i == 3 {
+			mu.Lock()
+			polling = false // a bare 204 from a GitLab that does not long-poll
+			mu.Unlock()
+		}
+		out, err := c.RequestJob(t.Context(), "tok", "")
+		if err != nil || out.Kind != RequestNoJob {
+			t.Fatalf("request %d: %v, %v", i+1, out.Kind, err)
+		}
+		if out.WorkhorseAnswered != want.workhorse || out.LongPolling != want.polling {
+			t.Errorf("request %d: WorkhorseAnswered %v LongPolling %v, want %v %v", i+1, out.WorkhorseAnswered, out.LongPolling, want.workhorse, want.polling)
+		}
+	}
+}

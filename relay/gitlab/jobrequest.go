@@ -74,6 +74,14 @@ type RequestOutcome struct {
 	RetryAfter time.Duration
 	// LastUpdate is this answer's X-GitLab-Last-Update, "" when absent.
 	LastUpdate string
+	// LongPolling: GitLab's Workhorse long-polls job requests (the answer
+	// carried Gitlab-Ci-Builds-Polling: yes).
+	LongPolling bool
+	// WorkhorseAnswered (RequestNoJob only): Workhorse held the request
+	// and answered 204 itself, without X-GitLab-Last-Update, because the
+	// runner's queue changed or the long poll ran out. Rails was not
+	// asked for a job: the answer says nothing about whether one waits.
+	WorkhorseAnswered bool
 	// CorrelationID is GitLab's X-Request-Id (or the one sent).
 	CorrelationID string
 }
@@ -99,10 +107,11 @@ func (c *Client) PrepareJobRequest(runnerToken, systemID string) JobRequest {
 // ctx should not end while the request is out: GitLab may assign a job
 // the relay then never sees (ARB-29).
 func (c *Client) RequestJob(ctx context.Context, runnerToken, systemID string) (RequestOutcome, error) {
+	req := c.PrepareJobRequest(runnerToken, systemID)
 	cl := call{
 		method:      http.MethodPost,
 		path:        "jobs/request",
-		body:        mustJSON(c.PrepareJobRequest(runnerToken, systemID)),
+		body:        mustJSON(req),
 		contentType: "application/json",
 		accept:      "application/json",
 		header:      runnerTokenHeader(runnerToken),
@@ -113,6 +122,9 @@ func (c *Client) RequestJob(ctx context.Context, runnerToken, systemID string) (
 	}
 	c.SetLastUpdate(runnerToken, a.header.Get(HeaderLastUpdate))
 	out, err := requestJobOutcome(cl, a, c.now())
+	// Workhorse holds only a request that carries a last_update; its own
+	// 204 is the one without X-GitLab-Last-Update.
+	out.WorkhorseAnswered = out.Kind == RequestNoJob && out.LongPolling && out.LastUpdate == "" && req.LastUpdate != ""
 	attrs := []slog.Attr{
 		slog.String("outcome", out.Kind.String()), slog.Int(logkey.Status, a.status),
 		slog.String("short_token", ShortToken(runnerToken)),
@@ -139,6 +151,7 @@ func requestJobOutcome(cl call, a answer, now time.Time) (RequestOutcome, error)
 	out := RequestOutcome{
 		Status:        a.status,
 		LastUpdate:    a.header.Get(HeaderLastUpdate),
+		LongPolling:   a.header.Get(HeaderBuildsPolling) == "yes",
 		CorrelationID: a.correlationID,
 	}
 	switch a.status {

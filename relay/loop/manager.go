@@ -121,6 +121,11 @@ type runnerState struct {
 	unhealthy  bool              // the last GitLab request failed; guarded by mu
 	lastAnswer *client.GitLabAnswer
 	stop       context.CancelFunc // stops the runner's loops; set in Run
+	// One long poll per runner (see awaitPoller); guarded by mu.
+	longPolls  bool          // GitLab's last answer said it long-polls
+	idleAnswer bool          // the last answer was a 204: a request now may be held
+	polling    int           // requests out that GitLab may hold (0 or 1)
+	pollDone   chan struct{} // closed when that request comes back; nil while none
 }
 
 // holder is a held job as the heartbeat lists it.

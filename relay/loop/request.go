@@ -25,6 +25,9 @@ func (m *Manager) requestLoop(ctx, jobCtx context.Context, r *runnerState, n int
 		if err := m.cfg.Gate.Wait(ctx); err != nil {
 			return
 		}
+		if err := r.awaitPoller(ctx); err != nil {
+			return
+		}
 		g, reqID, sent, err := m.reserve(ctx, r, log)
 		if err != nil {
 			return // ctx ended
@@ -171,7 +174,15 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		m.changed()
 		return 0, ctx.Err() != nil
 	}
+	poll, ok := r.startRequest()
+	if !ok {
+		// Another loop's request is long-polling GitLab already: it
+		// hears of a new job as soon as this one would.
+		giveBack(client.OutcomeReleased)
+		return 0, false
+	}
 	out, reservation := m.requestJob(ctx, r, g, sent, log)
+	r.endRequest(poll, out)
 	r.recordAnswer(out, m.clk.Now())
 	m.changed()
 	switch out.Kind {
@@ -181,7 +192,7 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		return 0, false
 	case gitlab.RequestNoJob:
 		*failures = 0
-		giveBack(client.OutcomeEmpty) // GitLab had none: slot and room go back (RELAY-10)
+		giveBack(noJobOutcome(out)) // slot and room go back (RELAY-10)
 		return 0, false
 	case gitlab.RequestTokenRefused:
 		log.Error("GitLab refused the runner token (403); this runner stops asking for jobs", "token", gitlab.ShortToken(r.Token))
@@ -437,6 +448,75 @@ func (r *runnerState) recordAnswer(out gitlab.RequestOutcome, at time.Time) {
 		r.unhealthy = false
 	}
 	r.lastAnswer = a
+}
+
+// noJobOutcome is the outcome a 204 reports: empty when GitLab found no
+// job, released when Workhorse ended a long poll itself, on a change of
+// the runner's queue or at its end. Rails was not asked then, so it is no
+// empty answer to back the runner off for: the next request goes at once
+// and, if a job came, is handed it (DECISIONS 14, docs/capacity-policy.md).
+func noJobOutcome(out gitlab.RequestOutcome) client.Outcome {
+	if out.WorkhorseAnswered {
+		return client.OutcomeReleased
+	}
+	return client.OutcomeEmpty
+}
+
+// awaitPoller waits, before a loop reserves, while another loop of the
+// runner has a request out that GitLab may be holding. With Workhorse's
+// long polling, a request sent after a 204 is held until the runner's
+// queue changes, and each held request holds a reservation on a node:
+// one per runner hears of a new job as soon as four would, so the others
+// wait here, holding nothing, and go again when it comes back.
+func (r *runnerState) awaitPoller(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		if r.polling == 0 || !r.longPolls || !r.idleAnswer {
+			r.mu.Unlock()
+			return nil
+		}
+		done := r.pollDone
+		r.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// startRequest is called before a loop sends its GitLab request. poll
+// reports whether GitLab may hold it (GitLab long-polls and the runner's
+// last answer was a 204); ok is false when such a request is already out
+// for the runner, and then the loop must not send one.
+func (r *runnerState) startRequest() (poll, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.longPolls || !r.idleAnswer {
+		return false, true
+	}
+	if r.polling > 0 {
+		return false, false
+	}
+	r.polling++
+	r.pollDone = make(chan struct{})
+	return true, true
+}
+
+// endRequest records what GitLab's answer says about long polling and
+// ends the runner's long poll if this request was it.
+func (r *runnerState) endRequest(poll bool, out gitlab.RequestOutcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if out.Status != 0 {
+		r.longPolls = out.LongPolling
+		r.idleAnswer = out.Kind == gitlab.RequestNoJob
+	}
+	if poll {
+		r.polling--
+		close(r.pollDone)
+		r.pollDone = nil
+	}
 }
 
 // refusalFailure is the failure of a job translation refused.

@@ -21,7 +21,7 @@ func Candidate(cur *wtrace.Policy, p admin.Policy) (*wtrace.Policy, []string) {
 	out := &wtrace.Policy{Production: slices.Clone(cur.Production), BusySecs: p.BusySecs, ProbeLimit: p.ProbeLimit,
 		BackoffInitialSecs: p.BackoffInitialSecs, BackoffMaxSecs: p.BackoffMaxSecs, ProductionProbeBurst: p.ProductionProbeBurst,
 		LeaseSecs: p.LeaseSecs, PackAboveUtilization: p.PackAboveUtilization, DrainsPerPool: p.DrainsPerPool,
-		WideFraction: p.WideFraction, DrainMaxHoldSecs: p.DrainMaxHoldSecs}
+		WideFraction: p.WideFraction, DrainMaxHoldSecs: p.DrainMaxHoldSecs, FairDrainMaxWaitSecs: p.FairDrainMaxWaitSecs}
 	switch { // as the hub's policyToSched: 0 is the spec's 1, negative no bound
 	case p.ClaimRenewals > 0:
 		out.ClaimRenewals = p.ClaimRenewals

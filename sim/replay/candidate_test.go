@@ -3,9 +3,11 @@ package replay
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/wtrace"
+	"github.com/vk-ci/vk/sched"
 )
 
 // A policy file maps onto the trace's tenants by name; what the trace
@@ -75,5 +77,32 @@ func TestArrivalEstimate(t *testing.T) {
 	}
 	if !w.Jobs[0].Censored || w.Jobs[1].Runtime.Milliseconds() != 9700 || w.Asks != 3 || w.Empty != 1 {
 		t.Fatalf("workload %+v", w)
+	}
+}
+
+// A candidate's fair_drain_max_wait_secs, and a recorded policy's, reach
+// the core the replay runs; left out, the core keeps its default.
+// spec: BS-18
+func TestReplayUsesFairDrainMaxWait(t *testing.T) {
+	cur := &wtrace.Policy{Tenants: []wtrace.Tenant{{ID: 1, Name: "web", Weight: 1}}, FairDrainMaxWaitSecs: 120}
+	var got sched.Policy
+	recordedPolicy(cur)(&got)
+	if got.FairDrainMaxWait != 2*time.Minute {
+		t.Fatalf("recorded 120 s, the replay's core has %v", got.FairDrainMaxWait)
+	}
+	for _, tc := range []struct {
+		file string
+		want time.Duration
+	}{{"", 0}, {"fair_drain_max_wait_secs = -1\n", -time.Second}, {"fair_drain_max_wait_secs = 600\n", 10 * time.Minute}} {
+		p, err := admin.DecodePolicy("cand.toml", []byte("version = 1\n"+tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := Candidate(cur, p)
+		var got sched.Policy
+		recordedPolicy(c)(&got)
+		if got.FairDrainMaxWait != tc.want {
+			t.Errorf("candidate %q: the replay's core has %v, want %v", tc.file, got.FairDrainMaxWait, tc.want)
+		}
 	}
 }

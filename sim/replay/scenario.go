@@ -127,18 +127,28 @@ func build(w *Workload, pol *wtrace.Policy, name string, seed uint64) (*built, e
 	}
 	s.SetRecordedJobs(jobs)
 	s.AddVKEvents(evs...)
-	headroom, burst, renewals := pol.Sched().Headroom, pol.ProductionProbeBurst, pol.ClaimRenewals
-	for i := range headroom { // in the simulator's units: whole GiB
-		e := &headroom[i].Placement.Envelope
-		e.MemBytes, e.DiskBytes = int64(ceilGiB(e.MemBytes))*gib, int64(ceilGiB(e.DiskBytes))*gib
-	}
-	s.SetVKPolicy(func(p *sched.Policy) {
-		p.Headroom, p.ProductionProbeBurst, p.ClaimRenewals = headroom, burst, renewals
-	})
+	s.SetVKPolicy(recordedPolicy(pol))
 	if err := sim.Prepare(s); err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// recordedPolicy sets what the trace's policy holds beyond the scenario's
+// knobs on the core's policy: headroom (in the simulator's whole GiB), the
+// production probe burst, claim renewals and the fairness-drain bound, so
+// a replay arbitrates with the hub's settings rather than the defaults.
+func recordedPolicy(pol *wtrace.Policy) func(*sched.Policy) {
+	sp := pol.Sched()
+	headroom := sp.Headroom
+	for i := range headroom {
+		e := &headroom[i].Placement.Envelope
+		e.MemBytes, e.DiskBytes = int64(ceilGiB(e.MemBytes))*gib, int64(ceilGiB(e.DiskBytes))*gib
+	}
+	return func(p *sched.Policy) {
+		p.Headroom, p.ProductionProbeBurst, p.ClaimRenewals = headroom, sp.ProductionProbeBurst, sp.ClaimRenewals
+		p.FairDrainMaxWait = sp.FairDrainMaxWait
+	}
 }
 
 // readinessEvents are node i's changes of readiness as core reports: a
