@@ -3,6 +3,7 @@ package job
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -148,4 +149,14 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("round trip (-want +got):\n%s", d)
 		}
 	})
+}
+
+func TestEnviron(t *testing.T) {
+	got := Environ([]Variable{{Key: "A", Value: "1"}, {Key: "B", Value: "x=y"}, {Key: "A", Value: "2"}})
+	if want := []string{"A=1", "B=x=y", "A=2"}; !slices.Equal(got, want) {
+		t.Errorf("Environ = %q, want %q", got, want)
+	}
+	if got := Environ(nil); got == nil || len(got) != 0 {
+		t.Errorf("Environ(nil) = %#v, want an empty, non-nil environment", got)
+	}
 }

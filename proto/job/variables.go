@@ -40,6 +40,17 @@ func Lookup(vars []Variable, key string) (string, bool) {
 	return "", false
 }
 
+// Environ returns vars as an environment, one "KEY=value" each in their
+// order, as a service's main process gets its variables (a later
+// duplicate wins, as in any environment).
+func Environ(vars []Variable) []string {
+	out := make([]string, 0, len(vars))
+	for _, v := range vars {
+		out = append(out, v.Key+"="+v.Value)
+	}
+	return out
+}
+
 // FlagValue returns the value of the job's feature flag variable name as
 // gitlab-runner reads it before parsing it (getVariablesForFeatureFlagResolution):
 // the last variable of that name, [Expand]ed unless raw, in one pass,

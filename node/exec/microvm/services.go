@@ -155,7 +155,7 @@ func (sv *service) start(baseEnv []string) error {
 	if len(vm.entry)+len(cmd) == 0 {
 		return fmt.Errorf("%w: image %s has no command and the job gives none", exec.ErrConfiguration, s.Name)
 	}
-	env := append(append(append([]string(nil), vm.env...), baseEnv...), varsEnv(s.Variables)...)
+	env := append(append(append([]string(nil), vm.env...), baseEnv...), job.Environ(s.Variables)...)
 	dir := cfg.WorkingDir
 	if dir == "" {
 		dir = "/"
@@ -194,14 +194,6 @@ func (sv *service) start(baseEnv []string) error {
 		close(sv.done)
 	}()
 	return nil
-}
-
-func varsEnv(vars []job.Variable) []string {
-	out := make([]string, 0, len(vars))
-	for _, v := range vars {
-		out = append(out, v.Key+"="+v.Value)
-	}
-	return out
 }
 
 // lockedWriter serialises the service's two streams into one log.

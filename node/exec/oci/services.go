@@ -45,7 +45,7 @@ func (j *Job) startService(i int, s job.Image, img *imagestore.Image, baseEnv []
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	env := containerEnv(append(append(append([]string(nil), img.Config.Env...), baseEnv...), varsEnv(s.Variables)...), u.Home)
+	env := containerEnv(append(append(append([]string(nil), img.Config.Env...), baseEnv...), job.Environ(s.Variables)...), u.Home)
 	entry, cmd := img.Config.Entrypoint, img.Config.Cmd
 	if s.Entrypoint != nil {
 		entry = clearEmpty(s.Entrypoint)
@@ -115,14 +115,6 @@ func (j *Job) startService(i int, s job.Image, img *imagestore.Image, baseEnv []
 		close(sv.done)
 	}()
 	return nil
-}
-
-func varsEnv(vars []job.Variable) []string {
-	out := make([]string, 0, len(vars))
-	for _, v := range vars {
-		out = append(out, v.Key+"="+v.Value)
-	}
-	return out
 }
 
 // waitServices waits until every service listens on its ports (up to
