@@ -229,6 +229,7 @@ func (d *Driver) ownJob(ctx context.Context, r *jobReq) error {
 func (r *jobReq) run(d *Driver) {
 	j := d.job(r.id)
 	if j == nil {
+		r.settling(d)
 		return
 	}
 	r.held = true
@@ -244,6 +245,56 @@ func (r *jobReq) run(d *Driver) {
 		d.cancelJob(j, r.mode)
 	}
 	r.view, r.wake = d.liveView(j), j.wake
+}
+
+// settlingJob is a settled job whose settled record is not durable yet:
+// the store may still hold an older revision (the finished write is
+// queued before the settle's), so its view comes from memory until
+// done closes.
+type settlingJob struct {
+	j  *jobRec
+	wd *writeDone // the settle's record write
+}
+
+// pruneSettling forgets the settling jobs whose settled record is
+// durable (each tick): their views come from the store from now on.
+func (d *Driver) pruneSettling() {
+	for id, sj := range d.settling {
+		select {
+		case <-sj.wd.done:
+			delete(d.settling, id)
+		default:
+		}
+	}
+}
+
+// settling answers r for a job settled but not yet durable: its last
+// view, final (the long poll's channel closes once the store holds it, so
+// a waiting reader then reads the store), and for a repeated settle the
+// same write to wait for. A job not settling is left to the store.
+func (r *jobReq) settling(d *Driver) {
+	sj := d.settling[r.id]
+	if sj == nil {
+		return
+	}
+	select {
+	case <-sj.wd.done:
+		delete(d.settling, r.id) // durable: the store has it
+		return
+	default:
+	}
+	r.held = true
+	if sj.j.rec.Principal != r.principal {
+		r.err = notFound("job")
+		return
+	}
+	if r.op == jobSettle {
+		ch := make(chan error, 1)
+		go func() { <-sj.wd.done; ch <- sj.wd.err }()
+		r.durable = ch
+		return
+	}
+	r.view, r.wake = sj.j.view(), sj.wd.done
 }
 
 // settledView reads a job the driver no longer holds (settled) from the
@@ -333,9 +384,23 @@ func (d *Driver) settleJob(j *jobRec, principal string) (durable <-chan error, e
 	id := j.rec.ID
 	d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.Drop(ctx, id) })
 	j.rec.Settled = true
-	durable = d.saveJob(j, false)
+	saved := d.saveJob(j, false)
 	d.exec(d.step(sched.JobSettled{Job: j.sid}))
 	d.dropJob(j)
+	// Until the settled record is durable, views come from memory: the
+	// store may still hold a revision older than one a client read.
+	wd := &writeDone{done: make(chan struct{})}
+	if d.settling == nil {
+		d.settling = map[string]*settlingJob{}
+	}
+	d.settling[id] = &settlingJob{j: j, wd: wd}
+	ch := make(chan error, 1)
+	go func() {
+		wd.err = <-saved
+		close(wd.done)
+		ch <- wd.err
+	}()
+	durable = ch
 	if _, ok := parseAdmission(j.rec.Admission); ok {
 		adm := j.rec.Admission
 		d.w.doKey("adm:"+adm, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
