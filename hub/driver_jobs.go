@@ -102,6 +102,9 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 			return client.JobView{}, api.Errorf(client.CodeInvalid, "malformed admission ID %q", sub.Admission)
 		}
 		a, known := d.admission(aid)
+		if j := d.sameSubmission(principal, sub, known); j != nil {
+			return d.liveView(j), nil
+		}
 		switch {
 		case known && a.owner != principal:
 			return client.JobView{}, notFound("admission")
@@ -127,6 +130,35 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 	d.nextJob++
 	ev.Job = sched.JobID(d.nextJob)
 	return d.createJob(principal, sub, redacted, rr, ev, adm)
+}
+
+// sameSubmission returns the job an earlier submission of sub (same
+// principal, admission and request_id) created, when its request_id
+// answer was never stored: a leader that died between storing the job
+// and storing the answer leaves the job undecided at the takeover (or
+// adopted since), with its admission out of the core, and the relay
+// repeats the submission it never heard answered. That repeat must find
+// the job, not read 404 for the admission (the relay would fail the
+// job) or make a second one (DECISIONS 16). Undecided jobs are few and
+// always looked at; the held ones only when the core does not know the
+// admission, the rare case where this can happen.
+func (d *Driver) sameSubmission(principal string, sub client.JobSubmission, known bool) *jobRec {
+	same := func(j *jobRec) bool {
+		return j.rec.Principal == principal && j.rec.Admission == sub.Admission && j.rec.RequestID == sub.RequestID
+	}
+	for _, j := range d.limbo.jobs {
+		if same(j) {
+			return j
+		}
+	}
+	if !known {
+		for _, j := range d.jobs {
+			if same(j) {
+				return j
+			}
+		}
+	}
+	return nil
 }
 
 // createJob steps a checked submission into the core and, if it takes
