@@ -101,6 +101,10 @@ type Driver struct {
 	removed map[string]bool
 	trace   tracer // the workload trace (hub/trace.go)
 	limbo   limbo  // a takeover's jobs no node is known to have accepted (takeover.go)
+	// settling: jobs settled (dropped from jobs) whose settled record is
+	// not durable yet, by wire ID; their views are answered from here
+	// until it is (see [Driver.settleJob]).
+	settling map[string]*settlingJob
 	// beforeStart is Options.BeforeStart (tests), called before a start
 	// goes out.
 	beforeStart func(job string)
@@ -440,6 +444,7 @@ func (d *Driver) onTick() {
 	d.exec(d.step(sched.Tick{}))
 	now := d.now()
 	d.limboTick(now)
+	d.pruneSettling()
 	for _, name := range sortedKeys(d.down) {
 		n := d.down[name]
 		if n.send == nil && !n.downAt.IsZero() && !n.lostSent && now.Sub(n.downAt) >= d.cfg.lostAfter() {

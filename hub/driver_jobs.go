@@ -102,6 +102,9 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 			return client.JobView{}, api.Errorf(client.CodeInvalid, "malformed admission ID %q", sub.Admission)
 		}
 		a, known := d.admission(aid)
+		if j := d.sameSubmission(principal, sub, known); j != nil {
+			return d.liveView(j), nil
+		}
 		switch {
 		case known && a.owner != principal:
 			return client.JobView{}, notFound("admission")
@@ -127,6 +130,35 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 	d.nextJob++
 	ev.Job = sched.JobID(d.nextJob)
 	return d.createJob(principal, sub, redacted, rr, ev, adm)
+}
+
+// sameSubmission returns the job an earlier submission of sub (same
+// principal, admission and request_id) created, when its request_id
+// answer was never stored: a leader that died between storing the job
+// and storing the answer leaves the job undecided at the takeover (or
+// adopted since), with its admission out of the core, and the relay
+// repeats the submission it never heard answered. That repeat must find
+// the job, not read 404 for the admission (the relay would fail the
+// job) or make a second one (DECISIONS 16). Undecided jobs are few and
+// always looked at; the held ones only when the core does not know the
+// admission, the rare case where this can happen.
+func (d *Driver) sameSubmission(principal string, sub client.JobSubmission, known bool) *jobRec {
+	same := func(j *jobRec) bool {
+		return j.rec.Principal == principal && j.rec.Admission == sub.Admission && j.rec.RequestID == sub.RequestID
+	}
+	for _, j := range d.limbo.jobs {
+		if same(j) {
+			return j
+		}
+	}
+	if !known {
+		for _, j := range d.jobs {
+			if same(j) {
+				return j
+			}
+		}
+	}
+	return nil
 }
 
 // createJob steps a checked submission into the core and, if it takes
@@ -229,6 +261,7 @@ func (d *Driver) ownJob(ctx context.Context, r *jobReq) error {
 func (r *jobReq) run(d *Driver) {
 	j := d.job(r.id)
 	if j == nil {
+		r.settling(d)
 		return
 	}
 	r.held = true
@@ -244,6 +277,56 @@ func (r *jobReq) run(d *Driver) {
 		d.cancelJob(j, r.mode)
 	}
 	r.view, r.wake = d.liveView(j), j.wake
+}
+
+// settlingJob is a settled job whose settled record is not durable yet:
+// the store may still hold an older revision (the finished write is
+// queued before the settle's), so its view comes from memory until
+// done closes.
+type settlingJob struct {
+	j  *jobRec
+	wd *writeDone // the settle's record write
+}
+
+// pruneSettling forgets the settling jobs whose settled record is
+// durable (each tick): their views come from the store from now on.
+func (d *Driver) pruneSettling() {
+	for id, sj := range d.settling {
+		select {
+		case <-sj.wd.done:
+			delete(d.settling, id)
+		default:
+		}
+	}
+}
+
+// settling answers r for a job settled but not yet durable: its last
+// view, final (the long poll's channel closes once the store holds it, so
+// a waiting reader then reads the store), and for a repeated settle the
+// same write to wait for. A job not settling is left to the store.
+func (r *jobReq) settling(d *Driver) {
+	sj := d.settling[r.id]
+	if sj == nil {
+		return
+	}
+	select {
+	case <-sj.wd.done:
+		delete(d.settling, r.id) // durable: the store has it
+		return
+	default:
+	}
+	r.held = true
+	if sj.j.rec.Principal != r.principal {
+		r.err = notFound("job")
+		return
+	}
+	if r.op == jobSettle {
+		ch := make(chan error, 1)
+		go func() { <-sj.wd.done; ch <- sj.wd.err }()
+		r.durable = ch
+		return
+	}
+	r.view, r.wake = sj.j.view(), sj.wd.done
 }
 
 // settledView reads a job the driver no longer holds (settled) from the
@@ -333,9 +416,23 @@ func (d *Driver) settleJob(j *jobRec, principal string) (durable <-chan error, e
 	id := j.rec.ID
 	d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.Drop(ctx, id) })
 	j.rec.Settled = true
-	durable = d.saveJob(j, false)
+	saved := d.saveJob(j, false)
 	d.exec(d.step(sched.JobSettled{Job: j.sid}))
 	d.dropJob(j)
+	// Until the settled record is durable, views come from memory: the
+	// store may still hold a revision older than one a client read.
+	wd := &writeDone{done: make(chan struct{})}
+	if d.settling == nil {
+		d.settling = map[string]*settlingJob{}
+	}
+	d.settling[id] = &settlingJob{j: j, wd: wd}
+	ch := make(chan error, 1)
+	go func() {
+		wd.err = <-saved
+		close(wd.done)
+		ch <- wd.err
+	}()
+	durable = ch
 	if _, ok := parseAdmission(j.rec.Admission); ok {
 		adm := j.rec.Admission
 		d.w.doKey("adm:"+adm, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })

@@ -26,6 +26,13 @@ type NodeSender interface {
 // should end.
 var ErrNodeProtocol = errors.New("hub: node protocol error")
 
+// ErrNodeResync is returned by [Driver.NodeFrame] for an output chunk the
+// hub could not store (the output store failed): it was not acked, and
+// the node resends output only from the hub's ack on a new session, so
+// the session should end. The node's next session sends held, which the
+// hub answers with the stored offset, and the node resends from there.
+var ErrNodeResync = errors.New("hub: node output not stored; the node must resend")
+
 // NodeConnected records that node's session is up and sends through s.
 // On a new session (resumed false) the node sends its report then held;
 // the core learns of the node only with both, as one NodeReport carrying
@@ -304,6 +311,8 @@ func (d *Driver) nodeResult(n *nodeRec, r dispatch.Result) {
 // Output of a job the hub does not run on that node is dropped (logged);
 // output of a finished job is acked at the stored length without
 // writing (a resend after a reconnect); only a gap is a protocol error.
+// A chunk the store failed to take is not acked and returns
+// [ErrNodeResync]: the node would otherwise never send it again.
 func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output) error {
 	r := &outputStateReq{node: node, job: o.Job}
 	if err := d.ask(ctx, r); err != nil {
@@ -334,7 +343,7 @@ func (d *Driver) nodeOutput(ctx context.Context, node string, o dispatch.Output)
 			return fmt.Errorf("%w: %w", ErrNodeProtocol, err)
 		}
 		if err != nil {
-			return fmt.Errorf("hub: output of job %s: %w", o.Job, err)
+			return fmt.Errorf("%w: output of job %s at %d: %w", ErrNodeResync, o.Job, o.Offset, err)
 		}
 		d.ask(ctx, outputStored{o.Job, n})
 	}

@@ -52,6 +52,8 @@ type harness struct {
 	outWaits chan string
 	// wrapStore is passed to Start as Options.WrapStore (nil: none).
 	wrapStore func(store.Store) store.Store
+	// wrapOutput, when set, wraps the output store at each start.
+	wrapOutput func(output.Store) output.Store
 }
 
 // signalingOutput is the real output store that reports parked waits.
@@ -166,7 +168,11 @@ func (h *harness) start() {
 		h.t.Fatal(err)
 	}
 	h.outWaits = make(chan string, 16)
-	srv, err := Start(h.t.Context(), h.cfg, log, Options{Clock: h.clk, Output: signalingOutput{dir, h.outWaits}, WrapStore: h.wrapStore})
+	var out output.Store = signalingOutput{dir, h.outWaits}
+	if h.wrapOutput != nil {
+		out = h.wrapOutput(out)
+	}
+	srv, err := Start(h.t.Context(), h.cfg, log, Options{Clock: h.clk, Output: out, WrapStore: h.wrapStore})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ var keptMaps = map[string]string{
 	"relayReleasesReq.releases": "a request's answer: each relay's release as its report said it",
 	"limbo.jobs":                "job records a takeover restored undecided: the core does not know them until a held adopts one",
 	"limbo.awaiting":            "node sessions up at a takeover whose held has not come yet",
+	"Driver.settling":           "job records settled (the core settled them) whose settled write is not durable yet",
 }
 
 // keptFields are the fields of the records the driver keeps per ticket

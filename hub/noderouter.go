@@ -142,6 +142,11 @@ func (r *nodeRouter) NodeMessage(s *session.NodeSession, m dispatch.Message) {
 	if errors.Is(err, ErrNodeProtocol) {
 		r.log.Warn("node session ended: protocol error", logkey.NodeID, s.Node(), logkey.Err, err)
 		s.End(dispatch.ErrorProtocol, err.Error())
+	} else if errors.Is(err, ErrNodeResync) {
+		// The node resends unacked output only on a new session (after its
+		// held, NSESS-24): end this one, or the chunk is lost for good.
+		r.log.Warn("node session ended: output not stored; the node resends it on a new session", logkey.NodeID, s.Node(), logkey.Err, err)
+		s.End(dispatch.ErrorOther, err.Error())
 	} else if err != nil {
 		r.log.Warn("node frame not handled", logkey.NodeID, s.Node(), logkey.Err, err)
 	}

@@ -140,6 +140,14 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		// accepted it (docs/ha.md). Submit it again as a new job.
 		m.resubmit(r, &j, err, log)
 		return j, true
+	case errors.As(err, &se) && se.Status == http.StatusNotFound && se.Body.Code == client.CodeNotFound && j.Admission != "":
+		// The hub does not know the admission (nor, then, its
+		// reservation): a new leader forgot a job no node had accepted,
+		// and its claimed admission with it, before this submission (or
+		// its repeat) came (docs/ha.md). No job of it runs; submit it
+		// again without them rather than fail it (DECISIONS 16).
+		m.resubmit(r, &j, err, log)
+		return j, true
 	default:
 		log.Error("the hub refused the job", logkey.Err, err)
 		m.release(j.Reservation)
@@ -445,7 +453,7 @@ func (m *Manager) watchView(ctx context.Context, hubJob string, w *viewWatch) {
 }
 
 // resubmit takes a submitted job the hub does not know (err: a 404 for
-// the job, or a 410 for the request_id that created it) back to taken, to be submitted again from its recorded response: a hub
+// the job or for its admission, or a 410 for the request_id that created it) back to taken, to be submitted again from its recorded response: a hub
 // leader that took over before any node accepted the job forgets it, and
 // no node runs it (DECISIONS 16, docs/ha.md). The new submission has a
 // new request_id (the old one's answer names the forgotten job) and no

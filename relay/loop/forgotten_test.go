@@ -1,0 +1,71 @@
+package loop
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/realhub"
+	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/relay/gitlab"
+	"github.com/vk-ci/vk/relay/translate"
+)
+
+// forgetfulHub answers the first submission naming an admission 404 "no
+// such admission", as a hub leader does that took over and forgot the
+// job and its claimed admission before the submission (or its repeat)
+// came.
+type forgetfulHub struct {
+	*realhub.Tap
+	refused atomic.Int32
+}
+
+func (h *forgetfulHub) SubmitJob(ctx context.Context, sub client.JobSubmission) (client.JobView, error) {
+	if sub.Admission != "" && h.refused.CompareAndSwap(0, 1) {
+		return client.JobView{}, &client.StatusError{Status: http.StatusNotFound,
+			Body: client.Error{Code: client.CodeNotFound, Error: "no such admission"}}
+	}
+	return h.Tap.SubmitJob(ctx, sub)
+}
+
+// A submission answered 404 for its admission is submitted again without
+// the admission and reservation (the hub holds neither), from the GitLab
+// response the relay kept, and the job runs and succeeds instead of
+// failing (runner_system_failure, found by the HA soak).
+//
+// spec: DECISIONS 16
+func TestSubmitAgainWhenTheHubForgotTheAdmission(t *testing.T) {
+	e := newEnv(t, envOptions{gitlab: gitlabfake.Options{}})
+	fh := &forgetfulHub{Tap: e.hub}
+	gc, err := gitlab.New(gitlab.Config{URL: e.gl.URL(), Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := e.gl.RunnerToken()
+	m, err := New(Config{
+		Hub: fh, Retrier: e.hub.Client().Retrier(), GitLab: gc, SystemID: "s_0123456789ab", HubURL: e.enrol.HubURL,
+		Runners: []Runner{{Name: "r1", Token: tok, Store: e.store, Placement: testPlacement,
+			Translate: translate.Runner{ServerURL: e.gl.URL(), RunnerID: 1, ShortToken: gitlab.ShortToken(tok)}}},
+		Concurrent: 10, Gate: e.gate, Clock: e.clk, Log: testlog.New(t), OnChange: e.onChange,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.use(m, 0, 10)
+	glID := e.pipeline([]string{"true"})
+	e.gate.Set(true)
+	stop := e.run(m)
+	id := e.hub.OnlyJob(t)
+	e.waitGitLab(glID, "success", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateSuccess })
+	e.settled(id)
+	stop(false)
+	if n := fh.refused.Load(); n != 1 {
+		t.Fatalf("the hub refused %d submissions, want 1", n)
+	}
+	if s := e.hub.Sub(id); s.Admission != "" || s.Reservation != "" {
+		t.Errorf("the second submission named admission %q and reservation %q, want neither", s.Admission, s.Reservation)
+	}
+}
