@@ -4,6 +4,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,7 +14,11 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/need"
+	"github.com/vk-ci/vk/internal/ocitest"
+	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/node/regproxy"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
@@ -153,5 +160,64 @@ func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
 				t.Errorf("the registry saw %d requests, want only the first pull's: %q", n, up.seen())
 			}
 		})
+	}
+}
+
+// The one booting test of net_mode "switch" at the node (TCG): a job
+// whose start carries a job registry token runs in a guest without an
+// image, and its script, through registry.vk, pulls a manifest from the
+// real docker-registry behind the node's guest registry proxy; its
+// steps see VK_REGISTRY and the token's namespace. (That the proxy
+// injects the job's token and never the node's credential is
+// TestSwitchProxyInjectsTheJobsToken's; that registry.vk is the guest's
+// only way out is node/exec/microvm's
+// TestSwitchModeOnlyWayOutIsTheRegistryProxy.)
+//
+// spec: XFER-18, XFER-22, XFER-23
+func TestGuestPullsThroughRegistryVK(t *testing.T) {
+	if err := microvm.Available("", ""); err != nil {
+		need.Missingf(t, "%v", err)
+	}
+	if _, err := os.Stat(ocitest.Busybox); err != nil {
+		need.Missingf(t, "busybox-static missing (apt-get install -y busybox-static): %v", err)
+	}
+	agent := filepath.Join(t.TempDir(), "vk-agent")
+	build := osexec.Command("go", "build", "-o", agent, "github.com/vk-ci/vk/cmd/vk-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build vk-agent: %v\n%s", err, out)
+	}
+	reg := registrytest.New(t)
+	const repo = "ci-cache/gitlab.example.com/12"
+	pushTestImage(t, reg.Addr, repo, "v1", testRootfsLayer(t, ocitest.File{Name: "etc/vk-marker", Body: "x\n"}))
+
+	h, a := connected(t, func(c *Config) {
+		c.Executor.Backend = BackendMicroVM
+		c.Executor.MicroVM = MicroVMConfig{Accel: "tcg", Agent: agent, BootTimeoutSecs: 300, NetMode: NetModeSwitch}
+		c.Registry = RegistryConfig{URL: reg.URL(), Username: "vk-node", Password: Secret("node-password"),
+			RepositoryPrefix: "ci-cache", GuestCredential: GuestCredentialJob}
+	}, Options{})
+	if a.be.microvm == nil {
+		t.Fatal("backend microvm: no microvm executor")
+	}
+	spec := testSpec(`echo "reg=$VK_REGISTRY ns=$VK_REGISTRY_NAMESPACES"`,
+		`wget -q -O - --header 'Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json' `+
+			`http://registry.vk/v2/`+repo+`/manifests/v1 | grep -o '"schemaVersion": *2'`)
+	from := h.mark()
+	h.send(&dispatch.Offer{Reservation: "r1", Envelope: env1, LeaseSecs: 90})
+	if rep, _ := waitFor(h, from, func(r *dispatch.OfferReply) bool { return r.Reservation == "r1" }); rep.Reply != dispatch.ReplyAccepted {
+		t.Fatalf("offer: %+v", rep)
+	}
+	h.send(&dispatch.Start{Job: "job-switch", Reservation: "r1", Envelope: env1, Spec: spec,
+		Cache: &dispatch.CacheRegistry{Repository: repo, Token: "job-token", ExpiresInSecs: 3600}})
+	r := resultWithin(t, h, from, "job-switch", 5*time.Minute)
+	out := string(h.output("job-switch"))
+	if r.Result.Failure != "" {
+		t.Fatalf("failure %q: %s\n%s", r.Result.Failure, r.Result.Message, out)
+	}
+	for _, want := range []string{"O reg=http://registry.vk ns=" + repo + "=rw\n", `"schemaVersion"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
 	}
 }
