@@ -118,6 +118,19 @@ pull_policy = "if-not-present"
 		{name: "metrics off loopback", file: "version = 1\n[node]\nmetrics_listen = \"0.0.0.0:9101\"\n", wantErr: "metrics_listen"},
 		{name: "bad backend and user listed together", file: "version = 1\n[executor]\nbackend = \"vm\"\nuser = \"root\"\n", wantErr: "user"},
 		{name: "spool limit under the window", file: "version = 1\n[output]\nspool_limit = \"1M\"\n", wantErr: "spool_limit"},
+		{name: "bad microvm net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"bridge\"\n", wantErr: "[executor.microvm] net_mode"},
+		{name: "microvm net_mode switch", file: "version = 1\n[executor.microvm]\nnet_mode = \"switch\"\n",
+			check: func(t *testing.T, c Config) {
+				if got := c.Executor.MicroVM.netMode(); got != NetModeSwitch {
+					t.Errorf("net mode %q, want switch", got)
+				}
+			}},
+		{name: "microvm net_mode defaults to none", file: "version = 1\n",
+			check: func(t *testing.T, c Config) {
+				if got := c.Executor.MicroVM.netMode(); got != NetModeNone {
+					t.Errorf("net mode %q, want none", got)
+				}
+			}},
 		{name: "hub not https", file: "version = 1\n[node]\nhub = \"http://hub\"\n", wantErr: "hub"},
 	}
 	for _, tt := range tests {

@@ -17,6 +17,7 @@ import (
 	"github.com/vk-ci/vk/node/exec/oci"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
 	"github.com/vk-ci/vk/node/exec/process"
+	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
 )
 
@@ -39,7 +40,12 @@ type backends struct {
 	// microvmReason is why auto did not choose the microvm backend (nil
 	// otherwise).
 	microvmReason error
-	defaultImage  string // [executor] default_image
+	// netMode is the microvm backend's net.mode for every job, and
+	// registry builds a job's guest registry proxy under "switch"
+	// (vmnet.go).
+	netMode      string
+	registry     func(*dispatch.Start) jobRegistry
+	defaultImage string // [executor] default_image
 	// imageOnHost: auto without a container backend runs image jobs on
 	// the host (image_fallback = "host").
 	imageOnHost bool
@@ -207,10 +213,12 @@ func jobImage(j *job.CiJob) string {
 // choose picks j's executor (the backend's name for the trace) and the
 // warnings its trace gets. A job the node cannot run as configured gets
 // an executor whose Prepare fails with the reason, so the stage runner
-// ends it configuration (FAIL-05) with the reason in the trace.
-func (b *backends) choose(j *job.CiJob) (exec.Executor, string, []string) {
+// ends it configuration (FAIL-05) with the reason in the trace. s is
+// j's start (nil when unknown), for what the job's own registry token
+// gives it.
+func (b *backends) choose(j *job.CiJob, s *dispatch.Start) (exec.Executor, string, []string) {
 	if b.microvm != nil {
-		return b.chooseMicroVM(j, b.defaultImage)
+		return b.chooseMicroVM(j, s)
 	}
 	if b.chooser == nil {
 		var warns []string

@@ -221,7 +221,7 @@ func (a *Agent) run(jr *jobRun) {
 		return
 	}
 	w := &spoolWriter{a: a, jr: jr}
-	ex, exName, warns := a.be.choose(jr.start.Spec.GitLabCI)
+	ex, exName, warns := a.be.choose(jr.start.Spec.GitLabCI, jr.start)
 	var src egressSource
 	if _, refused := ex.(refuseExecutor); exName == BackendOCI && !refused {
 		// The job's own network namespace: its counters are the job's

@@ -12,6 +12,8 @@ import (
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/node/exec/oci/imagestore"
+	"github.com/vk-ci/vk/node/regproxy"
+	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
 )
 
@@ -41,6 +43,10 @@ type MicroVMConfig struct {
 	// DiskMiB is the free space a job gets on its image's disk; 0 means
 	// 4096.
 	DiskMiB int64 `toml:"disk_mib"`
+	// NetMode is every job's net.mode: "none" (the default) or "switch",
+	// which gives the job's VM a network whose only way out is the job's
+	// guest registry proxy at registry.vk (vmnet.go, XFER-18..23).
+	NetMode string `toml:"net_mode"`
 }
 
 func (m MicroVMConfig) problems() []string {
@@ -49,6 +55,11 @@ func (m MicroVMConfig) problems() []string {
 	case "", microvm.AccelKVM, microvm.AccelTCG:
 	default:
 		out = append(out, fmt.Sprintf("accel %q: want kvm or tcg", m.Accel))
+	}
+	switch m.NetMode {
+	case "", NetModeNone, NetModeSwitch:
+	default:
+		out = append(out, fmt.Sprintf("net_mode %q: want none or switch", m.NetMode))
 	}
 	if m.BootTimeoutSecs < 0 || m.DiskMiB < 0 {
 		out = append(out, "boot_timeout_secs and disk_mib must not be negative")
@@ -166,19 +177,27 @@ func (a *Agent) startMicroVM(b *backends, mc microvm.Config) error {
 		return err
 	}
 	b.microvm, b.images = ex, mc.Images
+	a.wireVMNet(b)
 	return nil
 }
 
-// chooseMicroVM is the microvm backend's executor for j: its image (or
-// the node's default image) as the guest's root, else the initramfs, and
-// its services as VMs beside it.
-func (b *backends) chooseMicroVM(j *job.CiJob, defaultImage string) (exec.Executor, string, []string) {
+// chooseMicroVM is the microvm backend's executor for j (of start s, nil
+// when unknown).
+func (b *backends) chooseMicroVM(j *job.CiJob, s *dispatch.Start) (exec.Executor, string, []string) {
+	return b.microvm.For(b.microvmSpec(j, s)), BackendMicroVM, nil
+}
+
+// microvmSpec is what the microvm backend runs j (of start s) with: its
+// image (or the node's default image) as the guest's root, else the
+// initramfs; its services as VMs beside it; and under net_mode "switch"
+// the job's guest registry proxy and its steps' namespaces (XFER-23).
+func (b *backends) microvmSpec(j *job.CiJob, s *dispatch.Start) microvm.Spec {
 	var spec microvm.Spec
 	if j.Image != nil {
 		spec.Image = *j.Image
 	}
 	if jobImage(j) == "" {
-		spec.Image.Name = defaultImage
+		spec.Image.Name = b.defaultImage
 	}
 	spec.Credentials = j.RegistryCredentials
 	// Each service its own VM beside the job's, with the job's variables
@@ -189,7 +208,12 @@ func (b *backends) chooseMicroVM(j *job.CiJob, defaultImage string) (exec.Execut
 			spec.ServiceEnv = append(spec.ServiceEnv, v.Key+"="+v.Value)
 		}
 	}
-	return b.microvm.For(spec), BackendMicroVM, nil
+	spec.NetMode = b.netMode
+	if regproxy.Enabled(spec.NetMode) && b.registry != nil {
+		r := b.registry(s)
+		spec.Registry, spec.RegistryNamespaces = r.proxy, r.namespaces
+	}
+	return spec
 }
 
 // sweepMicroVMRoot removes what microVM jobs of an earlier run left under

@@ -1,9 +1,10 @@
 // Package regproxy is the guest registry proxy (XFER-18..XFER-23): the
-// [http.Handler] a microVM host will serve to a job's guest as
-// http://registry.vk on the job's switch network. It is a seam: nothing
-// serves it yet, because job registry tokens and the proxy wait for
-// microVMs (DECISIONS ruling 4) and caches use the node's own credential
-// until then. docs/registry-proxy.md says what a host must do to serve it.
+// [http.Handler] the node serves to a job's microVM as http://registry.vk
+// on the job's switch network ([executor.microvm] net_mode = "switch",
+// node/vmnet.go). The hub mints no job registry tokens yet (DECISIONS
+// ruling 4), so today such a job gets a refusing proxy and caches use the
+// node's own credential. docs/registry-proxy.md says what a host must do
+// to serve it.
 //
 // # What passes
 //

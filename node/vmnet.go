@@ -1,0 +1,79 @@
+package node
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/node/regproxy"
+	"github.com/vk-ci/vk/proto/dispatch"
+)
+
+// Network modes of [MicroVMConfig.NetMode].
+const (
+	// NetModeNone: a job's VM has no network but the one to its
+	// services' VMs (none at all without services).
+	NetModeNone = "none"
+	// NetModeSwitch: a job's VM also gets the network whose only way out
+	// is the job's guest registry proxy at registry.vk (XFER-18..23).
+	NetModeSwitch = regproxy.NetModeSwitch
+)
+
+// netMode is [MicroVMConfig.NetMode] or its default, "none".
+func (m MicroVMConfig) netMode() string {
+	if m.NetMode == "" {
+		return NetModeNone
+	}
+	return m.NetMode
+}
+
+// wireVMNet gives b the microvm backend's net.mode from
+// [executor.microvm] net_mode and the builder of each job's guest
+// registry proxy.
+func (a *Agent) wireVMNet(b *backends) {
+	b.netMode = a.cfg.Executor.MicroVM.netMode()
+	b.registry = func(s *dispatch.Start) jobRegistry { return jobProxy(a.cfg.Registry, s, a.clk, a.log) }
+}
+
+// jobRegistry is what a job's VM gets on its switch network: its guest
+// registry proxy and the grants its steps see in VK_REGISTRY_NAMESPACES.
+type jobRegistry struct {
+	proxy      http.Handler
+	namespaces []regproxy.Namespace
+}
+
+// jobProxy builds the guest registry proxy of start s against the node's
+// registry reg. It forwards only with the registry token the hub minted
+// for the job (the start's cache repository token), injecting it on every
+// request; the node's own credential (reg.Username, reg.Password) is never
+// given to it, under either guest_credential mode (XFER-18). A start
+// without a token gets a proxy refusing everything (XFER-19), and so does
+// a node without a usable [registry] url. The token's lifetime counts from
+// now (the start's receipt, near enough: the executor is chosen as the
+// job starts). The steps' namespaces are the token's one grant, its cache
+// repository, read and write; the start carries no finer list.
+func jobProxy(reg RegistryConfig, s *dispatch.Start, clk clock.Clock, log *slog.Logger) jobRegistry {
+	if s != nil {
+		log = log.With(logkey.JobID, s.Job)
+	}
+	if s == nil || s.Cache == nil || s.Cache.Token == "" {
+		return jobRegistry{proxy: regproxy.Refusing(regproxy.ErrNoToken, log)}
+	}
+	var expires time.Time
+	if s.Cache.ExpiresInSecs > 0 {
+		expires = clk.Now().Add(time.Duration(s.Cache.ExpiresInSecs) * time.Second)
+	}
+	p, err := regproxy.New(regproxy.Config{Upstream: reg.URL, Token: regproxy.Token(s.Cache.Token),
+		Expires: expires, Clock: clk, Log: log})
+	if err != nil {
+		log.Warn("the job's registry proxy refuses everything", logkey.Err, err)
+		return jobRegistry{proxy: regproxy.Refusing(err, log)}
+	}
+	r := jobRegistry{proxy: p}
+	if ns := (regproxy.Namespace{Prefix: s.Cache.Repository, Rights: "rw"}); ns.Validate() == nil {
+		r.namespaces = []regproxy.Namespace{ns}
+	}
+	return r
+}

@@ -1,0 +1,223 @@
+package node
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vk-ci/vk/internal/clock"
+	"github.com/vk-ci/vk/internal/need"
+	"github.com/vk-ci/vk/internal/ocitest"
+	"github.com/vk-ci/vk/internal/registrytest"
+	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/node/exec/microvm"
+	"github.com/vk-ci/vk/node/regproxy"
+	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/proto/job"
+)
+
+// seenAuth is a registry stand-in recording the Authorization of every
+// request that reaches it.
+type seenAuth struct {
+	mu    sync.Mutex
+	auths []string
+}
+
+func (s *seenAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.auths = append(s.auths, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+	io.WriteString(w, `{"schemaVersion":2}`)
+}
+
+func (s *seenAuth) seen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.auths)
+}
+
+// vmnetAgent is an agent with cfg's [registry] and [executor.microvm]
+// net_mode, its clock fake, and backends wired as the microvm backend
+// wires them (no VM is booted: the test reads the Spec the node builds).
+func vmnetAgent(t *testing.T, reg RegistryConfig, netMode string) (*backends, *clock.Fake) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Registry = reg
+	cfg.Executor.MicroVM.NetMode = netMode
+	clk := clock.NewFake(time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC))
+	a := &Agent{cfg: cfg, clk: clk, log: testlog.New(t)}
+	b := &backends{}
+	a.wireVMNet(b)
+	return b, clk
+}
+
+// pull sends a guest's manifest GET to h as registry.vk, returning the
+// status and body.
+func pull(t *testing.T, h http.Handler, repo string) (int, string) {
+	t.Helper()
+	if h == nil {
+		t.Fatal("the job has no registry proxy")
+	}
+	r := httptest.NewRequest(http.MethodGet, "http://registry.vk/v2/"+repo+"/manifests/latest", nil)
+	r.Header.Set("Authorization", "Bearer guest-made-up")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, w.Body.String()
+}
+
+// Under [executor.microvm] net_mode the node gives every job's Spec its
+// network mode; only under "switch" a registry proxy and namespaces, the
+// unset key meaning "none" (XFER-23).
+//
+// spec: XFER-23
+func TestMicroVMSpecNetMode(t *testing.T) {
+	start := &dispatch.Start{Job: "j1", Cache: &dispatch.CacheRegistry{Repository: "ci-cache/g/12", Token: "job-token"}}
+	for _, tt := range []struct {
+		key, want string
+		proxy     bool
+	}{{"", NetModeNone, false}, {NetModeNone, NetModeNone, false}, {NetModeSwitch, NetModeSwitch, true}} {
+		t.Run("net_mode="+tt.key, func(t *testing.T) {
+			b, _ := vmnetAgent(t, RegistryConfig{URL: "https://registry.example.com", GuestCredential: GuestCredentialJob}, tt.key)
+			spec := b.microvmSpec(&job.CiJob{}, start)
+			if spec.NetMode != tt.want {
+				t.Errorf("NetMode %q, want %q", spec.NetMode, tt.want)
+			}
+			if got := spec.Registry != nil; got != tt.proxy {
+				t.Errorf("registry proxy present = %v, want %v", got, tt.proxy)
+			}
+			if !tt.proxy && spec.RegistryNamespaces != nil {
+				t.Errorf("namespaces %v outside switch mode", spec.RegistryNamespaces)
+			}
+		})
+	}
+}
+
+// Under net_mode "switch" the proxy the node builds for a job forwards
+// with the start's job registry token and never with the node's own
+// [registry] credential, under either guest_credential; its steps'
+// namespaces are the token's cache repository. A start without a token
+// gets a proxy refusing everything, with nothing sent upstream, and a
+// token past its lifetime (counted by the node's clock from the start)
+// is refused.
+//
+// spec: XFER-18, XFER-19, XFER-22
+func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
+	for _, mode := range []string{GuestCredentialJob, GuestCredentialNode} {
+		t.Run(mode, func(t *testing.T) {
+			up := &seenAuth{}
+			srv := httptest.NewServer(up)
+			defer srv.Close()
+			b, clk := vmnetAgent(t, RegistryConfig{URL: srv.URL, Username: "vk-node", Password: Secret("node-password"),
+				RepositoryPrefix: "ci-cache", GuestCredential: mode}, NetModeSwitch)
+
+			const repo = "ci-cache/gitlab.example.com/12"
+			start := &dispatch.Start{Job: "j1", Cache: &dispatch.CacheRegistry{Repository: repo, Token: "job-token", ExpiresInSecs: 600}}
+			spec := b.microvmSpec(&job.CiJob{}, start)
+			if code, body := pull(t, spec.Registry, repo); code != http.StatusOK {
+				t.Fatalf("pull with a token: %d %s", code, body)
+			}
+			want := []string{"GET /v2/" + repo + "/manifests/latest Bearer job-token"}
+			if got := up.seen(); !slices.Equal(got, want) {
+				t.Errorf("the registry saw %q, want %q", got, want)
+			}
+			for _, a := range up.seen() {
+				if strings.Contains(a, "Basic") || strings.Contains(a, "guest-made-up") {
+					t.Errorf("a forwarded request carried another credential: %q", a)
+				}
+			}
+			if want := []regproxy.Namespace{{Prefix: repo, Rights: "rw"}}; !slices.Equal(spec.RegistryNamespaces, want) {
+				t.Errorf("namespaces %v, want %v", spec.RegistryNamespaces, want)
+			}
+
+			clk.Advance(601 * time.Second)
+			if code, body := pull(t, spec.Registry, repo); code != http.StatusForbidden || !strings.Contains(body, "expired") {
+				t.Errorf("pull past the token's lifetime: %d %s, want 403 expired", code, body)
+			}
+
+			for name, s := range map[string]*dispatch.Start{
+				"no cache registry": {Job: "j2"},
+				"empty token":       {Job: "j3", Cache: &dispatch.CacheRegistry{Repository: repo}},
+				"unknown start":     nil,
+			} {
+				spec := b.microvmSpec(&job.CiJob{}, s)
+				if code, body := pull(t, spec.Registry, repo); code != http.StatusForbidden || !strings.Contains(body, "no registry token") {
+					t.Errorf("%s: pull %d %s, want 403 no registry token", name, code, body)
+				}
+				if spec.RegistryNamespaces != nil {
+					t.Errorf("%s: namespaces %v, want none", name, spec.RegistryNamespaces)
+				}
+			}
+			if n := len(up.seen()); n != 1 {
+				t.Errorf("the registry saw %d requests, want only the first pull's: %q", n, up.seen())
+			}
+		})
+	}
+}
+
+// The one booting test of net_mode "switch" at the node (TCG): a job
+// whose start carries a job registry token runs in a guest without an
+// image, and its script, through registry.vk, pulls a manifest from the
+// real docker-registry behind the node's guest registry proxy; its
+// steps see VK_REGISTRY and the token's namespace. (That the proxy
+// injects the job's token and never the node's credential is
+// TestSwitchProxyInjectsTheJobsToken's; that registry.vk is the guest's
+// only way out is node/exec/microvm's
+// TestSwitchModeOnlyWayOutIsTheRegistryProxy.)
+//
+// spec: XFER-18, XFER-22, XFER-23
+func TestGuestPullsThroughRegistryVK(t *testing.T) {
+	if err := microvm.Available("", ""); err != nil {
+		need.Missingf(t, "%v", err)
+	}
+	if _, err := os.Stat(ocitest.Busybox); err != nil {
+		need.Missingf(t, "busybox-static missing (apt-get install -y busybox-static): %v", err)
+	}
+	agent := filepath.Join(t.TempDir(), "vk-agent")
+	build := osexec.Command("go", "build", "-o", agent, "github.com/vk-ci/vk/cmd/vk-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build vk-agent: %v\n%s", err, out)
+	}
+	reg := registrytest.New(t)
+	const repo = "ci-cache/gitlab.example.com/12"
+	pushTestImage(t, reg.Addr, repo, "v1", testRootfsLayer(t, ocitest.File{Name: "etc/vk-marker", Body: "x\n"}))
+
+	h, a := connected(t, func(c *Config) {
+		c.Executor.Backend = BackendMicroVM
+		c.Executor.MicroVM = MicroVMConfig{Accel: "tcg", Agent: agent, BootTimeoutSecs: 300, NetMode: NetModeSwitch}
+		c.Registry = RegistryConfig{URL: reg.URL(), Username: "vk-node", Password: Secret("node-password"),
+			RepositoryPrefix: "ci-cache", GuestCredential: GuestCredentialJob}
+	}, Options{})
+	if a.be.microvm == nil {
+		t.Fatal("backend microvm: no microvm executor")
+	}
+	spec := testSpec(`echo "reg=$VK_REGISTRY ns=$VK_REGISTRY_NAMESPACES"`,
+		`wget -q -O - --header 'Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json' `+
+			`http://registry.vk/v2/`+repo+`/manifests/v1 | grep -o '"schemaVersion": *2'`)
+	from := h.mark()
+	h.send(&dispatch.Offer{Reservation: "r1", Envelope: env1, LeaseSecs: 90})
+	if rep, _ := waitFor(h, from, func(r *dispatch.OfferReply) bool { return r.Reservation == "r1" }); rep.Reply != dispatch.ReplyAccepted {
+		t.Fatalf("offer: %+v", rep)
+	}
+	h.send(&dispatch.Start{Job: "job-switch", Reservation: "r1", Envelope: env1, Spec: spec,
+		Cache: &dispatch.CacheRegistry{Repository: repo, Token: "job-token", ExpiresInSecs: 3600}})
+	r := resultWithin(t, h, from, "job-switch", 5*time.Minute)
+	out := string(h.output("job-switch"))
+	if r.Result.Failure != "" {
+		t.Fatalf("failure %q: %s\n%s", r.Result.Failure, r.Result.Message, out)
+	}
+	for _, want := range []string{"O reg=http://registry.vk ns=" + repo + "=rw\n", `"schemaVersion"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+}
