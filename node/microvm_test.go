@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vk-ci/vk/internal/need"
+	"github.com/vk-ci/vk/internal/microvmtest"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
-	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
 )
@@ -83,21 +82,7 @@ func leftoverVM(t *testing.T, root, id string) int {
 //
 // spec: STAGE-04, STAGE-08, NODE-15, NODE-17
 func TestMicroVMBackendRunsJobInItsImage(t *testing.T) {
-	if err := microvm.Available("", ""); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	if err := microvm.AvailableImages(); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	if _, err := os.Stat(ocitest.Busybox); err != nil {
-		need.Missingf(t, "busybox-static missing (apt-get install -y busybox-static): %v", err)
-	}
-	agent := filepath.Join(t.TempDir(), "vk-agent")
-	build := osexec.Command("go", "build", "-o", agent, "github.com/vk-ci/vk/cmd/vk-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build vk-agent: %v\n%s", err, out)
-	}
+	agent := microvmtest.Agent(t)
 	reg := registrytest.New(t)
 	pushTestImage(t, reg.Addr, "test/vm", "v1", testRootfsLayer(t, ocitest.File{Name: "etc/vk-marker", Body: "inside-the-image\n"}))
 	state := t.TempDir()

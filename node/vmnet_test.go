@@ -4,9 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	osexec "os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,11 +11,10 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
-	"github.com/vk-ci/vk/internal/need"
+	"github.com/vk-ci/vk/internal/microvmtest"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/internal/testlog"
-	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/node/regproxy"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
@@ -175,18 +171,7 @@ func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
 //
 // spec: XFER-18, XFER-22, XFER-23
 func TestGuestPullsThroughRegistryVK(t *testing.T) {
-	if err := microvm.Available("", ""); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	if _, err := os.Stat(ocitest.Busybox); err != nil {
-		need.Missingf(t, "busybox-static missing (apt-get install -y busybox-static): %v", err)
-	}
-	agent := filepath.Join(t.TempDir(), "vk-agent")
-	build := osexec.Command("go", "build", "-o", agent, "github.com/vk-ci/vk/cmd/vk-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build vk-agent: %v\n%s", err, out)
-	}
+	agent := microvmtest.Agent(t)
 	reg := registrytest.New(t)
 	const repo = "ci-cache/gitlab.example.com/12"
 	pushTestImage(t, reg.Addr, repo, "v1", testRootfsLayer(t, ocitest.File{Name: "etc/vk-marker", Body: "x\n"}))

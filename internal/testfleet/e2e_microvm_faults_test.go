@@ -12,6 +12,7 @@ import (
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/gitlabfake"
+	"github.com/vk-ci/vk/internal/microvmtest"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/node"
 	"github.com/vk-ci/vk/node/exec/microvm"
@@ -84,7 +85,7 @@ func startedOrEnded(t *testing.T, ctx context.Context, tn *testfleet.Tenant, id 
 // spec: FAIL-03, FAIL-08, FAIL-09
 func TestMicroVMFaults(t *testing.T) {
 	needBinaries(t, testfleet.RegistryBinary) // a microvm node pulls images from the fleet's registry
-	agent := microvmAgent(t)
+	agent := microvmtest.Agent(t)
 	f := newFleet(t, testfleet.Options{Nodes: []testfleet.NodeSpec{{Executor: node.BackendMicroVM}},
 		Node: func(_ int, c *node.Config) {
 			c.Executor.MicroVM = node.MicroVMConfig{Accel: microvm.AccelTCG, Agent: agent, BootTimeoutSecs: 600}

@@ -2,14 +2,13 @@ package testfleet_test
 
 import (
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
-	"github.com/vk-ci/vk/internal/need"
+	"github.com/vk-ci/vk/internal/microvmtest"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/node"
@@ -34,7 +33,7 @@ import (
 // spec: STAGE-04, STAGE-08, XFER-24
 func TestMicroVMPipeline(t *testing.T) {
 	needBinaries(t, testfleet.RegistryBinary)
-	agent := microvmAgent(t)
+	agent := microvmtest.Agent(t)
 	f := newFleet(t, testfleet.Options{Caches: true, Nodes: []testfleet.NodeSpec{{Executor: node.BackendMicroVM}},
 		Node: func(_ int, c *node.Config) {
 			c.Executor.MicroVM = node.MicroVMConfig{Accel: microvm.AccelTCG, Agent: agent, BootTimeoutSecs: 300, DiskMiB: 128}
@@ -100,27 +99,4 @@ func TestMicroVMPipeline(t *testing.T) {
 	if strings.Join(names, " ") != "disks initrd.cpio" {
 		t.Errorf("the node's microvm directory after the jobs: %v, want the disks and the initramfs", names)
 	}
-}
-
-// microvmAgent skips (fails under CI) without what a microvm node needs
-// here — QEMU, a guest kernel, mkfs.ext4, qemu-img, busybox-static — and
-// returns a freshly built static vk-agent.
-func microvmAgent(t *testing.T) string {
-	t.Helper()
-	if err := microvm.Available("", ""); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	if err := microvm.AvailableImages(); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	if _, err := os.Stat(ocitest.Busybox); err != nil {
-		need.Missingf(t, "busybox-static missing (apt-get install -y busybox-static): %v", err)
-	}
-	agent := filepath.Join(t.TempDir(), "vk-agent")
-	build := osexec.Command("go", "build", "-o", agent, "github.com/vk-ci/vk/cmd/vk-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build vk-agent: %v\n%s", err, out)
-	}
-	return agent
 }
