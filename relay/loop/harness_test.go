@@ -134,13 +134,20 @@ func (e *env) release(name string) {
 
 func (e *env) manager(limit, concurrent int) *Manager {
 	e.t.Helper()
+	return e.managerVia(e.hub, limit, concurrent)
+}
+
+// managerVia is [env.manager] with the manager's hub calls going through
+// hub (a wrapper around e.hub that answers some of them itself).
+func (e *env) managerVia(hub Hub, limit, concurrent int) *Manager {
+	e.t.Helper()
 	gc, err := gitlab.New(gitlab.Config{URL: e.gl.URL(), Logger: testlog.New(e.t)})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	tok := e.gl.RunnerToken()
 	m, err := New(Config{
-		Hub: e.hub, Retrier: e.hub.Client().Retrier(), GitLab: gc, SystemID: "s_0123456789ab", HubURL: e.enrol.HubURL,
+		Hub: hub, Retrier: e.hub.Client().Retrier(), GitLab: gc, SystemID: "s_0123456789ab", HubURL: e.enrol.HubURL,
 		Runners: []Runner{{Name: "r1", Token: tok, Limit: limit, Store: e.store, Placement: testPlacement,
 			Translate: translate.Runner{ServerURL: e.gl.URL(), RunnerID: 1, ShortToken: gitlab.ShortToken(tok)}}},
 		Concurrent: concurrent, Gate: e.gate, Clock: e.clk, Log: testlog.New(e.t),
@@ -295,6 +302,20 @@ func tail(b []byte) string {
 }
 
 // settled waits until the relay settled hub job id.
+// oneJobSucceeds runs a one-job pipeline through m until GitLab has the
+// job succeeded and the hub has it settled, and returns the hub's job ID.
+func (e *env) oneJobSucceeds(m *Manager) string {
+	e.t.Helper()
+	glID := e.pipeline([]string{"true"})
+	e.gate.Set(true)
+	stop := e.run(m)
+	id := e.hub.OnlyJob(e.t)
+	e.waitGitLab(glID, "success", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateSuccess })
+	e.settled(id)
+	stop(false)
+	return id
+}
+
 func (e *env) settled(id string) {
 	e.t.Helper()
 	e.hub.WaitFor(e.t, "settle of "+id, func() bool { return e.hub.Settled[id] > 0 })

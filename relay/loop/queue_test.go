@@ -9,10 +9,7 @@ import (
 
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/realhub"
-	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/client"
-	"github.com/vk-ci/vk/relay/gitlab"
-	"github.com/vk-ci/vk/relay/translate"
 )
 
 // oldHub is a hub that predates gitlab_queue: it decodes submissions
@@ -50,28 +47,7 @@ func (h *oldHub) SubmitJob(ctx context.Context, sub client.JobSubmission) (clien
 func TestSubmitWithoutQueueToAnOldHub(t *testing.T) {
 	e := newEnv(t, envOptions{gitlab: gitlabfake.Options{}})
 	old := &oldHub{Tap: e.hub}
-	gc, err := gitlab.New(gitlab.Config{URL: e.gl.URL(), Logger: testlog.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := e.gl.RunnerToken()
-	m, err := New(Config{
-		Hub: old, Retrier: e.hub.Client().Retrier(), GitLab: gc, SystemID: "s_0123456789ab", HubURL: e.enrol.HubURL,
-		Runners: []Runner{{Name: "r1", Token: tok, Store: e.store, Placement: testPlacement,
-			Translate: translate.Runner{ServerURL: e.gl.URL(), RunnerID: 1, ShortToken: gitlab.ShortToken(tok)}}},
-		Concurrent: 10, Gate: e.gate, Clock: e.clk, Log: testlog.New(t), OnChange: e.onChange,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.use(m, 0, 10)
-	glID := e.pipeline([]string{"true"})
-	e.gate.Set(true)
-	stop := e.run(m)
-	id := e.hub.OnlyJob(t)
-	e.waitGitLab(glID, "success", func(ji gitlabfake.JobInfo) bool { return ji.State == gitlabfake.StateSuccess })
-	e.settled(id)
-	stop(false)
+	id := e.oneJobSucceeds(e.managerVia(old, 0, 10))
 	if n := old.refused.Load(); n != 1 {
 		t.Errorf("the old hub refused %d submissions, want 1 (the one with gitlab_queue)", n)
 	}
