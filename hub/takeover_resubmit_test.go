@@ -24,24 +24,7 @@ func TestTakeoverRepeatedSubmissionFindsUndecidedJob(t *testing.T) {
 	srv := pgtest.Start(t)
 	dsn := srv.NewSchema(t)
 	schema := dsn[strings.LastIndex(dsn, "search_path=")+len("search_path="):]
-	a := startHA(t, haConfig(t, "hub-a", dsn, 1500))
-	waitLeading(t, a, 10*time.Second)
-	b := startHA(t, haConfig(t, "hub-b", dsn, 1500))
-	p := newHAPeers(t, a.Store())
-	na, nb := p.nodeOn(a), p.nodeOn(b)
-	nextOf[dispatch.Settings](t, na)
-	for _, nd := range []*wsPeer{na, nb} {
-		nd.node(haReport)
-		nd.node(dispatch.Held{})
-	}
-	p.relayOn(a)
-	ha := p.at(a)
-	tk := reserve(t, ha)
-	off := nextOf[dispatch.Offer](t, na)
-	na.node(dispatch.OfferReply{Reservation: off.Reservation, Reply: dispatch.ReplyAccepted, LeaseSecs: 90})
-	var g client.ReservationGrant
-	ha.want(http.StatusCreated, &g, "GET", "/v1/reservations/tickets/"+tk.Ticket+"?wait=30", nil)
-	ha.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/claim", nil)
+	a, b, p, na, nb, ha, g := claimedOnLeader(t, dsn)
 	ha.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/outcome", client.OutcomeRequest{Admission: g.Admission, Outcome: client.OutcomeJob})
 	sub := client.JobSubmission{Runner: "r1", Admission: g.Admission, Reservation: g.Reservation, RequestID: client.NewRequestID(),
 		Placement: testPlacement, PlaceWithinSecs: 300, Spec: testSpec(4343)}

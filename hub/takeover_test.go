@@ -22,24 +22,7 @@ import (
 func TestTakeoverAdoptsHeldStart(t *testing.T) {
 	srv := pgtest.Start(t)
 	dsn := srv.NewSchema(t)
-	a := startHA(t, haConfig(t, "hub-a", dsn, 1500))
-	waitLeading(t, a, 10*time.Second)
-	b := startHA(t, haConfig(t, "hub-b", dsn, 1500))
-	p := newHAPeers(t, a.Store())
-	na, nb := p.nodeOn(a), p.nodeOn(b)
-	nextOf[dispatch.Settings](t, na)
-	for _, nd := range []*wsPeer{na, nb} {
-		nd.node(haReport)
-		nd.node(dispatch.Held{})
-	}
-	p.relayOn(a)
-	ha := p.at(a)
-	tk := reserve(t, ha)
-	off := nextOf[dispatch.Offer](t, na)
-	na.node(dispatch.OfferReply{Reservation: off.Reservation, Reply: dispatch.ReplyAccepted, LeaseSecs: 90})
-	var g client.ReservationGrant
-	ha.want(http.StatusCreated, &g, "GET", "/v1/reservations/tickets/"+tk.Ticket+"?wait=30", nil)
-	ha.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/claim", nil)
+	a, b, p, na, nb, ha, g := claimedOnLeader(t, dsn)
 	v := ha.submitOn(g, 4242)
 	st := nextOf[dispatch.Start](t, na)
 	if st.Job != v.ID {
@@ -67,4 +50,30 @@ func TestTakeoverAdoptsHeldStart(t *testing.T) {
 	if e := b.Epoch(); got.Revision>>epochShift != e || got.Revision <= v.Revision {
 		t.Fatalf("after the takeover the job's revision is %#x (was %#x), want one in epoch %d", got.Revision, v.Revision, e)
 	}
+}
+
+// claimedOnLeader starts two hub instances on the schema dsn names, a
+// leading and b its standby, with one node dialing each (both reporting,
+// empty helds) and a relay on a, and has the relay reserve room, the
+// node on a accept the offer and the relay claim the grant.
+func claimedOnLeader(t *testing.T, dsn string) (a, b *Server, p *haPeers, na, nb *wsPeer, ha *harness, g client.ReservationGrant) {
+	t.Helper()
+	a = startHA(t, haConfig(t, "hub-a", dsn, 1500))
+	waitLeading(t, a, 10*time.Second)
+	b = startHA(t, haConfig(t, "hub-b", dsn, 1500))
+	p = newHAPeers(t, a.Store())
+	na, nb = p.nodeOn(a), p.nodeOn(b)
+	nextOf[dispatch.Settings](t, na)
+	for _, nd := range []*wsPeer{na, nb} {
+		nd.node(haReport)
+		nd.node(dispatch.Held{})
+	}
+	p.relayOn(a)
+	ha = p.at(a)
+	tk := reserve(t, ha)
+	off := nextOf[dispatch.Offer](t, na)
+	na.node(dispatch.OfferReply{Reservation: off.Reservation, Reply: dispatch.ReplyAccepted, LeaseSecs: 90})
+	ha.want(http.StatusCreated, &g, "GET", "/v1/reservations/tickets/"+tk.Ticket+"?wait=30", nil)
+	ha.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/claim", nil)
+	return a, b, p, na, nb, ha, g
 }
