@@ -160,19 +160,7 @@ func (sv *service) start(baseEnv []string) error {
 	if dir == "" {
 		dir = "/"
 	}
-	for _, p := range s.Ports {
-		if p.Number > 0 && p.Number < 65536 {
-			sv.ports = append(sv.ports, p.Number)
-		}
-	}
-	if len(sv.ports) == 0 {
-		for _, p := range cfg.ExposedPorts {
-			num, proto, _ := strings.Cut(p, "/")
-			if n, err := strconv.Atoi(num); err == nil && (proto == "" || proto == "tcp") && n > 0 && n < 65536 {
-				sv.ports = append(sv.ports, n)
-			}
-		}
-	}
+	sv.ports = oci.ServicePorts(s.Ports, cfg.ExposedPorts)
 	logf, err := os.Create(sv.logPath)
 	if err != nil {
 		return err

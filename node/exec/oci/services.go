@@ -75,19 +75,7 @@ func (j *Job) startService(i int, s job.Image, img *imagestore.Image, baseEnv []
 		return err
 	}
 	sv := &service{name: s.Name, cid: cid, logPath: filepath.Join(dir, "service.log"), done: make(chan struct{})}
-	for _, p := range s.Ports {
-		if p.Number > 0 && p.Number < 65536 {
-			sv.ports = append(sv.ports, p.Number)
-		}
-	}
-	if len(sv.ports) == 0 {
-		for _, p := range img.Config.ExposedPorts {
-			num, proto, _ := strings.Cut(p, "/")
-			if n, err := strconv.Atoi(num); err == nil && (proto == "" || proto == "tcp") && n > 0 && n < 65536 {
-				sv.ports = append(sv.ports, n)
-			}
-		}
-	}
+	sv.ports = ServicePorts(s.Ports, img.Config.ExposedPorts)
 	logf, err := os.Create(sv.logPath)
 	if err != nil {
 		return err
@@ -253,4 +241,27 @@ func (j *Job) ServiceFailures() []string {
 		}
 	}
 	return out
+}
+
+// ServicePorts are the TCP ports a service is health-checked on, as
+// gitlab-runner's docker executor picks them: the ports the job declares
+// for it, else the ones its image exposes over TCP ("5432/tcp" or a bare
+// "5432"); numbers outside 1..65535 are left out.
+func ServicePorts(declared []job.Port, exposed []string) []int {
+	var ports []int
+	for _, p := range declared {
+		if p.Number > 0 && p.Number < 65536 {
+			ports = append(ports, p.Number)
+		}
+	}
+	if len(ports) > 0 {
+		return ports
+	}
+	for _, p := range exposed {
+		num, proto, _ := strings.Cut(p, "/")
+		if n, err := strconv.Atoi(num); err == nil && (proto == "" || proto == "tcp") && n > 0 && n < 65536 {
+			ports = append(ports, n)
+		}
+	}
+	return ports
 }
