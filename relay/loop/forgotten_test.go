@@ -22,6 +22,12 @@ type forgetfulHub struct {
 
 func (h *forgetfulHub) SubmitJob(ctx context.Context, sub client.JobSubmission) (client.JobView, error) {
 	if sub.Admission != "" && h.refused.CompareAndSwap(0, 1) {
+		// as the new leader, the hub holds neither the admission nor its
+		// room: release it, or the job submitted again waits behind the
+		// room the forgotten admission still holds on the test's node
+		if err := h.Tap.Release(ctx, sub.Reservation); err != nil {
+			return client.JobView{}, err
+		}
 		return client.JobView{}, &client.StatusError{Status: http.StatusNotFound,
 			Body: client.Error{Code: client.CodeNotFound, Error: "no such admission"}}
 	}
