@@ -243,14 +243,7 @@ func (s *haSoak) faults(rng *rand.Rand, deadline time.Time) <-chan struct{} {
 //
 // spec: BS-10, BS-11, BS-12, BS-13, BS-16, DECISIONS 16
 func TestHASoak(t *testing.T) {
-	if *soak == 0 {
-		t.Skip("soak runs only with -soak=<duration>, e.g. go test ./internal/testfleet -run HASoak -soak=5m")
-	}
-	seed := *soakSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("HA soak: %v, seed %d (-soak.seed=%d to replay the schedule)", *soak, seed, seed)
+	seed := soakSchedule(t, "HA soak", "HASoak -soak=5m")
 	rng := rand.New(rand.NewPCG(seed, 0))
 	bin := buildHub(t)
 	pg := pgtest.Start(t)

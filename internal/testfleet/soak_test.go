@@ -30,6 +30,23 @@ type soakJob struct {
 	id   int64
 }
 
+// soakSchedule skips t unless -soak is set and returns the seed of its
+// random schedule: -soak.seed, or the clock when unset, logged so that a
+// failing run can be replayed. name is the report's name, example the
+// -run pattern and flags the skip message suggests.
+func soakSchedule(t *testing.T, name, example string) uint64 {
+	t.Helper()
+	if *soak == 0 {
+		t.Skip("soak runs only with -soak=<duration>, e.g. go test ./internal/testfleet -run " + example)
+	}
+	seed := *soakSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("%s: %v, seed %d (-soak.seed=%d to replay the schedule)", name, *soak, seed, seed)
+	return seed
+}
+
 // TestSoak runs pipelines on a two-node, two-tenant fleet for -soak while
 // injecting random faults: hub kill and restart, relay kill and restart,
 // node kill and restart, node session cuts and partitions shorter than
@@ -45,15 +62,7 @@ type soakJob struct {
 //
 // spec: FAIL-08, FAIL-17, FAIL-18, FAIL-19, RELAY-09, API-39, NODE-06
 func TestSoak(t *testing.T) {
-	if *soak == 0 {
-		t.Skip("soak runs only with -soak=<duration>, e.g. go test ./internal/testfleet -run Soak -soak=2m")
-	}
-	seed := *soakSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("soak: %v, seed %d (-soak.seed=%d to replay the fault schedule)", *soak, seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng := rand.New(rand.NewPCG(soakSchedule(t, "soak", "Soak -soak=2m"), 0))
 	f := newFleet(t, testfleet.Options{
 		Nodes:        []testfleet.NodeSpec{{MaxConcurrency: 3}, {MaxConcurrency: 3}},
 		Tenants:      []testfleet.TenantSpec{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}},
