@@ -17,12 +17,19 @@ import (
 type authLog struct {
 	mu    sync.Mutex
 	auths []string
+	// answer, when set, answers every request instead (after it is
+	// recorded).
+	answer http.HandlerFunc
 }
 
 func (l *authLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	l.auths = append(l.auths, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
 	l.mu.Unlock()
+	if l.answer != nil {
+		l.answer(w, r)
+		return
+	}
 	if r.Header.Get("Authorization") == "" {
 		w.Header().Set("WWW-Authenticate", `Basic realm="vk-test"`)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,25 +19,11 @@ import (
 	"github.com/vk-ci/vk/proto/job"
 )
 
-// seenAuth is a registry stand-in recording the Authorization of every
-// request that reaches it.
-type seenAuth struct {
-	mu    sync.Mutex
-	auths []string
-}
-
-func (s *seenAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	s.auths = append(s.auths, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
-	s.mu.Unlock()
+// manifestAnswer answers every request with a minimal OCI manifest, as a
+// registry stand-in that takes whatever credential it is sent.
+func manifestAnswer(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
 	io.WriteString(w, `{"schemaVersion":2}`)
-}
-
-func (s *seenAuth) seen() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.auths)
 }
 
 // vmnetAgent is an agent with cfg's [registry] and [executor.microvm]
@@ -109,7 +94,7 @@ func TestMicroVMSpecNetMode(t *testing.T) {
 func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
 	for _, mode := range []string{GuestCredentialJob, GuestCredentialNode} {
 		t.Run(mode, func(t *testing.T) {
-			up := &seenAuth{}
+			up := &authLog{answer: manifestAnswer}
 			srv := httptest.NewServer(up)
 			defer srv.Close()
 			b, clk := vmnetAgent(t, RegistryConfig{URL: srv.URL, Username: "vk-node", Password: Secret("node-password"),
@@ -122,10 +107,10 @@ func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
 				t.Fatalf("pull with a token: %d %s", code, body)
 			}
 			want := []string{"GET /v2/" + repo + "/manifests/latest Bearer job-token"}
-			if got := up.seen(); !slices.Equal(got, want) {
+			if got := up.requests(); !slices.Equal(got, want) {
 				t.Errorf("the registry saw %q, want %q", got, want)
 			}
-			for _, a := range up.seen() {
+			for _, a := range up.requests() {
 				if strings.Contains(a, "Basic") || strings.Contains(a, "guest-made-up") {
 					t.Errorf("a forwarded request carried another credential: %q", a)
 				}
@@ -152,8 +137,8 @@ func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
 					t.Errorf("%s: namespaces %v, want none", name, spec.RegistryNamespaces)
 				}
 			}
-			if n := len(up.seen()); n != 1 {
-				t.Errorf("the registry saw %d requests, want only the first pull's: %q", n, up.seen())
+			if n := len(up.requests()); n != 1 {
+				t.Errorf("the registry saw %d requests, want only the first pull's: %q", n, up.requests())
 			}
 		})
 	}
