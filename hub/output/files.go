@@ -2,8 +2,11 @@ package output
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 )
 
 // DefaultMaxOpen is how many jobs' output files a [Dir] keeps open at
@@ -19,10 +22,10 @@ const DefaultMaxOpen = 256
 // afterwards, as every operation did before. Keeping a file open changes
 // nothing on disk: each Append still fsyncs before it returns.
 
-// fileLocked returns the job's data file (read-write), opening it unless
-// it is kept open already; with create, a missing file is created
-// (created then reports it). The caller holds j.mu and hands the file
-// back with releaseLocked.
+// fileLocked returns the job's data file (read-write, or read-only once
+// complete), opening it unless it is kept open already; with create, a
+// missing file is created (created then reports it). The caller holds
+// j.mu and hands the file back with releaseLocked.
 func (d *Dir) fileLocked(job string, j *jobOut, create bool) (f *os.File, created bool, err error) {
 	if j.f != nil {
 		d.mu.Lock()
@@ -33,9 +36,14 @@ func (d *Dir) fileLocked(job string, j *jobOut, create bool) (f *os.File, create
 		return j.f, false, nil
 	}
 	path := d.dataPath(job)
-	f, err = os.OpenFile(path, os.O_RDWR, 0)
+	flag := os.O_RDWR
+	if j.complete {
+		// Read-only on disk (its mark); nothing writes to it any more.
+		flag = os.O_RDONLY
+	}
+	f, err = os.OpenFile(path, flag, 0)
 	if create && errors.Is(err, fs.ErrNotExist) {
-		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, modeRunning)
 		created = true
 	}
 	if err != nil {
@@ -128,4 +136,54 @@ func (d *Dir) NumOpen() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.open.Len()
+}
+
+// The format before issue 22 marked a complete output with a second,
+// empty file, <job>.done, beside <job>.out.
+const oldDoneSuffix = ".done"
+
+// convertOldMarks turns each <job>.done left by an older hub into the
+// read-only mode of <job>.out (creating an empty one for a job without
+// output), then removes the .done files, so a hub upgraded in place serves
+// its old jobs' output as complete. Each .out is marked and fsynced
+// before its .done goes, and the directory is fsynced after the removals:
+// a crash part way leaves marks that a second pass converts again.
+func convertOldMarks(dir string, dirf *os.File) error {
+	names, err := dirf.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	removed := false
+	for _, name := range names {
+		job, ok := strings.CutSuffix(name, oldDoneSuffix)
+		if !ok || !ValidJob(job) {
+			continue
+		}
+		if err := markSynced(filepath.Join(dir, job+".out")); err != nil {
+			return fmt.Errorf("converting %s: %w", name, err)
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		removed = true
+	}
+	if removed {
+		return dirf.Sync()
+	}
+	return nil
+}
+
+// markSynced makes the data file at path read-only, creating it empty if
+// missing, and fsyncs it; a file it creates is durable with its caller's
+// directory fsync.
+func markSynced(path string) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, modeComplete)
+	if err != nil {
+		return err
+	}
+	err = f.Chmod(modeComplete)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }

@@ -11,11 +11,15 @@
 //
 // # Files
 //
-// Per job, <dir>/<job>.out holds the output bytes and nothing else, and an
-// empty <dir>/<job>.done marks the output complete. Job IDs are restricted
-// to [A-Za-z0-9._-] (not starting with a dot), at most 128 bytes, so they
-// are safe file names ([ErrBadJob] otherwise). A job's .out file stays
-// open between its operations, a bounded number of them at once
+// Per job, <dir>/<job>.out holds the output bytes and nothing else; the
+// file's mode marks the output complete: it is created 0600 and made
+// read-only (0400) by MarkComplete. One file per job, so a job's output
+// costs one file creation in the directory (at its first chunk), not two
+// (a second, empty <job>.done marked completion until issue 22; [Open]
+// converts such marks left by an older hub and removes them). Job IDs are
+// restricted to [A-Za-z0-9._-] (not starting with a dot), at most 128
+// bytes, so they are safe file names ([ErrBadJob] otherwise). A job's .out
+// file stays open between its operations, a bounded number of them at once
 // ([DefaultMaxOpen]), closed at Drop and Close.
 //
 // # Durability and crash recovery
@@ -33,6 +37,18 @@
 // after a crash, which ext4 (data=ordered, the default) and XFS guarantee;
 // it saves a second fsync per chunk. A failed write or fsync truncates the
 // file back to the last good length before Append returns its error.
+//
+// Completion and removal are not synced on their own: the hub's job
+// record is what says a job finished or was settled, and it is written
+// durably beside them. [Dir.MarkComplete] changes the file's mode, which
+// reaches the disk with the file system's next journal commit; a crash
+// before that leaves the output readable as incomplete, and the hub, on
+// restoring a finished job's record, marks its output complete again
+// (hub/driver_store.go, restoreJob). [Dir.Drop] unlinks the file without
+// fsyncing the directory (the settled record already says the output is
+// gone); the unlink becomes durable with the next directory fsync (the
+// next job's first chunk, or Close). A crash before that can leave a
+// settled job's file behind, which nothing reads again.
 //
 // # Waiting
 //
@@ -147,7 +163,9 @@ type jobOut struct {
 var _ Store = (*Dir)(nil)
 
 // Open returns a Dir over dir, creating it with mode 0700. Existing
-// outputs are recovered lazily, on first use of each job. log may be nil.
+// outputs are recovered lazily, on first use of each job; completion
+// marks of the format before issue 22 are converted at once (see the
+// package doc, Files). log may be nil.
 func Open(dir string, log *slog.Logger) (*Dir, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("output: %w", err)
@@ -157,6 +175,10 @@ func Open(dir string, log *slog.Logger) (*Dir, error) {
 	}
 	dirf, err := os.Open(dir)
 	if err != nil {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	if err := convertOldMarks(dir, dirf); err != nil {
+		dirf.Close()
 		return nil, fmt.Errorf("output: %w", err)
 	}
 	return &Dir{dir: dir, dirf: dirf, log: log, done: make(chan struct{}), jobs: map[string]*jobOut{}, maxOpen: DefaultMaxOpen}, nil
@@ -176,8 +198,17 @@ func ValidJob(id string) bool {
 	return true
 }
 
+// Complete outputs' mode: read-only for the owner. A data file whose
+// owner may not write it is complete (see the package doc, Files).
+const (
+	modeRunning  fs.FileMode = 0o600
+	modeComplete fs.FileMode = 0o400
+)
+
+// isComplete reports whether a data file's mode marks it complete.
+func isComplete(m fs.FileMode) bool { return m.Perm()&0o200 == 0 }
+
 func (d *Dir) dataPath(job string) string { return filepath.Join(d.dir, job+".out") }
-func (d *Dir) donePath(job string) string { return filepath.Join(d.dir, job+".done") }
 
 // acquire returns the job's state, loaded and locked; the caller unlocks.
 func (d *Dir) acquire(ctx context.Context, job string) (*jobOut, error) {
@@ -214,23 +245,15 @@ func (d *Dir) acquire(ctx context.Context, job string) (*jobOut, error) {
 	}
 }
 
-// loadLocked recovers a job's length and completeness from disk.
+// loadLocked recovers a job's length and completeness from disk: one
+// stat of its data file.
 func (d *Dir) loadLocked(job string, j *jobOut) error {
 	fi, err := os.Stat(d.dataPath(job))
 	switch {
 	case err == nil:
-		j.length = fi.Size()
+		j.length, j.complete = fi.Size(), isComplete(fi.Mode())
 	case errors.Is(err, fs.ErrNotExist):
-		j.length = 0
-	default:
-		return fmt.Errorf("output: %w", err)
-	}
-	_, err = os.Stat(d.donePath(job))
-	switch {
-	case err == nil:
-		j.complete = true
-	case errors.Is(err, fs.ErrNotExist):
-		j.complete = false
+		j.length, j.complete = 0, false
 	default:
 		return fmt.Errorf("output: %w", err)
 	}
@@ -356,7 +379,11 @@ func (d *Dir) ReadAt(ctx context.Context, job string, offset int64, max int) (Ch
 	return c, nil
 }
 
-// MarkComplete implements [Store.MarkComplete].
+// MarkComplete implements [Store.MarkComplete]: it makes the job's data
+// file read-only (creating it, empty, for a job without output). It
+// fsyncs nothing: see the package doc (Durability and crash recovery) for
+// why the hub's job record covers a crash before the mode reaches the
+// disk.
 func (d *Dir) MarkComplete(ctx context.Context, job string) error {
 	j, err := d.acquire(ctx, job)
 	if err != nil {
@@ -366,19 +393,30 @@ func (d *Dir) MarkComplete(ctx context.Context, job string) error {
 	if j.complete {
 		return nil
 	}
-	f, err := os.OpenFile(d.donePath(job), os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
+	if err := d.markLocked(job, j); err != nil {
 		return fmt.Errorf("output: mark %s complete: %w", job, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("output: mark %s complete: %w", job, err)
-	}
-	if err := d.syncDir(); err != nil {
-		return fmt.Errorf("output: sync directory: %w", err)
 	}
 	j.complete = true
 	j.notifyLocked()
 	return nil
+}
+
+// markLocked makes the job's data file read-only, through its kept
+// descriptor if it has one.
+func (d *Dir) markLocked(job string, j *jobOut) error {
+	if j.f != nil {
+		return j.f.Chmod(modeComplete)
+	}
+	path := d.dataPath(job)
+	err := os.Chmod(path, modeComplete)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, modeComplete)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // Len implements [Store.Len].
@@ -421,13 +459,10 @@ func (d *Dir) Drop(ctx context.Context, job string) error {
 	}
 	defer j.mu.Unlock()
 	d.forgetLocked(j)
-	for _, p := range []string{d.dataPath(job), d.donePath(job)} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("output: drop %s: %w", job, err)
-		}
-	}
-	if err := d.syncDir(); err != nil {
-		return fmt.Errorf("output: sync directory: %w", err)
+	// No directory fsync: the settled record says the output is gone (see
+	// the package doc).
+	if err := os.Remove(d.dataPath(job)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("output: drop %s: %w", job, err)
 	}
 	d.mu.Lock()
 	if d.jobs[job] == j {
@@ -448,6 +483,11 @@ func (d *Dir) Close() error {
 	}
 	d.mu.Unlock()
 	d.closeFiles()
-	d.dirf.Close() // a second Close's error (already closed) is no error
+	// Make the drops since the last directory fsync durable; a second
+	// Close finds the directory closed, which is no error.
+	if err := d.dirf.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+		d.log.Warn("output: sync directory at close", logkey.Err, err)
+	}
+	d.dirf.Close()
 	return nil
 }
