@@ -2,17 +2,23 @@ package reqsign
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
 )
 
 // connSeq is what a verifier remembers of one connection: the largest
-// sequence number it accepted there.
+// sequence number it accepted there, and the connection's exporter value
+// (a function of its TLS secrets only, so the same for every request on
+// it; [ConnExporter]).
 type connSeq struct {
 	mu   sync.Mutex
 	used bool   // a request was accepted on the connection
 	last uint64 // the largest sequence number accepted, while used
+
+	ekmState *tls.ConnectionState // the state ekm was exported from; guarded by mu
+	ekm      []byte               // guarded by mu
 }
 
 type connSeqKey struct{}
@@ -51,4 +57,31 @@ func CheckSeq(ctx context.Context, seq uint64) error {
 	}
 	cs.used, cs.last = true, seq
 	return nil
+}
+
+// ConnExporter is [Exporter] for a request whose context came from
+// [TrackConn]: it derives the connection's exporter value once and hands
+// the same bytes to every later request on that connection, which must
+// not modify them. What it remembers is the connection's key material,
+// not any verdict: every request's signature is still verified, against
+// this value, on its own (AUTH-14). The value is reused only for the very
+// connection state it came from (the *tls.ConnectionState that net/http
+// hands every request of one connection); for another state, or a
+// context without a record, it derives the value afresh.
+func ConnExporter(ctx context.Context, cs *tls.ConnectionState) ([]byte, error) {
+	rec, ok := ctx.Value(connSeqKey{}).(*connSeq)
+	if !ok || cs == nil {
+		return Exporter(cs)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.ekmState == cs {
+		return rec.ekm, nil
+	}
+	ekm, err := Exporter(cs)
+	if err != nil {
+		return nil, err
+	}
+	rec.ekmState, rec.ekm = cs, ekm
+	return ekm, nil
 }

@@ -49,7 +49,7 @@ func VerifyRequest(r *http.Request, body []byte, lookup KeyLookup, now time.Time
 	if err != nil {
 		return "", err
 	}
-	ekm, err := Exporter(r.TLS)
+	ekm, err := ConnExporter(r.Context(), r.TLS)
 	if err != nil {
 		return "", err
 	}

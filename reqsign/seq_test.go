@@ -1,8 +1,10 @@
 package reqsign
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"net/http"
 	"testing"
@@ -107,5 +109,41 @@ func TestCheckSeq(t *testing.T) {
 	_ = CheckSeq(ctx, 2)
 	if err := CheckSeq(ctx, 4); err != nil {
 		t.Fatalf("4 after 3: %v", err)
+	}
+}
+
+// spec: AUTH-14
+// ConnExporter hands out a connection's own exporter value only: over
+// real TLS connections, the value remembered in one connection's record
+// is that connection's (equal to Exporter's, on the client's side too),
+// another connection state given the same record gets its own value, not
+// the remembered one, and a context without a record derives it afresh.
+// (That a signature still verifies on its own connection only, with the
+// hub's verifier remembering exporters, is TestKeptAliveSignatureOtherConnection
+// and TestInStreamReplay: VerifyRequest uses ConnExporter.)
+func TestConnExporterOwnConnectionOnly(t *testing.T) {
+	s := newSignedServer(t, nil, t0)
+	a, b := s.keep(t, s.client), s.keep(t, s.client)
+	if bytes.Equal(a.ekm, b.ekm) {
+		t.Fatal("two connections share an exporter value: the test proves nothing")
+	}
+	ctx := TrackConn(context.Background())
+	for i, tc := range []struct {
+		cs   *tls.ConnectionState
+		want []byte
+	}{{&a.cs, a.ekm}, {&a.cs, a.ekm}, {&b.cs, b.ekm}, {&a.cs, a.ekm}} {
+		got, err := ConnExporter(ctx, tc.cs)
+		if err != nil || !bytes.Equal(got, tc.want) {
+			t.Fatalf("call %d: ConnExporter = %x, %v; want %x", i, got, err, tc.want)
+		}
+	}
+	if got, err := ConnExporter(context.Background(), &b.cs); err != nil || !bytes.Equal(got, b.ekm) {
+		t.Fatalf("without a record: %x, %v; want %x", got, err, b.ekm)
+	}
+	if _, err := ConnExporter(ctx, &tls.ConnectionState{}); !errors.Is(err, ErrNoTLS) {
+		t.Fatalf("an unfinished handshake: %v, want %v", err, ErrNoTLS)
+	}
+	if _, err := ConnExporter(ctx, nil); !errors.Is(err, ErrNoTLS) {
+		t.Fatalf("no TLS: %v, want %v", err, ErrNoTLS)
 	}
 }

@@ -299,7 +299,8 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, h handlerFunc) error
 	if err != nil {
 		return err
 	}
-	ekm, err := reqsign.Exporter(r.TLS)
+	// Derived once per connection (the signature is still checked below).
+	ekm, err := reqsign.ConnExporter(r.Context(), r.TLS)
 	if err != nil {
 		return &Error{Code: client.CodeUnauthorized, Msg: "request signature refused", Err: err}
 	}
