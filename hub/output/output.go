@@ -41,14 +41,15 @@
 // Completion and removal are not synced on their own: the hub's job
 // record is what says a job finished or was settled, and it is written
 // durably beside them. [Dir.MarkComplete] changes the file's mode, which
-// reaches the disk with the file system's next journal commit; a crash
-// before that leaves the output readable as incomplete, and the hub, on
-// restoring a finished job's record, marks its output complete again
-// (hub/driver_store.go, restoreJob). [Dir.Drop] unlinks the file without
-// fsyncing the directory (the settled record already says the output is
-// gone); the unlink becomes durable with the next directory fsync (the
-// next job's first chunk, or Close). A crash before that can leave a
-// settled job's file behind, which nothing reads again.
+// reaches the disk with the file system's own writeback of the file's
+// metadata (or a later fsync); a crash before that leaves the output
+// readable as incomplete, and the hub, on restoring a finished job's
+// record, marks its output complete again (hub/driver_store.go,
+// restoreJob). [Dir.Drop] unlinks the file without fsyncing the directory
+// (the settled record already says the output is gone); the unlink
+// becomes durable with the next directory fsync (the next job's first
+// chunk, or Close). A crash before that can leave a settled job's file
+// behind, which nothing reads again.
 //
 // # Waiting
 //
