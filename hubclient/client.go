@@ -217,7 +217,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	a, err := c.doAt(ctx, base, method, path, query, in, wait)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrProtocol) { // an instance that answered was reached
 			c.unreachable(base, n)
 		}
 		return nil, err
