@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -100,33 +101,62 @@ func (d *Driver) storeFinished(j *jobRec, bump bool) {
 // recordedOnceDurable answers the node recorded for finished job j once
 // its finished record is durable (NSESS-10): at once for a record
 // restored from the store, after writing it again when the last write
-// failed, never for a write that fails (the node repeats its result).
+// failed, never for a write that fails (the node repeats its result). A
+// write still in flight when the node asks (its held came while the
+// database was restarting) that then fails is written once more
+// (recordedRetry), or the node, told nothing, would not repeat its
+// result until its next session.
 func (d *Driver) recordedOnceDurable(n *nodeRec, j *jobRec) {
+	d.recordedWhenDurable(n, j, true)
+}
+
+func (d *Driver) recordedWhenDurable(n *nodeRec, j *jobRec, retry bool) {
 	st := j.stored
 	if st == nil {
 		d.sendTo(n, dispatch.Recorded{Job: j.rec.ID})
 		return
 	}
+	inFlight := false
 	select {
 	case <-st.done:
 		if st.err != nil {
 			d.storeFinished(j, false)
 		}
 	default:
+		inFlight = true
 	}
-	send, job, stored := n.send, j.rec.ID, j.stored
+	send, job, node, stored := n.send, j.rec.ID, n.name, j.stored
 	if send == nil {
 		return
 	}
 	go func() {
 		<-stored.done
 		if stored.err != nil {
+			if inFlight && retry {
+				ctx, cancel := context.WithTimeout(d.bg, 10*time.Second)
+				defer cancel()
+				_ = d.ask(ctx, &recordedRetry{node: node, job: job})
+			}
 			return
 		}
 		if err := send.Send(dispatch.Recorded{Job: job}); err != nil {
 			d.log.Warn("recorded not sent", logkey.JobID, job, logkey.Err, err)
 		}
 	}()
+}
+
+// recordedRetry writes a finished job's result again after the write
+// that was in flight when its node asked failed, and answers recorded
+// once it is durable (no further retry: the node repeats its result on
+// its next session).
+type recordedRetry struct{ node, job string }
+
+func (r *recordedRetry) run(d *Driver) {
+	n, j := d.nodes[r.node], d.job(r.job)
+	if n == nil || n.send == nil || j == nil || j.rec.State != store.JobFinished || j.rec.Node != r.node {
+		return
+	}
+	d.recordedWhenDurable(n, j, false)
 }
 
 // audit appends an audit log entry. Entries name IDs and redacted facts

@@ -23,16 +23,19 @@ import (
 // view read from the store as it was. Every node session up at the
 // takeover then sends its held (the router hands them over, and the new
 // epoch makes each node resync): a job a held lists is adopted as
-// running on that node, as a restored running job is. Once every one of
-// those helds came (or job_lost_after passed, after which a node that
-// never sent one is lost anyway), the jobs still undecided are
+// running on that node, as a restored running job is. The node a
+// starting job's record names is awaited too, even when its session was
+// not up at the takeover (it may have taken the old leader's start
+// meanwhile; its held comes once it connects). Once every one of those
+// helds came (or job_lost_after passed, after which a node that never
+// sent one is lost anyway), the jobs still undecided are
 // forgotten: their record and claimed admission are deleted. Their relay,
 // which keeps GitLab's job response until a node accepted the job, reads
 // 404 for the job and submits it again, under the same GitLab job, as a
 // new hub job; no node runs the old one, so it runs once.
 type limbo struct {
 	jobs     map[string]*jobRec // undecided jobs by wire ID
-	awaiting map[string]bool    // node sessions up at the takeover whose held has not come
+	awaiting map[string]bool    // nodes whose held has not come: sessions up at the takeover, and starting jobs' nodes
 	heard    bool               // the takeover's session list came
 	deadline time.Time          // forget the rest then, whatever is awaited
 }
@@ -85,9 +88,20 @@ func (d *Driver) undecided(j *jobRec) {
 func (e takeoverNodes) run(d *Driver) {
 	d.limbo.heard = true
 	d.limbo.awaiting = map[string]bool{}
-	for _, n := range e.nodes {
+	await := func(n string) {
 		if rec := d.nodes[n]; rec == nil || !rec.synced {
 			d.limbo.awaiting[n] = true
+		}
+	}
+	for _, n := range e.nodes {
+		await(n)
+	}
+	// The node a starting job was sent to may have taken the start while
+	// its session to this instance was down: wait for its held too, or the
+	// job would be forgotten and resubmitted while that node runs it.
+	for _, j := range d.limbo.jobs {
+		if j.rec.State == store.JobStarting && j.rec.Node != "" {
+			await(j.rec.Node)
 		}
 	}
 	d.settleLimbo(false)

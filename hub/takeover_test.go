@@ -77,3 +77,44 @@ func claimedOnLeader(t *testing.T, dsn string) (a, b *Server, p *haPeers, na, nb
 	ha.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/claim", nil)
 	return a, b, p, na, nb, ha, g
 }
+
+// A node whose session to the standby was down at the takeover, and
+// that took the old leader's start meanwhile, is waited for: the job
+// stays undecided (not forgotten and resubmitted while the node runs
+// it) until the node connects to the new leader and its held lists it,
+// which adopts the job as running there. Forgetting it at once was the
+// documented gap (docs/ha.md "Limits").
+//
+// spec: BS-16, BS-17, FAIL-15, NSESS-24, DECISIONS 16
+func TestTakeoverAwaitsStartedNodeNotConnected(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewSchema(t)
+	a, b, p, na, nb, ha, g := claimedOnLeader(t, dsn)
+	nb.c.CloseNow() // the node's session to the standby is down
+	v := ha.submitOn(g, 4444)
+	if st := nextOf[dispatch.Start](t, na); st.Job != v.ID {
+		t.Fatalf("start for %s, want %s", st.Job, v.ID)
+	}
+	// The node takes the start, but its answer never reaches hub-a.
+	if err := a.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitLeading(t, b, 10*time.Second)
+	p.relayOn(b)
+	var got client.JobView
+	p.at(b).want(http.StatusOK, &got, "GET", "/v1/jobs/"+v.ID, nil)
+	if got.State != client.JobStarting {
+		t.Fatalf("before the node's held the job is %s, want starting (undecided)", got.State)
+	}
+	nd := p.nodeOn(b) // the node reaches the new leader only now
+	nextOf[dispatch.Settings](t, nd)
+	nd.node(haReport)
+	nd.node(dispatch.Held{Jobs: []dispatch.HeldJob{{Job: v.ID}}})
+	if ack := nextOf[dispatch.OutputAck](t, nd); ack.Job != v.ID || ack.Offset != 0 {
+		t.Fatalf("output ack %+v, want %s at 0", ack, v.ID)
+	}
+	p.at(b).want(http.StatusOK, &got, "GET", "/v1/jobs/"+v.ID, nil)
+	if got.State != client.JobRunning || got.Node != p.node {
+		t.Fatalf("after the node's held the job is %s on %q, want running on %s", got.State, got.Node, p.node)
+	}
+}

@@ -55,6 +55,11 @@ type Config struct {
 	// HubURL is the hub's base URL, "https://host:port" (an optional path
 	// prefix is kept). Required; only https.
 	HubURL string
+	// Others are further hub instances' base URLs (optional; docs/ha.md):
+	// when the instance in use cannot be reached, the next request goes to
+	// the next of HubURL, Others... in turn, so a client whose first
+	// instance died still finds the new leader.
+	Others []string
 	// CAPEM is the hub's CA certificate(s), PEM; the only roots trusted.
 	// Required.
 	CAPEM []byte
@@ -86,8 +91,9 @@ type Config struct {
 // Client talks to one hub as one principal. Create it with [New]. Safe for
 // concurrent use.
 type Client struct {
-	base    *url.URL                // the configured hub URL
-	leader  atomic.Pointer[url.URL] // the leader a standby named; nil: base
+	bases   []*url.URL              // the configured hub URL, then the other instances configured
+	next    atomic.Int32            // the index into bases used while no leader is followed
+	leader  atomic.Pointer[url.URL] // the leader a standby named; nil: bases[next]
 	http    *http.Client
 	clk     clock.Clock
 	log     *slog.Logger
@@ -107,6 +113,14 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Principal == "" {
 		return nil, fmt.Errorf("%w: Principal missing", ErrConfig)
 	}
+	bases := []*url.URL{u}
+	for _, o := range cfg.Others {
+		ou, err := parseHubURL(o)
+		if err != nil {
+			return nil, err
+		}
+		bases = append(bases, ou)
+	}
 	tcfg, err := tlsConfig(cfg.CAPEM, cfg.ServerName)
 	if err != nil {
 		return nil, err
@@ -123,7 +137,7 @@ func New(cfg Config) (*Client, error) {
 	tr := &reqsign.Pool{Key: cfg.Key, Principal: cfg.Principal, TLSConfig: tcfg, Dialer: cfg.Dialer, Now: clk.Now,
 		MaxIdle: cfg.MaxIdleConns}
 	c := &Client{
-		base: u,
+		bases: bases,
 		http: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect would change what was signed
 		}},
@@ -191,17 +205,20 @@ type answer struct {
 // A hub instance that is a standby answers 503 unavailable naming the
 // leader (docs/ha.md): the request is sent there at once (the standby
 // did nothing with it), and later requests go there until it cannot be
-// reached, when they go back to the configured URL (whose name may
-// resolve to every instance).
+// reached. They then go back to the configured URLs (whose name may
+// resolve to every instance), and from a configured URL that cannot be
+// reached to the next one (Config.Others). A request that failed is not
+// sent again here: the caller's retry goes to the next instance.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, in any, wait time.Duration) (*answer, error) {
-	base := c.base
+	n := c.next.Load()
+	base := c.bases[n]
 	if l := c.leader.Load(); l != nil {
 		base = l
 	}
 	a, err := c.doAt(ctx, base, method, path, query, in, wait)
 	if err != nil {
-		if base != c.base && ctx.Err() == nil {
-			c.leader.CompareAndSwap(base, nil)
+		if ctx.Err() == nil && !errors.Is(err, ErrProtocol) { // an instance that answered was reached
+			c.unreachable(base, n)
 		}
 		return nil, err
 	}
@@ -211,6 +228,17 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return c.doAt(ctx, l, method, path, query, in, wait)
 	}
 	return a, nil
+}
+
+// unreachable moves later requests past base, which could not be
+// reached: from a leader followed back to the configured URL in use
+// (bases[n]), and from that to the next.
+func (c *Client) unreachable(base *url.URL, n int32) {
+	c.leader.CompareAndSwap(base, nil)
+	if len(c.bases) > 1 && c.bases[n].Host == base.Host &&
+		c.next.CompareAndSwap(n, (n+1)%int32(len(c.bases))) {
+		c.log.Info("hub instance unreachable; trying the next one", "next", c.bases[(n+1)%int32(len(c.bases))].String())
+	}
 }
 
 // standbyLeader is the leader a standby's 503 names, with the configured

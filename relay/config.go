@@ -74,6 +74,12 @@ type HubConfig struct {
 	// URL, when set, must equal the enrolled hub URL (a guard against a
 	// configuration copied between relays); "" means the enrolment's.
 	URL string `toml:"url"`
+	// URLs lists every hub instance (docs/ha.md), in the order the relay
+	// tries them: it starts with the first and moves to the next when the
+	// one in use cannot be reached, following a standby's answer to the
+	// leader. The enrolled hub URL must be one of them. Empty means the
+	// enrolled hub only; set url or urls, not both.
+	URLs []string `toml:"urls"`
 	// Allow lists what the hub may ask of this relay: "update" (OPS-04).
 	// Empty means nothing.
 	Allow []string `toml:"allow"`
@@ -157,6 +163,7 @@ func (c *Config) Validate() error {
 	if c.MetricsListen != "" && !conffile.Loopback(c.MetricsListen) {
 		bad("metrics_listen = %q: want a loopback host:port", c.MetricsListen)
 	}
+	c.validateHubURLs(bad)
 	for _, a := range c.Hub.Allow {
 		if a != client.RelayAllowUpdate {
 			bad("hub.allow: unknown %q (known: update)", a)
@@ -254,4 +261,38 @@ func (c *Config) resolveRunners() ([]string, error) {
 		}
 	}
 	return tokens, nil
+}
+
+// validateHubURLs checks [hub] urls: https base URLs, no two alike, and
+// not beside url.
+func (c *Config) validateHubURLs(bad func(string, ...any)) {
+	if c.Hub.URL != "" && len(c.Hub.URLs) > 0 {
+		bad("hub.url and hub.urls are both set: list every instance in urls (the enrolled hub among them)")
+	}
+	seen := map[string]bool{}
+	for _, s := range c.Hub.URLs {
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			bad("hub.urls: %q: want https://host[:port]", s)
+			continue
+		}
+		k := strings.TrimRight(s, "/")
+		if seen[k] {
+			bad("hub.urls: %q is listed twice", s)
+		}
+		seen[k] = true
+	}
+}
+
+// HubURLs returns the hub instances the relay uses, in order: [hub]
+// urls, or else the enrolled hub URL alone.
+func (c *Config) HubURLs(enrolled string) []string {
+	if len(c.Hub.URLs) == 0 {
+		return []string{enrolled}
+	}
+	out := make([]string, len(c.Hub.URLs))
+	for i, u := range c.Hub.URLs {
+		out[i] = strings.TrimRight(u, "/")
+	}
+	return out
 }

@@ -82,6 +82,10 @@ func TestValidate(t *testing.T) {
 		{"duplicate name", "[[runners]]\nname = \"a\"\ntoken_file = \"TOKEN\"\npool = \"p\"\nenvelope = { mem = \"1G\", cpus = 1, disk = \"1G\" }\n" +
 			"[[runners]]\nname = \"a\"\ntoken_file = \"TOKEN\"\npool = \"p\"\nenvelope = { mem = \"1G\", cpus = 1, disk = \"1G\" }\n", []string{"runners[1] (a).name"}, ErrConfig},
 		{"bad allow", "[hub]\nallow = [\"reboot\"]\n" + runnerTOML, []string{"hub.allow", "reboot"}, ErrConfig},
+		{"hub urls", "[hub]\nurls = [\"https://hub-a:8443\", \"https://hub-b:8443/\"]\n" + runnerTOML, nil, nil},
+		{"hub urls not https", "[hub]\nurls = [\"http://hub-a:8443\"]\n" + runnerTOML, []string{"hub.urls", "http://hub-a:8443", "https://host"}, ErrConfig},
+		{"hub urls twice", "[hub]\nurls = [\"https://hub-a\", \"https://hub-a/\"]\n" + runnerTOML, []string{"hub.urls", "listed twice"}, ErrConfig},
+		{"hub url and urls", "[hub]\nurl = \"https://hub-a\"\nurls = [\"https://hub-a\"]\n" + runnerTOML, []string{"hub.url and hub.urls"}, ErrConfig},
 		{"no runners", "", []string{"no [[runners]]"}, ErrConfig},
 		{"negative limit", runnerTOML + "limit = -1\n", []string{"runners[0].limit = -1"}, ErrConfig},
 		{"metrics_listen loopback", "metrics_listen = \"127.0.0.1:9102\"\n" + runnerTOML, nil, nil},

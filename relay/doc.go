@@ -20,5 +20,7 @@
 //     limit beyond concurrent; shutdown_timeout is in seconds (3600).
 //   - A verify that fails for another reason than a refusal (GitLab down)
 //     does not mark the token refused; the job requests tell.
-//   - [hub] url, when set, must equal the enrolled hub's URL.
+//   - [hub] url, when set, must equal the enrolled hub's URL; [hub] urls,
+//     when set, must list it (docs/ha.md: a relay that knows every hub
+//     instance).
 package relay

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,9 @@ func (s *Server) loadEnrolment() error {
 	if s.cfg.Hub.URL != "" && strings.TrimRight(s.cfg.Hub.URL, "/") != strings.TrimRight(enrol.HubURL, "/") {
 		return fmt.Errorf("%w: hub.url %s is not the enrolled hub %s", ErrConfig, s.cfg.Hub.URL, enrol.HubURL)
 	}
+	if urls := s.cfg.HubURLs(enrol.HubURL); !slices.Contains(urls, strings.TrimRight(enrol.HubURL, "/")) {
+		return fmt.Errorf("%w: hub.urls %v does not list the enrolled hub %s", ErrConfig, s.cfg.Hub.URLs, enrol.HubURL)
+	}
 	s.enrol = enrol
 	s.log = s.log.With(logkey.RelayID, enrol.ID)
 	s.systemID, err = state.SystemID(s.cfg.StateDir)
@@ -258,6 +262,8 @@ func (s *Server) newManager() error {
 	var retrier *hubclient.Retrier
 	if hub == nil {
 		hcfg := s.enrol.Config()
+		urls := s.cfg.HubURLs(s.enrol.HubURL)
+		hcfg.HubURL, hcfg.Others = urls[0], urls[1:]
 		hcfg.Clock, hcfg.Log = s.opt.Clock, s.log
 		hc, err := hubclient.New(hcfg)
 		if err != nil {
@@ -330,7 +336,12 @@ func (s *Server) startSession(bg context.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, err := hubsession.New(hubsession.Config{URL: sessionURL(s.enrol.HubURL), RelayID: s.enrol.ID, Key: s.enrol.Key,
+	var others []string
+	urls := s.cfg.HubURLs(s.enrol.HubURL)
+	for _, u := range urls[1:] {
+		others = append(others, sessionURL(u))
+	}
+	sess, err := hubsession.New(hubsession.Config{URL: sessionURL(urls[0]), Others: others, RelayID: s.enrol.ID, Key: s.enrol.Key,
 		TLSConfig: tlsCfg, Release: version.Version, Clock: s.opt.Clock, Logger: s.log}, h)
 	if err != nil {
 		return err

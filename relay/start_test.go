@@ -21,7 +21,7 @@ import (
 
 // Start-up checks: state files no runner owns are warned about; a state
 // file holding another relay's jobs stops the daemon; [hub] url must be the
-// enrolled hub.
+// enrolled hub, and [hub] urls must list it.
 //
 // spec: RELAY-04, AUTH-16, OPS-08
 func TestStartChecks(t *testing.T) {
@@ -67,6 +67,13 @@ func TestStartChecks(t *testing.T) {
 	t.Run("hub url", func(t *testing.T) {
 		e := newRunEnvWith(t, 3600, clock.NewFake(t0), gitlabfake.Options{}, realhub.Options{NoNode: true})
 		e.cfg.Hub.URL = "https://elsewhere.example.com"
+		if err := Run(context.Background(), e.cfg, e.toks, nil, Options{Clock: e.clk, NoSession: true}); !errors.Is(err, ErrConfig) {
+			t.Errorf("Run = %v, want ErrConfig", err)
+		}
+	})
+	t.Run("hub urls without the enrolled hub", func(t *testing.T) {
+		e := newRunEnvWith(t, 3600, clock.NewFake(t0), gitlabfake.Options{}, realhub.Options{NoNode: true})
+		e.cfg.Hub.URLs = []string{"https://elsewhere.example.com", "https://other.example.com"}
 		if err := Run(context.Background(), e.cfg, e.toks, nil, Options{Clock: e.clk, NoSession: true}); !errors.Is(err, ErrConfig) {
 			t.Errorf("Run = %v, want ErrConfig", err)
 		}

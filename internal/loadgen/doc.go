@@ -32,4 +32,18 @@
 // a fresh and on a resumed TLS connection, and bbolt's durable commits
 // per second in the hub's own file system. The lifecycle rate is then
 // put beside what that floor allows for the same number of requests.
+//
+// # Failover at fleet size
+//
+// RunHA measures the other thing an operator of two hub instances asks:
+// how long the fleet waits when the leader's process dies. It starts
+// two hub instances on one PostgreSQL database under the leader lease,
+// gives every lightweight node a session to both (reports to both, as a
+// real node with [node] hubs does), gives every relay both instances'
+// URLs (as vk-gitlab with [hub] urls), and SIGKILLs the leader again
+// and again while the relays' loops run lifecycles. It reports, per
+// kill, when the other instance led, when the first reservation grant
+// answered a request sent after the kill, and when every loop had one;
+// then the report ingest of both instances at a fixed report rate, the
+// cost a standby pays for staying hot (docs/ha.md, BS-09).
 package loadgen

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ type Target struct {
 	// (CPU and memory are then not reported).
 	PID  int
 	stop func() error
+	kill func() error
 }
 
 // clientTLS is the hub's URL and a TLS client configuration that pins
@@ -55,6 +57,15 @@ func (t *Target) Stop() error {
 		return nil
 	}
 	return t.stop()
+}
+
+// Kill ends a hub this run started with SIGKILL and waits for it to
+// exit; a no-op for a hub given by the operator.
+func (t *Target) Kill() error {
+	if t.kill == nil {
+		return nil
+	}
+	return t.kill()
 }
 
 // Admin is a client of the hub's admin socket.
@@ -84,12 +95,18 @@ backoff_max_secs = 2
 // listening address and wrote its CA. The hub's log goes to logw (nil
 // discards it). extraEnv is added to the child's environment.
 func StartHub(ctx context.Context, cmd []string, dir string, extraEnv []string, logw io.Writer) (*Target, error) {
+	stateDir := filepath.Join(dir, "hub")
+	return startHubConfig(ctx, cmd, dir, stateDir, fmt.Sprintf(hubConfig, stateDir), extraEnv, logw)
+}
+
+// startHubConfig is StartHub with the configuration's text given (its
+// state_dir is stateDir).
+func startHubConfig(ctx context.Context, cmd []string, dir, stateDir, config string, extraEnv []string, logw io.Writer) (*Target, error) {
 	if len(cmd) == 0 {
 		return nil, errors.New("loadgen: no hub command")
 	}
-	stateDir := filepath.Join(dir, "hub")
 	cfgPath := filepath.Join(dir, "hub.toml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(hubConfig, stateDir)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
 	args := append(append([]string{}, cmd[1:]...), "serve", "--config", cfgPath, "--log-format", "json")
@@ -106,15 +123,24 @@ func StartHub(ctx context.Context, cmd []string, dir string, extraEnv []string, 
 	addr := make(chan string, 1)
 	go scanHubLog(stderr, logw, addr)
 	go func() { exited <- c.Wait() }()
+	var waited error
+	var once sync.Once
+	wait := func() error { once.Do(func() { waited = <-exited }); return waited }
 	stop := func() error {
 		c.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
+			once.Do(func() { waited = err })
 			return err
 		case <-time.After(15 * time.Second):
 			c.Process.Kill()
-			return <-exited
+			return wait()
 		}
+	}
+	kill := func() error {
+		c.Process.Kill()
+		wait()
+		return nil
 	}
 	var a string
 	select {
@@ -133,7 +159,8 @@ func StartHub(ctx context.Context, cmd []string, dir string, extraEnv []string, 
 		stop()
 		return nil, fmt.Errorf("loadgen: hub CA: %w", err)
 	}
-	return &Target{URL: "https://" + a, CAPEM: ca, Socket: admin.SocketPath(stateDir), Dir: stateDir, PID: c.Process.Pid, stop: stop}, nil
+	return &Target{URL: "https://" + a, CAPEM: ca, Socket: admin.SocketPath(stateDir), Dir: stateDir, PID: c.Process.Pid,
+		stop: stop, kill: kill}, nil
 }
 
 // scanHubLog copies the hub's JSON log to w and sends the address of

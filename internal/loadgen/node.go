@@ -37,8 +37,11 @@ type lightNode struct {
 	once  sync.Once
 }
 
-// enrolNode joins one node with a fresh token and puts it in Pool.
-func enrolNode(ctx context.Context, t *Target, name string, output []byte) (*lightNode, error) {
+// enrolNode joins one node with a fresh token and puts it in Pool. Its
+// session client holds one session to t and one to each of others (the
+// session URLs of further hub instances), sending every report to all,
+// as a real node does (docs/ha.md).
+func enrolNode(ctx context.Context, t *Target, name string, output []byte, others ...string) (*lightNode, error) {
 	adm := t.Admin()
 	tok, err := adm.CreateToken(ctx, hubclient.KindNode, 0)
 	if err != nil {
@@ -56,7 +59,7 @@ func enrolNode(ctx context.Context, t *Target, name string, output []byte) (*lig
 		return nil, err
 	}
 	n := &lightNode{id: res.ID, output: output, pools: []string{Pool}, ready: make(chan struct{})}
-	n.sess, err = session.New(session.Config{URL: "wss://" + u.Host + "/v1/node/session", NodeID: res.ID, Key: key,
+	n.sess, err = session.New(session.Config{URL: "wss://" + u.Host + "/v1/node/session", URLs: others, NodeID: res.ID, Key: key,
 		TLSConfig: tcfg, Release: "loadgen", QueueFrames: 1 << 16}, n)
 	if err != nil {
 		return nil, err

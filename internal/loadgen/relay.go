@@ -27,8 +27,10 @@ type relay struct {
 }
 
 // enrolRelay joins one relay with a fresh token; its client keeps
-// connections alive unless connPerRequest.
-func enrolRelay(ctx context.Context, t *Target, name string, connPerRequest bool) (relay, error) {
+// connections alive unless connPerRequest, and moves to the next of
+// others (further hub instances' base URLs) when the one in use cannot
+// be reached, as vk-gitlab with [hub] urls does.
+func enrolRelay(ctx context.Context, t *Target, name string, connPerRequest bool, others ...string) (relay, error) {
 	tok, err := t.Admin().CreateToken(ctx, hubclient.KindGitLab, 0)
 	if err != nil {
 		return relay{}, fmt.Errorf("loadgen: token create --kind gitlab: %w", err)
@@ -37,7 +39,7 @@ func enrolRelay(ctx context.Context, t *Target, name string, connPerRequest bool
 	if err != nil {
 		return relay{}, fmt.Errorf("loadgen: relay %s join: %w", name, err)
 	}
-	cfg := hubclient.Config{HubURL: t.URL, CAPEM: t.CAPEM, Key: key, Principal: res.ID}
+	cfg := hubclient.Config{HubURL: t.URL, Others: others, CAPEM: t.CAPEM, Key: key, Principal: res.ID}
 	if connPerRequest {
 		cfg.MaxIdleConns = -1
 	}
@@ -73,6 +75,9 @@ type loop struct {
 	done int
 	// completed is called after each of them.
 	completed func()
+	// granted, when set, is called with the time the request that
+	// returned a grant was sent.
+	granted func(sent time.Time)
 }
 
 // run repeats lifecycles until ctx ends; record reports whether the
@@ -118,8 +123,10 @@ func (l *loop) lifecycle(ctx context.Context) (map[string][]time.Duration, error
 	// may not have read its report yet (503 unavailable, runner not in the
 	// relay's session report).
 	req := client.ReservationRequest{Runner: l.runner, Queue: true, RequestID: client.NewRequestID(), Placement: place}
+	var sent time.Time
 	err := timed("reserve", func() error {
 		return l.c.Retrier().Do(ctx, "reserve", func(ctx context.Context) (err error) {
+			sent = time.Now()
 			r, err = l.c.Reserve(ctx, req)
 			return err
 		})
@@ -130,10 +137,14 @@ func (l *loop) lifecycle(ctx context.Context) (map[string][]time.Duration, error
 		}
 		tk := r.Ticket
 		l.hold(func(h *runnerHeld) { h.ticket = tk })
+		sent = time.Now()
 		err = timed("ticket", func() (err error) { r, err = l.c.PollTicket(ctx, tk, 30*time.Second); return err })
 	}
 	if err != nil {
 		return nil, err
+	}
+	if l.granted != nil {
+		l.granted(sent)
 	}
 	g := *r.Grant
 	l.hold(func(h *runnerHeld) { h.ticket, h.admission = "", g.Admission })

@@ -34,7 +34,10 @@ type runnerHeld struct {
 	jobs      []client.JobAdmission // submitted, not settled
 }
 
-func newRelaySession(t *Target, r relay, name string, runners []string) (*relaySession, error) {
+// newRelaySession prepares the session of relay r to t; others are
+// further hub instances' base URLs, dialled in turn when the one in use
+// cannot be reached.
+func newRelaySession(t *Target, r relay, name string, runners []string, others ...string) (*relaySession, error) {
 	u, tcfg, err := t.clientTLS()
 	if err != nil {
 		return nil, err
@@ -43,7 +46,12 @@ func newRelaySession(t *Target, r relay, name string, runners []string) (*relayS
 	for _, rn := range runners {
 		s.held[rn] = &runnerHeld{}
 	}
-	s.sess, err = hubsession.New(hubsession.Config{URL: "wss://" + u.Host + strings.TrimPrefix(client.RouteRelaySession, "GET "), RelayID: r.id, Key: r.key,
+	path := strings.TrimPrefix(client.RouteRelaySession, "GET ")
+	var urls []string
+	for _, o := range others {
+		urls = append(urls, "wss://"+strings.TrimPrefix(o, "https://")+path)
+	}
+	s.sess, err = hubsession.New(hubsession.Config{URL: "wss://" + u.Host + path, Others: urls, RelayID: r.id, Key: r.key,
 		TLSConfig: tcfg, Release: "loadgen"}, s)
 	return s, err
 }

@@ -2,6 +2,7 @@ package sessionclient_test
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"testing"
 
@@ -53,4 +54,46 @@ func TestFollowsLeaderOnUpgrade(t *testing.T) {
 	if standby.Dials() != 1 || leader.Dials() != 2 {
 		t.Fatalf("dials: standby %d, leader %d; want 1 and 2", standby.Dials(), leader.Dials())
 	}
+}
+
+// A client given several instances whose first cannot be reached dials
+// the next one after its backoff, and keeps dialling that one while it
+// answers: a relay whose first-listed hub died still reaches the others.
+//
+// spec: BS-12, RSESS-01
+func TestNextInstanceWhenUnreachable(t *testing.T) {
+	dead := deadURL(t)
+	live := startHub(t)
+	k := newKind()
+	fc := clock.NewFake(t0)
+	c := sessionclient.New(sessionclient.Config{
+		URL: dead, Others: []string{live.URL}, Principal: "p1", Key: testKey(), TLSConfig: live.ClientTLS(t),
+		Conn: wsconn.Options{PingInterval: -1}, Versions: versions{1, 2}, QueueFrames: 10,
+		Errors:     sessionclient.Errors{Version: errVersion, Protocol: errProtocol, Stopped: errStopped, NotConnected: errNotUp},
+		VersionMsg: "version refused", OverflowMsg: "queue full",
+		Clock: fc, Rand: func() float64 { return 0.5 }, Log: testlog.New(t),
+	}, k)
+	sessiontest.Run(t, c.Run)
+	redial(t, fc) // the first dial found nothing at dead
+	conn, _ := live.welcome(t, msg{Version: 1, Handle: "h1"})
+	sessiontest.Recv(t, k.connected, "connected to the second instance")
+	conn.CloseNow()
+	sessiontest.Recv(t, k.downs, "disconnected")
+	redial(t, fc)
+	live.welcome(t, msg{Version: 1, Handle: "h2"})
+	sessiontest.Recv(t, k.connected, "reconnected to the second instance")
+	if live.Dials() != 2 {
+		t.Fatalf("the live instance saw %d dials, want 2", live.Dials())
+	}
+}
+
+// deadURL is a session URL on a loopback port nothing listens on.
+func deadURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "wss://" + addr + "/v1/test/session"
 }

@@ -155,6 +155,13 @@ type VersionSet interface {
 type Config struct {
 	// URL is the hub's session URL (wss://host:port/v1/…/session).
 	URL string
+	// Others are further hub instances' session URLs (optional): when the
+	// instance dialled cannot be reached, the next dial goes to the next
+	// of URL, Others... in turn, so a client whose first instance died
+	// still finds the new leader (docs/ha.md). A resumable kind that holds
+	// a session to every instance (node/session) gives each its own
+	// client with one URL instead.
+	Others []string
 	// Principal is the enrolled ID the upgrade is signed as.
 	Principal string
 	// Key is the principal's key (AUTH-06).
@@ -201,7 +208,9 @@ type Client[M, W any] struct {
 	lastIn  uint64         // last hub seq processed; guarded by mu
 	broken  bool           // resumable: the Outbox lost frames, so the next hello asks for a new session; guarded by mu
 	stopped bool           // guarded by mu
-	target  string         // the URL dialled: cfg.URL, or the leader a standby named; guarded by mu
+	target  string         // the leader a standby named, "" for the configured URL; guarded by mu
+	next    int            // the configured URL dialled when target is "": an index into urls; guarded by mu
+	urls    []string       // cfg.URL then cfg.Others
 }
 
 // New returns a Client for cfg and k; it does not dial until Run.
@@ -209,7 +218,7 @@ func New[M, W any](cfg Config, k Kind[M, W]) *Client[M, W] {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
 	}
-	c := &Client[M, W]{cfg: cfg, k: k, clk: clock.Or(cfg.Clock)}
+	c := &Client[M, W]{cfg: cfg, k: k, clk: clock.Or(cfg.Clock), urls: append([]string{cfg.URL}, cfg.Others...)}
 	if cfg.Resumable {
 		c.out = wsconn.NewOutbox(cfg.QueueFrames)
 	}
@@ -287,15 +296,17 @@ func (c *Client[M, W]) Run(ctx context.Context) error {
 	}.Run(ctx)
 }
 
-// dial opens a connection to the URL followed: cfg.URL, or the leader a
-// standby hub instance named in its refusal (followed at once, one hop).
-// When the leader followed cannot be reached, the next dial goes back to
-// cfg.URL (docs/ha.md).
+// dial opens a connection to the URL followed: the configured URL in
+// turn (cfg.URL, then cfg.Others), or the leader a standby hub instance
+// named in its refusal (followed at once, one hop). When the URL dialled
+// cannot be reached, the next dial goes to the next configured URL
+// (docs/ha.md): a leader followed that died, or a configured instance
+// that did, is skipped until the others failed too.
 func (c *Client[M, W]) dial(ctx context.Context) (*wsconn.Conn, error) {
 	c.mu.Lock()
 	u := c.target
 	if u == "" {
-		u = c.cfg.URL
+		u = c.urls[c.next]
 	}
 	c.mu.Unlock()
 	conn, err := wsconn.Dial(ctx, u, c.cfg.Key, c.cfg.Principal, c.cfg.TLSConfig, &c.cfg.Conn)
@@ -313,12 +324,34 @@ func (c *Client[M, W]) dial(ctx context.Context) (*wsconn.Conn, error) {
 		c.target = lu
 		c.mu.Unlock()
 		return wsconn.Dial(ctx, lu, c.cfg.Key, c.cfg.Principal, c.cfg.TLSConfig, &c.cfg.Conn)
-	case u != c.cfg.URL && !errors.As(err, &de):
-		c.mu.Lock()
-		c.target = "" // the leader followed is gone: back to the configured URL
-		c.mu.Unlock()
+	case !errors.As(err, &de) && ctx.Err() == nil:
+		c.unreachable(u)
 	}
 	return nil, err
+}
+
+// unreachable moves the next dial past u, which could not be reached:
+// back from a leader followed to the configured URL, and from a
+// configured URL to the next one.
+func (c *Client[M, W]) unreachable(u string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.target = ""
+	if host(c.urls[c.next]) == host(u) {
+		c.next = (c.next + 1) % len(c.urls)
+		if len(c.urls) > 1 {
+			c.cfg.Log.Info("hub instance unreachable; trying the next one", "next", c.urls[c.next])
+		}
+	}
+}
+
+// host is u's host:port ("" when u does not parse).
+func host(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	return p.Host
 }
 
 // leaderURL is the session URL on leader (a hub base URL, https://host:port)

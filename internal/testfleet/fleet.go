@@ -19,6 +19,7 @@ import (
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/node"
 	"github.com/vk-ci/vk/proto/client"
+	"github.com/vk-ci/vk/relay"
 	"github.com/vk-ci/vk/relay/loop"
 )
 
@@ -103,6 +104,9 @@ type Options struct {
 	// from its enrolment as vk-gitlab builds it) before the relay uses
 	// it, on every start: to record the operations it issues.
 	RelayHub func(tenant string, h loop.Hub) loop.Hub
+	// Relay adjusts each relay's configuration last (r is the relay
+	// being added: its HubURL is known, its process not started).
+	Relay func(f *Fleet, r *Relay, c *relay.Config)
 	// Hub and Node adjust the generated configurations last.
 	Hub  func(*hub.Config)
 	Node func(i int, c *node.Config)

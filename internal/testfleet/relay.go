@@ -80,6 +80,9 @@ func (f *Fleet) addRelay(ctx context.Context, t *Tenant) (*Relay, error) {
 		Envelope:           relay.EnvelopeConfig{Mem: env.Mem, CPUs: env.CPUs, Disk: env.Disk},
 		RequestConcurrency: t.Spec.RequestConcurrency,
 	}}
+	if adjust := f.opts.Relay; adjust != nil {
+		adjust(f, r, &cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

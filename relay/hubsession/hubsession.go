@@ -89,6 +89,10 @@ type Handler interface {
 type Config struct {
 	// URL is wss://hub:port/v1/gitlab/session.
 	URL string
+	// Others are the session URLs of further hub instances (optional):
+	// when the one dialled cannot be reached the next dial goes to the
+	// next of URL, Others... (docs/ha.md).
+	Others []string
 	// RelayID is the relay's enrolled ID.
 	RelayID string
 	// Key is the relay key.
@@ -141,6 +145,7 @@ func New(cfg Config, h Handler) (*Client, error) {
 	c := &Client{log: cfg.Logger.With(logkey.Component, "hub-session", logkey.RelayID, cfg.RelayID)}
 	c.core = sessionclient.New(sessionclient.Config{
 		URL:         cfg.URL,
+		Others:      cfg.Others,
 		Principal:   cfg.RelayID,
 		Key:         cfg.Key,
 		TLSConfig:   cfg.TLSConfig,
