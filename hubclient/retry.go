@@ -24,6 +24,11 @@ const (
 	MaxBackoff = 30 * time.Second
 	// MaxRetryAfter caps a hub's retry_after_secs, against a bogus value.
 	MaxRetryAfter = 10 * time.Minute
+	// MaxPaced bounds how many unavailable answers in a row may set the
+	// pace of the retries without the backoff growing (see [Retrier.Do]):
+	// thirty waits of about a second cover a hub failover (a lease's TTL,
+	// an election and the relay's session to the new leader) many times.
+	MaxPaced = 30
 )
 
 // Retrier retries hub requests per RELAY-13/14/16 (see the package doc).
@@ -50,6 +55,15 @@ type Retrier struct {
 // Do runs op until it succeeds, fails for good, or ctx ends (RELAY-13):
 // errors for which [Retryable] is true are retried after [Retrier.Delay];
 // any other error is returned at once. name labels log lines.
+//
+// An answer coded unavailable that names its wait (retry_after_secs) is
+// the hub saying it will be ready soon: a standby that knows no leader
+// yet, or a new leader whose session with this relay is not up. Such an
+// answer is retried after its own wait and does not make the backoff
+// grow, up to [MaxPaced] times in a row; the backoff then goes on from
+// where transport errors and other answers left it. Growing it for them
+// made a relay that met a failover's leaderless seconds wait out 2 s,
+// 4 s and 8 s steps after the new leader was up (docs/ha.md).
 func (r *Retrier) Do(ctx context.Context, name string, op func(context.Context) error) error {
 	return r.loop(ctx, name, op, Retryable)
 }
@@ -87,6 +101,7 @@ func retryUntilAccepted(err error) bool {
 
 func (r *Retrier) loop(ctx context.Context, name string, op func(context.Context) error, retry func(error) bool) error {
 	clk := clock.Or(r.Clock)
+	step, paced := 0, 0 // the backoff's exponent; unavailable answers that set the pace
 	for attempt := 0; ; attempt++ {
 		err := op(ctx)
 		if err == nil {
@@ -98,7 +113,14 @@ func (r *Retrier) loop(ctx context.Context, name string, op func(context.Context
 		if !retry(err) || (r.MaxAttempts > 0 && attempt+1 >= r.MaxAttempts) {
 			return err
 		}
-		d := r.Delay(attempt, retryAfter(err))
+		var d time.Duration
+		if pacedAnswer(err) && paced < MaxPaced {
+			paced++
+			d = r.Delay(0, retryAfter(err))
+		} else {
+			d = r.Delay(step, retryAfter(err))
+			step++
+		}
 		if r.Log != nil {
 			r.Log.InfoContext(ctx, "hub request failed; retrying", "op", name, "attempt", attempt+1,
 				"delay", d, logkey.Err, err)
@@ -111,6 +133,13 @@ func (r *Retrier) loop(ctx context.Context, name string, op func(context.Context
 		case <-t.C():
 		}
 	}
+}
+
+// pacedAnswer reports whether err is an answer coded unavailable that
+// names its wait.
+func pacedAnswer(err error) bool {
+	var se *client.StatusError
+	return errors.As(err, &se) && se.Body.Code == client.CodeUnavailable && se.Body.RetryAfterSecs > 0
 }
 
 // retryAfter returns the answer's retry_after_secs as a duration, 0 if

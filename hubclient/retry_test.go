@@ -108,6 +108,41 @@ func TestDoBackoff(t *testing.T) {
 	})
 }
 
+// Unavailable answers that name their wait (a standby without a leader,
+// a new leader without the relay's session) are retried after that wait
+// and leave the backoff where it was, for MaxPaced answers in a row; a
+// transport error among them goes on from the backoff's own step, and
+// once the pacing is used up the backoff grows again.
+//
+// spec: RELAY-13
+func TestDoPacedByUnavailable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &Retrier{Rand: rand.New(rand.NewPCG(3, 4))}
+		start := time.Now()
+		var at []time.Duration
+		unavailable := answerErr(503, client.CodeUnavailable, 1)
+		errs := []error{errTransport, unavailable, unavailable, unavailable, errTransport, unavailable}
+		for range MaxPaced - 4 {
+			errs = append(errs, unavailable)
+		}
+		errs = append(errs, unavailable, unavailable) // past MaxPaced: the backoff grows
+		if err := r.Do(t.Context(), "test", script(errs, &at, start)); err != nil {
+			t.Fatalf("Do = %v", err)
+		}
+		bases := []time.Duration{1, 1, 1, 1, 2, 1}
+		for range MaxPaced - 4 {
+			bases = append(bases, 1)
+		}
+		bases = append(bases, 4, 8)
+		for i := 1; i < len(at); i++ {
+			gap, base := at[i]-at[i-1], bases[i-1]*time.Second
+			if gap < base || gap >= base+base/2 {
+				t.Errorf("wait before attempt %d = %v, want in [%v, %v)", i+1, gap, base, base+base/2)
+			}
+		}
+	})
+}
+
 // spec: RELAY-13
 func TestDoStops(t *testing.T) {
 	tests := []struct {

@@ -97,3 +97,32 @@ func deadURL(t *testing.T) string {
 	ln.Close()
 	return "wss://" + addr + "/v1/test/session"
 }
+
+// A hub instance that refuses the upgrade with 503 and names no leader
+// (a standby during a failover's leaderless seconds) is redialled every
+// second, not after a backoff that doubles: the session to the new leader
+// comes back within a second of its election.
+//
+// spec: BS-12, RSESS-01
+func TestRedialsLeaderlessStandbyEverySecond(t *testing.T) {
+	standby := sessiontest.Start(t, "/v1/test/session", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(map[string]any{"error": "standby; no leader", "code": "unavailable", "retry_after_secs": 1})
+	}))
+	k := newKind()
+	fc := clock.NewFake(t0)
+	c := sessionclient.New(sessionclient.Config{
+		URL: standby.URL, Principal: "p1", Key: testKey(), TLSConfig: standby.ClientTLS(t),
+		Conn: wsconn.Options{PingInterval: -1}, Versions: versions{1, 2}, QueueFrames: 10,
+		Errors:     sessionclient.Errors{Version: errVersion, Protocol: errProtocol, Stopped: errStopped, NotConnected: errNotUp},
+		VersionMsg: "version refused", OverflowMsg: "queue full",
+		Clock: fc, Rand: func() float64 { return 0.5 }, Log: testlog.New(t),
+	}, k)
+	sessiontest.Run(t, c.Run)
+	for n := int64(1); n <= 6; n++ {
+		sessiontest.WaitFor(t, "a dial and its backoff timer", func() bool { return standby.Dials() == n && fc.Pending() >= 1 })
+		fc.Advance(wsconn.MinBackoff) // Rand 0.5: the jitter's factor is exactly 1
+	}
+	sessiontest.WaitFor(t, "the seventh dial", func() bool { return standby.Dials() == 7 })
+}

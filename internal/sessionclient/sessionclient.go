@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
@@ -211,6 +212,9 @@ type Client[M, W any] struct {
 	target  string         // the leader a standby named, "" for the configured URL; guarded by mu
 	next    int            // the configured URL dialled when target is "": an index into urls; guarded by mu
 	urls    []string       // cfg.URL then cfg.Others
+	// elsewhere: the last dial could not reach its instance and the next
+	// goes to another one; guarded by mu.
+	elsewhere bool
 }
 
 // New returns a Client for cfg and k; it does not dial until Run.
@@ -293,7 +297,26 @@ func (c *Client[M, W]) Run(ctx context.Context) error {
 		Clock:      c.clk,
 		Rand:       c.cfg.Rand,
 		Log:        c.cfg.Log,
+		Paced:      c.paced,
 	}.Run(ctx)
+}
+
+// paced reports a failed dial after which the redial backoff need not
+// grow (wsconn.Redialer.Paced): a hub instance that answered 503 (a
+// standby that knows no leader yet, or one not ready), or an instance
+// that could not be reached when the next dial goes to another one (the
+// next configured URL, or the configured URL after a followed leader
+// died). Around a failover these are the seconds before the new leader
+// answers; growing the backoff through them made a session come back
+// seconds after the leader was up (docs/ha.md).
+func (c *Client[M, W]) paced(err error) bool {
+	var de *wsconn.DialError
+	if errors.As(err, &de) {
+		return de.Status == http.StatusServiceUnavailable
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.elsewhere
 }
 
 // dial opens a connection to the URL followed: the configured URL in
@@ -326,7 +349,11 @@ func (c *Client[M, W]) dial(ctx context.Context) (*wsconn.Conn, error) {
 		return wsconn.Dial(ctx, lu, c.cfg.Key, c.cfg.Principal, c.cfg.TLSConfig, &c.cfg.Conn)
 	case !errors.As(err, &de) && ctx.Err() == nil:
 		c.unreachable(u)
+		return nil, err
 	}
+	c.mu.Lock()
+	c.elsewhere = false
+	c.mu.Unlock()
 	return nil, err
 }
 
@@ -336,6 +363,7 @@ func (c *Client[M, W]) dial(ctx context.Context) (*wsconn.Conn, error) {
 func (c *Client[M, W]) unreachable(u string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.elsewhere = c.target != "" || len(c.urls) > 1
 	c.target = ""
 	if host(c.urls[c.next]) == host(u) {
 		c.next = (c.next + 1) % len(c.urls)

@@ -16,6 +16,9 @@ const (
 	Jitter         = 0.25             // each delay is scaled by a factor in [1-Jitter, 1+Jitter)
 	VersionBackoff = time.Minute      // redial delay after a version refusal (±10%)
 	versionJitter  = 0.10
+	// MaxPaced bounds how many failed dials in a row that Redialer.Paced
+	// accepts may leave the backoff where it is.
+	MaxPaced = 30
 )
 
 // Redialer holds a session until ctx ends: it calls Once, and when a
@@ -36,19 +39,24 @@ type Redialer struct {
 	Rand func() float64
 	// Log receives one line per lost session.
 	Log *slog.Logger
+	// Paced, when set, reports a failure after which the backoff does not
+	// grow (up to [MaxPaced] in a row): one that says the peer will soon
+	// be ready, such as a standby hub instance that knows no leader yet.
+	Paced func(error) bool
 }
 
 // Run redials until ctx ends and returns ctx's error.
 func (r Redialer) Run(ctx context.Context) error {
 	clk := clock.Or(r.Clock)
 	backoff := MinBackoff
+	paced := 0 // failures in a row that left the backoff as it was
 	for {
 		welcomed, err := r.Once(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if welcomed {
-			backoff = MinBackoff
+			backoff, paced = MinBackoff, 0
 		}
 		wait := jitter(backoff, Jitter, r.Rand())
 		if r.VersionErr != nil && errors.Is(err, r.VersionErr) {
@@ -56,7 +64,11 @@ func (r Redialer) Run(ctx context.Context) error {
 			r.Log.Error(r.VersionMsg, slog.Any("reason", err), "redial_in", wait)
 		} else {
 			r.Log.Info("hub session lost; redialing", slog.Any("reason", err), "redial_in", wait)
-			if !welcomed {
+			switch {
+			case welcomed:
+			case r.Paced != nil && paced < MaxPaced && r.Paced(err):
+				paced++
+			default:
 				backoff = nextBackoff(backoff)
 			}
 		}
