@@ -24,10 +24,21 @@ const (
 
 // Defaults (DECISIONS 10).
 const (
-	DefaultConcurrent      = 10
-	DefaultStateDir        = "/var/lib/vk-gitlab"
-	DefaultShutdownTimeout = 3600 // seconds
-	DefaultOutputLimit     = 4 << 20
+	DefaultConcurrent = 10
+	// DefaultRequestConcurrency is a runner's request loops when the file
+	// leaves request_concurrency out, capped by the runner's limit and the
+	// relay's concurrent (the runner never holds more jobs than those, so
+	// further loops would only wait). Six loops keep a backlogged tenant's runner with a request
+	// waiting at the hub whenever room frees, which fair share needs: the
+	// hub can only order the requests it has, and with one loop a
+	// weight-3 tenant got 52 % of the fleet instead of 75 % (vk-sim,
+	// docs/capacity-policy.md, "Fair shares with the relay's defaults").
+	// While GitLab has nothing, only a runner's lead request asks
+	// (DECISIONS 14), so the extra loops cost no GitLab requests.
+	DefaultRequestConcurrency = 6
+	DefaultStateDir           = "/var/lib/vk-gitlab"
+	DefaultShutdownTimeout    = 3600 // seconds
+	DefaultOutputLimit        = 4 << 20
 )
 
 // ErrConfig wraps every configuration problem Validate or LoadConfig finds.
@@ -105,7 +116,8 @@ type RunnerConfig struct {
 	// Envelope is the room each job gets. Required, every field > 0.
 	Envelope EnvelopeConfig `toml:"envelope"`
 	// RequestConcurrency is the number of request loops, 1..128; 0 means
-	// 1.
+	// DefaultRequestConcurrency (6), at most Limit when set and at most
+	// the relay's concurrent.
 	RequestConcurrency int `toml:"request_concurrency"`
 	// Limit bounds the runner's jobs; 0 means only concurrent does.
 	Limit int `toml:"limit"`
@@ -128,6 +140,20 @@ type EnvelopeConfig struct {
 func (r RunnerConfig) Placement() client.Placement {
 	return client.Placement{Pool: r.Pool, Labels: r.Labels,
 		Envelope: client.Envelope{Mem: r.Envelope.Mem, CPUs: r.Envelope.CPUs, Disk: r.Envelope.Disk}}
+}
+
+// DefaultLoops is the request_concurrency of a runner that sets none:
+// DefaultRequestConcurrency, at most its limit (when set, > 0) and the
+// relay's concurrent (when set, > 0).
+func DefaultLoops(limit, concurrent int) int {
+	n := DefaultRequestConcurrency
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	if concurrent > 0 {
+		n = min(n, concurrent)
+	}
+	return n
 }
 
 // DefaultConfig returns the defaults the file overrides.
@@ -217,7 +243,8 @@ func (c *Config) Validate() error {
 
 // LoadConfig reads path over DefaultConfig, validates it, reads every
 // runner's token and fills the per-runner defaults: name from the token's
-// short form (RELAY-04), request_concurrency 1, output_limit 4 MiB. The
+// short form (RELAY-04), request_concurrency (DefaultRequestConcurrency,
+// capped by the runner's limit and concurrent), output_limit 4 MiB. The
 // tokens are returned in runner order.
 func LoadConfig(path string) (Config, []string, error) {
 	cfg := DefaultConfig()
@@ -254,7 +281,7 @@ func (c *Config) resolveRunners() ([]string, error) {
 		}
 		names[r.Name] = true
 		if r.RequestConcurrency == 0 {
-			r.RequestConcurrency = 1
+			r.RequestConcurrency = DefaultLoops(r.Limit, c.Concurrent)
 		}
 		if r.OutputLimit == 0 {
 			r.OutputLimit = DefaultOutputLimit

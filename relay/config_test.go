@@ -45,8 +45,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := cfg.Runners[0]
-	if r.Name != "abcdefghi" || r.RequestConcurrency != 1 || r.OutputLimit != 4<<20 || r.Limit != 0 {
-		t.Errorf("runner = %+v, want name abcdefghi, request_concurrency 1, output_limit 4M", r)
+	if r.Name != "abcdefghi" || r.RequestConcurrency != 6 || r.OutputLimit != 4<<20 || r.Limit != 0 {
+		t.Errorf("runner = %+v, want name abcdefghi, request_concurrency 6, output_limit 4M", r)
 	}
 	if r.Envelope.Mem != 16<<30 || r.Envelope.CPUs != 4 || r.Envelope.Disk != 20<<30 {
 		t.Errorf("envelope = %+v", r.Envelope)
@@ -201,5 +201,34 @@ envelope = { mem = "64G", cpus = 16, disk = "200G" }
 	}
 	if gpu.Pool != "gpu" || strings.Join(gpu.Labels, ",") != "cuda12,large-memory" || gpu.Envelope.CPUs != 16 || gpu.Envelope.Mem != 64<<30 {
 		t.Errorf("second runner's placement = %+v, want pool gpu, labels cuda12 and large-memory, 16 CPUs, 64G", gpu)
+	}
+}
+
+// A runner that sets no request_concurrency gets six request loops, no
+// more than its limit or the relay's concurrent; a value written out is
+// kept.
+//
+// spec: RELAY-02, ARB-02
+func TestDefaultRequestConcurrencyCapped(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra, top string
+		want             int
+	}{
+		{"default", "", "", 6},
+		{"limit 2", "limit = 2\n", "", 2},
+		{"concurrent 3", "", "concurrent = 3\n", 3},
+		{"written out", "request_concurrency = 1\n", "", 1},
+		{"above the default", "request_concurrency = 9\nlimit = 4\n", "", 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeConfig(t, "version = 1\n"+tc.top+"[gitlab]\nurl = \"https://gitlab.example.com\"\n"+runnerTOML+tc.extra)
+			cfg, _, err := LoadConfig(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Runners[0].RequestConcurrency; got != tc.want {
+				t.Errorf("request_concurrency = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

@@ -511,8 +511,8 @@ func (c *Core) place(p *placementQueue, w *waiter, cls int, n *node) {
 		if c.backedOff(r) {
 			tk.lead = true
 			r.leadOut++
-			if r.leadOut > 1 {
-				c.violate("a backed-off runner has two lead requests out")
+			if r.leadOut > r.leadAllow() {
+				c.violate("a backed-off runner has more lead requests out than its jobs in a row allow")
 			}
 		}
 		if isProbeClass(cls) {

@@ -197,19 +197,21 @@ func TestJobOutcomeClearsBackoff(t *testing.T) {
 
 // spec: ARB-20
 //
-// TestBackoffEasesOverTwoJobs: when the lead request of a runner backed
-// off for a long empty spell brings a job, the lead goes again at once but
-// still alone (one more GitLab request, not one per request loop); a
-// second job in a row clears the backoff and every waiting request goes;
-// a job and then an empty answer leave only the lead asking (DECISIONS 14).
-func TestBackoffEasesOverTwoJobs(t *testing.T) {
+// TestBackoffEasesOneRequestPerJob: when the lead request of a runner
+// backed off for a long empty spell brings a job, the lead goes again at
+// once but still alone (one more GitLab request, not one per request
+// loop); each further job in a row lets one more request ask, and jobs in
+// a row as many as the runner's request loops (4 here) clear the backoff,
+// every waiting request going; a job and then an empty answer leave only
+// the lead asking (DECISIONS 14).
+func TestBackoffEasesOneRequestPerJob(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		second   sched.OutcomeKind
-		wantNext int // offers within 500 ms of the second answer
+		name string
+		then []sched.OutcomeKind // answers after the first job, one at a time
+		want []int               // requests out within 500 ms of each
 	}{
-		{"job then job", sched.OutcomeJob, 4},
-		{"job then empty", sched.OutcomeEmpty, 0},
+		{"jobs in a row", []sched.OutcomeKind{sched.OutcomeJob, sched.OutcomeJob, sched.OutcomeJob}, []int{2, 3, 4}},
+		{"job then empty", []sched.OutcomeKind{sched.OutcomeEmpty}, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := schedtest.New(sched.Policy{}, 1)
@@ -261,15 +263,99 @@ func TestBackoffEasesOverTwoJobs(t *testing.T) {
 			if len(offers) != 1 {
 				t.Fatalf("after the lead's job %d requests went within 500 ms, want the lead alone at once", len(offers))
 			}
-			answer(tc.second)
-			within(500 * time.Millisecond)
-			if len(offers) != tc.wantNext {
-				t.Fatalf("after a job and then %v, %d requests went within 500 ms, want %d", tc.second, len(offers), tc.wantNext)
+			for i, k := range tc.then {
+				answer(k)
+				within(500 * time.Millisecond)
+				if len(offers) != tc.want[i] {
+					t.Fatalf("after a job and then %v, %d requests out within 500 ms, want %d", tc.then[:i+1], len(offers), tc.want[i])
+				}
 			}
 			if len(h.Failures) > 0 {
 				t.Fatal(h.Failures)
 			}
 		})
+	}
+}
+
+// spec: ARB-20, ARB-33
+//
+// TestReleasedKeepsTheBackoff: a backed-off runner's lead request held
+// longer than the backoff (Workhorse long-polling it) comes back
+// released; the runner stays backed off, so only the lead asks again, at
+// once, not every loop of the runner for what is at most the one job that
+// changed its queue (docs/capacity-policy.md, "One request for one job
+// under long polling").
+func TestReleasedKeepsTheBackoff(t *testing.T) {
+	h := schedtest.New(sched.Policy{}, 1)
+	h.Check = true
+	h.Step(schedtest.Node(1, 8, 64, 100, "linux"))
+	h.ConnectRelay(1, 0, schedtest.Runner(1, 1, "linux", schedtest.Envelope(1, 4, 1)))
+	var offers []sched.Offer
+	collect := func(acts []sched.Action) {
+		for _, a := range acts {
+			if o, ok := a.(sched.Offer); ok {
+				offers = append(offers, o)
+			}
+		}
+	}
+	next := sched.TicketID(1)
+	queue := func() {
+		collect(h.Step(sched.TicketQueued{Ticket: next, Runner: 1}))
+		next++
+	}
+	claim := func(o sched.Offer) sched.AdmissionID {
+		g := h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true})[0].(sched.Grant)
+		h.Step(sched.Claimed{Admission: g.Admission})
+		return g.Admission
+	}
+	for range 4 {
+		queue()
+	}
+	// the probe brings a job: the runner is busy and every loop asks
+	a := claim(offers[0])
+	offers = offers[1:]
+	collect(h.Step(sched.Outcome{Admission: a, Kind: sched.OutcomeJob}))
+	queue()
+	collect(h.Advance(100 * time.Millisecond))
+	if len(offers) != 4 {
+		t.Fatalf("%d requests out after a job, want every loop's", len(offers))
+	}
+	// one empty answer backs the runner off for about a second; the
+	// other loops, granted too, give their grants back unasked
+	var adms []sched.AdmissionID
+	for _, o := range offers {
+		adms = append(adms, claim(o))
+	}
+	offers = nil
+	collect(h.Step(sched.Outcome{Admission: adms[0], Kind: sched.OutcomeEmpty}))
+	queue()
+	for _, a := range adms[1:] { // given back unasked while the lead waits
+		collect(h.Step(sched.Outcome{Admission: a, Kind: sched.OutcomeReleased}))
+		queue()
+	}
+	for len(offers) == 0 {
+		collect(h.Advance(10 * time.Millisecond))
+	}
+	if len(offers) != 1 {
+		t.Fatalf("%d requests after the backoff, want the lead alone", len(offers))
+	}
+	lead := claim(offers[0])
+	offers = nil
+	// the lead is held 10 s, far past the backoff, and comes back released
+	for end := h.Now.Add(10 * time.Second); h.Now.Before(end); {
+		collect(h.Advance(100 * time.Millisecond))
+	}
+	n := len(offers)
+	collect(h.Step(sched.Outcome{Admission: lead, Kind: sched.OutcomeReleased}))
+	queue()
+	for end := h.Now.Add(500 * time.Millisecond); h.Now.Before(end); {
+		collect(h.Advance(10 * time.Millisecond))
+	}
+	if got := len(offers) - n; got != 1 {
+		t.Fatalf("%d requests within 500 ms of the held lead's release (%d while it was held), want the lead alone at once", got, n)
+	}
+	if len(h.Failures) > 0 {
+		t.Fatal(h.Failures)
 	}
 }
 

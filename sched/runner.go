@@ -20,7 +20,7 @@ func (c *Core) runnerBlock(r *runner) Reason {
 		return Reason{Code: ReasonRelayConcurrent, N: rl.concurrent}
 	case r.limit > 0 && r.held >= r.limit:
 		return Reason{Code: ReasonRunnerLimit, N: r.limit}
-	case r.backoffEnd.After(c.now) && (r.leadOut > 0 || r.leadEnd.After(c.now)):
+	case r.backoffEnd.After(c.now) && (r.leadOut >= r.leadAllow() || r.leadEnd.After(c.now)):
 		return Reason{Code: ReasonBackoff}
 	case c.isProbe(r) && r.probesOut > 0:
 		return Reason{Code: ReasonRunnerProbe}
@@ -48,9 +48,18 @@ func (c *Core) ticketClass(r *runner) int {
 }
 
 // backedOff reports whether the runner is backed off (ARB-20): then only
-// its lead request goes, one at a time, each the base interval after the
-// previous one's empty answer (DECISIONS 14, docs/capacity-policy.md).
+// its lead requests go, oldest first, one at a time until they bring jobs,
+// each the base interval after the previous one's empty answer
+// (DECISIONS 14, docs/capacity-policy.md).
 func (c *Core) backedOff(r *runner) bool { return r.backoffEnd.After(c.now) }
+
+// leadAllow is how many lead requests a backed-off runner may have out:
+// one, and one more for each job its leads brought in a row.
+func (r *runner) leadAllow() int { return max(1, r.leadJobs) }
+
+// leadsToClear is the number of jobs in a row that clears a runner's
+// backoff: its request_concurrency (every loop may then ask), at least 2.
+func (r *runner) leadsToClear() int { return max(2, r.reqConc) }
 
 // refreshRunner indexes or unindexes the runner's waiting tickets to match
 // its eligibility and class: all of them, none, or while it is backed off
@@ -122,14 +131,9 @@ func (c *Core) runnerDropWaiting(r *runner, tk *ticket) {
 // arrives waits about that long, not up to max.
 func (c *Core) backoff(r *runner) {
 	r.backoffN++
-	r.leadJob = false
+	r.leadJobs = 0
 	base := time.Duration(c.pol.BackoffInitialSecs) * time.Second
-	maxD := time.Duration(c.pol.BackoffMaxSecs) * time.Second
-	d := base
-	for i := 1; i < r.backoffN && d < maxD; i++ {
-		d *= 2
-	}
-	d = min(d, maxD)
+	d := c.backoffInterval(r.backoffN)
 	// jitter in [-25%, +25%]
 	j := c.rng.Float64()*0.5 - 0.25
 	r.backoffEnd = c.now.Add(d + time.Duration(j*float64(d)))
@@ -139,21 +143,59 @@ func (c *Core) backoff(r *runner) {
 	c.refreshRunner(r)
 }
 
+// releasedInBackoff restarts the backoff of a runner whose last answer
+// from GitLab was empty when one of its claimed requests comes back
+// released: the relay gave it back unasked, or Workhorse held it and
+// answered 204 itself (the runner's queue changed, or the long poll ran
+// out). Neither is news of work, so the runner's other requests wait the
+// current interval again, from now; its lead request may go at once
+// (the queue may have changed for a job). Without this, a long poll that
+// outlasted the interval left the runner unbacked when it came back, and
+// every loop asked GitLab for the one job that had arrived: one 201 and
+// empty answers for the rest (docs/capacity-policy.md, "One request for
+// one job under long polling").
+func (c *Core) releasedInBackoff(r *runner) {
+	if r.backoffN == 0 {
+		return
+	}
+	d := c.backoffInterval(r.backoffN)
+	j := c.rng.Float64()*0.5 - 0.25
+	r.backoffEnd = c.now.Add(d + time.Duration(j*float64(d)))
+	r.leadEnd = c.now
+	c.addTimer(r.backoffEnd, tmRunner, uint64(r.id))
+	c.refreshRunner(r)
+}
+
+// backoffInterval is initial·2^(n-1), capped at max (ARB-20).
+func (c *Core) backoffInterval(n int) time.Duration {
+	base := time.Duration(c.pol.BackoffInitialSecs) * time.Second
+	maxD := time.Duration(c.pol.BackoffMaxSecs) * time.Second
+	d := base
+	for i := 1; i < n && d < maxD; i++ {
+		d *= 2
+	}
+	return min(d, maxD)
+}
+
 // tookJob records a job outcome: the runner is busy (not a probe) and its
-// backoff eases. A backed-off runner's first job lets its lead request go
-// again at once, still one at a time; a second job in a row clears the
-// backoff and every request of the runner goes again. A single job after
-// a quiet spell so costs GitLab one more request, not one per request
-// loop, while a runner that keeps finding jobs has all its loops back
-// after its second (DECISIONS 14, docs/capacity-policy.md).
+// backoff eases one request at a time. A backed-off runner's first job
+// lets its lead request go again at once, still one at a time; its k-th
+// job in a row lets k requests ask; once the jobs in a row reach its
+// request_concurrency (at least 2) the backoff clears and every request
+// of the runner goes again. A single job after a quiet spell so costs
+// GitLab one more request, not one per request loop, and a short run of
+// jobs ends with about one empty answer, while a runner that keeps
+// finding jobs has all its loops back within a few round trips
+// (DECISIONS 14, docs/capacity-policy.md).
 func (c *Core) tookJob(r *runner) {
 	r.lastJob = c.now
-	if c.backedOff(r) && !r.leadJob {
-		r.leadJob, r.leadEnd = true, c.now
+	if c.backedOff(r) && r.leadJobs+1 < r.leadsToClear() {
+		r.leadJobs++
+		r.leadEnd = c.now
 		c.refreshRunner(r)
 		return
 	}
-	r.backoffN, r.backoffEnd, r.leadEnd, r.leadJob = 0, time.Time{}, time.Time{}, false
+	r.backoffN, r.backoffEnd, r.leadEnd, r.leadJobs = 0, time.Time{}, time.Time{}, 0
 	c.refreshRunner(r)
 }
 

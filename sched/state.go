@@ -189,8 +189,8 @@ type runner struct {
 	backoffN     int
 	backoffEnd   time.Time // its requests but the lead wait until then
 	leadEnd      time.Time // its lead request waits until then (backoff)
-	leadOut      int       // lead requests out: offered to answered (0 or 1)
-	leadJob      bool      // backed off, and its lead request's last answer was a job
+	leadOut      int       // lead requests out: offered to answered (at most leadAllow)
+	leadJobs     int       // backed off, and its lead requests' last answers were this many jobs in a row
 	indexedLead  bool      // indexed while backed off: the oldest ticket only
 	probesOut    int
 	waiting      []*ticket // queued tickets not parked, in seq order

@@ -267,6 +267,7 @@ func (c *Core) onOutcome(e Outcome) {
 		c.backoff(a.runner)
 	case OutcomeReleased:
 		c.endAdmission(a, "released")
+		c.releasedInBackoff(a.runner)
 	}
 	c.verdict(VerdictOK, "")
 }

@@ -300,7 +300,7 @@ func (c *Core) maybeDrain(p *placementQueue, w *waiter) {
 	if p.nodes.Len() > 0 || len(p.drains) >= p.nwait {
 		return
 	}
-	if w.tk != nil && c.backedOff(w.tk.runner) && !w.tk.runner.leadJob {
+	if w.tk != nil && c.backedOff(w.tk.runner) && w.tk.runner.leadJobs == 0 {
 		// the lead request of a runner whose last request found GitLab
 		// empty: its demand is a guess, and emptying a node for every
 		// such guess, once a second, idles a node for nothing (a lead

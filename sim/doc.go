@@ -22,10 +22,14 @@
 // template (tenant, envelope). A job request takes a round trip sampled
 // from [GitLabParams.RoundTrip] and gets the oldest queued job (demand, not
 // a specific job, BS-26) or an empty answer; with [GitLabParams.LongPoll]
-// GitLab holds an empty request open that long, as Workhorse does.
+// Workhorse holds a request whose queue version (X-GitLab-Last-Update) is
+// current that long, and answers it 204 itself as soon as a job is queued
+// for the runner: a held request never gets a job, the runner's next one
+// does (reference/gitlab-runner-api.md §3.4).
 //
 // vk: one relay per tenant, one runner per template with
-// request_concurrency loops, as vk-gitlab runs them: queue a ticket,
+// request_concurrency loops (default vk-gitlab's own, six), as vk-gitlab
+// runs them: queue a ticket,
 // long-poll it, claim the grant, ask GitLab, report the outcome (job: submit
 // under the admission; empty: the core backs the runner off), queue again.
 // Nodes answer offers and starts from a ledger (accept if the envelope fits

@@ -231,52 +231,79 @@ func newWorld(s *Scenario, jobs []Job, seed uint64, label string) *world {
 // gitlabQueues is GitLab's pending-job queue per runner (template): a job
 // arrives there and is handed, oldest first, to whichever request of a
 // matching runner comes next (BS-26: demand, not a specific job).
+//
+// Long polling is modelled as Workhorse does it
+// (reference/gitlab-runner-api.md §3.4): each runner's queue has a
+// version, re-rolled whenever a job is queued for it, and a runner's
+// requests carry the version of its last empty answer from Rails
+// (X-GitLab-Last-Update). Workhorse holds a request whose version is
+// current until the version changes or the long poll runs out, and then
+// answers 204 itself: a held request is never handed a job. The runner's
+// next request carries the old version, so Workhorse passes it to Rails,
+// which hands out the job. A request without a version (none seen yet) or
+// with an old one goes to Rails at once.
 type gitlabQueues struct {
 	q       [][]int
 	waiters [][]*glWaiter
+	ver     []int // per runner: its queue's version, bumped by every job queued
+	seen    []int // per runner: the version of its last empty answer from Rails, -1 none
 }
 
 // glWaiter is a job request held open by GitLab's long polling.
 type glWaiter struct {
-	cb     func(job int, ok bool)
 	done   bool
-	answer func(job int) // delivers a job after the answer's way back
+	answer func() // Workhorse's 204 after the answer's way back
 }
 
 func newGitlabQueues(n int) gitlabQueues {
-	return gitlabQueues{q: make([][]int, n), waiters: make([][]*glWaiter, n)}
+	g := gitlabQueues{q: make([][]int, n), waiters: make([][]*glWaiter, n), ver: make([]int, n), seen: make([]int, n)}
+	for i := range g.seen {
+		g.seen[i] = -1
+	}
+	return g
 }
 
 func (g *gitlabQueues) push(tmpl, job int) {
-	for len(g.waiters[tmpl]) > 0 {
-		w := g.waiters[tmpl][0]
-		g.waiters[tmpl] = g.waiters[tmpl][1:]
-		if !w.done {
-			w.done = true
-			w.answer(job)
-			return
-		}
-	}
 	g.q[tmpl] = append(g.q[tmpl], job)
+	g.changed(tmpl)
 }
 
-// request answers a job request of runner tmpl arriving at GitLab now: at
-// once with a queued job, or, with long polling (longPoll > 0), with the
-// first job to arrive within longPoll, or empty.
-//
-// back is the time a held answer takes to reach the runner.
-func (g *gitlabQueues) request(e *engine, tmpl int, longPoll, back time.Duration, cb func(job int, ok bool)) {
-	if j, ok := g.pop(tmpl); ok || longPoll <= 0 {
-		cb(j, ok)
+// changed re-rolls runner tmpl's queue version: Workhorse answers every
+// request it holds for the runner 204.
+func (g *gitlabQueues) changed(tmpl int) {
+	g.ver[tmpl]++
+	for _, w := range g.waiters[tmpl] {
+		if !w.done {
+			w.done = true
+			w.answer()
+		}
+	}
+	g.waiters[tmpl] = g.waiters[tmpl][:0]
+}
+
+// request answers a job request of runner tmpl arriving at GitLab now.
+// Rails answers at once, with the oldest queued job or empty; with long
+// polling (longPoll > 0) a request whose version is current is held by
+// Workhorse instead and answered empty when the queue changes (after back,
+// the time a held answer takes to reach the runner) or after longPoll.
+// cb's held says Workhorse answered (a 204 without X-GitLab-Last-Update);
+// a held request never gets a job.
+func (g *gitlabQueues) request(e *engine, tmpl int, longPoll, back time.Duration, cb func(job int, ok, held bool)) {
+	if longPoll <= 0 || g.seen[tmpl] != g.ver[tmpl] {
+		j, ok := g.pop(tmpl)
+		if !ok {
+			g.seen[tmpl] = g.ver[tmpl]
+		}
+		cb(j, ok, false)
 		return
 	}
-	w := &glWaiter{cb: cb}
-	w.answer = func(job int) { e.after(back, func() { cb(job, true) }) }
+	w := &glWaiter{}
+	w.answer = func() { e.after(back, func() { cb(0, false, true) }) }
 	g.waiters[tmpl] = append(g.waiters[tmpl], w)
 	e.after(longPoll, func() {
 		if !w.done {
 			w.done = true
-			cb(0, false)
+			cb(0, false, true)
 		}
 	})
 }
@@ -324,16 +351,9 @@ func (w *world) runUntilDone(ctx context.Context) error {
 }
 
 // requeue puts job back at the head of runner tmpl's queue (a request that
-// died with its manager never took it), or hands it to a held request.
+// died with its manager never took it); GitLab re-rolls the runner's queue
+// version as for a new job.
 func (g *gitlabQueues) requeue(tmpl, job int) {
-	for len(g.waiters[tmpl]) > 0 {
-		w := g.waiters[tmpl][0]
-		g.waiters[tmpl] = g.waiters[tmpl][1:]
-		if !w.done {
-			w.done = true
-			w.answer(job)
-			return
-		}
-	}
 	g.q[tmpl] = append([]int{job}, g.q[tmpl]...)
+	g.changed(tmpl)
 }

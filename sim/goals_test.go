@@ -188,20 +188,19 @@ func TestGoalWeightedShareSizes(t *testing.T) {
 }
 
 // With the same job mix for both tenants, both backlogged, each gets its
-// weight's share within 5 % and Jain's index ≥ 0.99 once every runner has
-// a request waiting at the core whenever room frees: the core can only
-// order the requests it has, and with the scenario's 4 request loops per
-// runner tenant b's runners are at times all asking GitLab when room
-// frees, so work conservation gives it to a (27.8 % on seeds 3 and 5; 8
-// loops give 25.0 % on seeds 1-5, docs/sim.md).
+// weight's share within 5 % and Jain's index ≥ 0.99 with the defaults an
+// operator gets: vk-gitlab's request loops per runner (six,
+// DefaultRequestConcurrency, the relay's own) keep a backlogged tenant's
+// runners with a request waiting at the core when room frees. The core
+// can only order the requests it has: with one loop, the relay's default
+// before, tenant a took 47.5 %, with four 27.2 % (docs/capacity-policy.md,
+// "Fair shares with the relay's defaults").
 //
-// spec: ARB-09, ARB-10, BS-28
-func TestWeightedShareSameMixWithRequestsWaiting(t *testing.T) {
-	s := load(t, "both-backlogged")
-	s.VK.RequestConcurrency = 8
-	rep, err := Run(context.Background(), Options{Scenario: s, Seed: 1, Policies: []string{"vk"}})
-	if err != nil {
-		t.Fatal(err)
+// spec: ARB-02, ARB-09, ARB-10, BS-28
+func TestGoalWeightedShareSameMix(t *testing.T) {
+	rep := goalReport(t, "both-backlogged")
+	if c := rep.Scenario.VK.RequestConcurrency; c != DefaultRequestConcurrency {
+		t.Fatalf("the scenario runs %d request loops per runner, want the default %d", c, DefaultRequestConcurrency)
 	}
 	vk := result(t, rep, "vk")
 	sh, _ := rep.TenantShares(vk)
@@ -233,5 +232,51 @@ func TestGoal110OverloadSpread(t *testing.T) {
 	c := goalClass(t, rep, result(t, rep, "vk"), "wide")
 	if c.RunShare < 0.9*c.DemandShare {
 		t.Errorf("wide jobs ran %.1f%% of the vCPU·s against %.1f%% demanded (%.2f), want ≥ 0.9 of it", 100*c.RunShare, 100*c.DemandShare, c.RunShare/c.DemandShare)
+	}
+}
+
+// GitLab job requests, as ruled in docs/capacity-policy.md ("Ruling:
+// GitLab requests are bounded per runner, not per job") in place of
+// issue 15's "no more requests per job than vk before it" (2.26 at 0.9,
+// 2.03 at 1.1), which no polling runner meets with narrow p95 ≤ 10 s:
+// with GitLab's default (no long polling) a runner asks no more often
+// than gitlab-runner with check_interval = 1 does, one request per
+// second while it finds nothing, beyond one per job started.
+//
+// spec: ARB-18, ARB-20, ARB-21
+func TestGoalGitLabRequestsBounded(t *testing.T) {
+	for _, name := range []string{"reference-090", "reference-110"} {
+		rep := goalReport(t, name)
+		vk := result(t, rep, "vk")
+		if r := rep.IdleRequestRate(vk); r > 1 {
+			t.Errorf("%s: %.2f GitLab job requests per runner per second beyond one per job (%d requests, %d jobs, %.0f s), want ≤ 1",
+				name, r, vk.GitLabRequests, vk.Started, vk.RunSecs)
+		}
+	}
+}
+
+// With GitLab's long polling on (Workhorse's api_ci_long_polling_duration
+// = 50 s, what GitLab recommends and the ruling tells operators who want
+// fewer GitLab requests to set), a job costs at most the three requests
+// GitLab's protocol needs after an idle spell: the held request Workhorse
+// answers 204 when the job arrives, the request Rails answers with it,
+// and one empty answer that learns the runner's new queue version. And a
+// job is still picked up at once: narrow p50 ≤ 0.5 s.
+//
+// spec: ARB-18, ARB-20, ARB-33
+func TestGoalGitLabRequestsLongPoll(t *testing.T) {
+	s := load(t, "reference-090")
+	s.Duration.Duration, s.Warmup.Duration = 2*time.Hour, 30*time.Minute
+	s.GitLab.LongPoll.Duration = 50 * time.Second
+	rep, err := Run(context.Background(), Options{Scenario: s, Seed: 1, Policies: []string{"vk"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vk := result(t, rep, "vk")
+	if r := vk.RequestsPerStart(); r > 3 {
+		t.Errorf("%.2f GitLab job requests per job started under long polling, want ≤ 3", r)
+	}
+	if c := goalClass(t, rep, vk, "narrow"); c.Wait.P50 > 500*time.Millisecond || c.Wait.P95 > 10*time.Second {
+		t.Errorf("narrow wait p50 %v, p95 %v under long polling, want ≤ 0.5 s and ≤ 10 s", c.Wait.P50, c.Wait.P95)
 	}
 }

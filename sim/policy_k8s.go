@@ -204,7 +204,7 @@ func (k *k8sRun) slot(r *replica) {
 	}
 	w.m.gitlabRequests++
 	w.eng.after(delay+w.s.GitLab.RoundTrip.Sample(w.rng), func() {
-		k.gl.request(&w.eng, r.tmpl, w.s.GitLab.LongPoll.Duration, w.s.GitLab.RoundTrip.Sample(w.rng)/2, func(j int, ok bool) { k.answer(r, l, j, ok, retry) })
+		k.gl.request(&w.eng, r.tmpl, w.s.GitLab.LongPoll.Duration, w.s.GitLab.RoundTrip.Sample(w.rng)/2, func(j int, ok, _ bool) { k.answer(r, l, j, ok, retry) })
 	})
 }
 

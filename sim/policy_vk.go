@@ -328,7 +328,7 @@ func (v *vkRun) claim(l *vkLoop, g sched.Grant) {
 	l.asking = g.Admission
 	v.renewLater(l, g)
 	w.eng.after(w.s.GitLab.RoundTrip.Sample(w.rng), func() {
-		v.gl.request(&w.eng, l.tmpl, longPoll, w.s.GitLab.RoundTrip.Sample(w.rng)/2, func(j int, ok bool) { v.answer(l, g, j, ok, longPoll > 0) })
+		v.gl.request(&w.eng, l.tmpl, longPoll, w.s.GitLab.RoundTrip.Sample(w.rng)/2, func(j int, ok, held bool) { v.answer(l, g, j, ok, held) })
 	})
 }
 
@@ -359,8 +359,9 @@ func (v *vkRun) renewLater(l *vkLoop, g sched.Grant) {
 	})
 }
 
-// answer is GitLab's answer to a loop's job request; held says GitLab
-// long-polled it.
+// answer is GitLab's answer to a loop's job request; held says Workhorse
+// held it and answered 204 itself (the queue changed or the long poll ran
+// out), without X-GitLab-Last-Update.
 func (v *vkRun) answer(l *vkLoop, g sched.Grant, j int, ok, held bool) {
 	w := v.w
 	l.asking = 0
@@ -369,9 +370,10 @@ func (v *vkRun) answer(l *vkLoop, g sched.Grant, j int, ok, held bool) {
 	{
 		if !ok {
 			w.m.emptyAnswers++
-			// a held request's empty end is Workhorse's own 204 (the
-			// long poll ran out, Rails not asked): vk-gitlab reports it
-			// released, so the runner is not backed off for it
+			// a held request's end is Workhorse's own 204 (the queue
+			// changed or the long poll ran out, Rails not asked):
+			// vk-gitlab reports it released, so the runner is not backed
+			// off for it, and its next request reaches Rails
 			kind := sched.OutcomeEmpty
 			if held {
 				kind = sched.OutcomeReleased

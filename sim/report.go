@@ -130,6 +130,29 @@ func (rep *Report) HeldIdleFraction(r *Result) float64 {
 	return r.HeldIdleCPUSecs / cap
 }
 
+// OfferedLoad is the vCPU·s demanded by the jobs that arrived in the
+// measured window over the fleet's vCPU·s in it: the most utilization any
+// policy can reach on this sample of the workload (a Poisson sample of
+// "0.9 of capacity" offers a little more or less than 0.9).
+func (rep *Report) OfferedLoad(r *Result) float64 {
+	cap := float64(rep.CPUs) * (rep.Scenario.Duration.Duration - rep.Scenario.Warmup.Duration).Seconds()
+	if cap <= 0 {
+		return 0
+	}
+	var dem float64
+	for _, d := range r.TemplateDemandCPUSecs {
+		dem += d
+	}
+	return dem / cap
+}
+
+// IdleRequestRate is r's GitLab job requests beyond one per job started,
+// per runner and second ([Result.IdleRequestRate]); the scenario's job
+// templates are its runners.
+func (rep *Report) IdleRequestRate(r *Result) float64 {
+	return r.IdleRequestRate(len(rep.Scenario.Jobs))
+}
+
 // WriteWall writes the wall-clock figures: the vk core's events per second.
 // They vary from run to run and are kept apart from the report.
 func (rep *Report) WriteWall(w io.Writer) error {

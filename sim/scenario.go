@@ -189,11 +189,18 @@ type GitLabParams struct {
 	LongPoll Duration `toml:"long_poll"`
 }
 
+// DefaultRequestConcurrency is a runner's request loops when the scenario
+// sets none: vk-gitlab's default (relay.DefaultRequestConcurrency; one set
+// of books, TestDefaultsAreTheRelays), which the relay caps by its
+// concurrent as the sim caps it by relay_concurrent.
+const DefaultRequestConcurrency = 6
+
 // VKParams are the vk policy's knobs: the relay's and the node's delays and
 // the hub's capacity-policy numbers (zero: the sched defaults).
 type VKParams struct {
 	// RequestConcurrency is each runner's number of request loops
-	// (default 4).
+	// (default DefaultRequestConcurrency, at most RelayConcurrent when
+	// that is set, as vk-gitlab fills it).
 	RequestConcurrency int `toml:"request_concurrency"`
 	// RelayConcurrent is each relay's concurrent (0: no limit).
 	RelayConcurrent int `toml:"relay_concurrent"`
@@ -425,7 +432,12 @@ func (s *Scenario) defaults() {
 		s.GitLab.RoundTrip = Dist{Kind: "lognormal", Median: Duration{150 * time.Millisecond}, Sigma: 0.5}
 	}
 	v := &s.VK
-	defInt(&v.RequestConcurrency, 4)
+	if v.RequestConcurrency == 0 {
+		v.RequestConcurrency = DefaultRequestConcurrency
+		if v.RelayConcurrent > 0 {
+			v.RequestConcurrency = min(v.RequestConcurrency, v.RelayConcurrent)
+		}
+	}
 	defDur(&v.HubLatency, 2*time.Millisecond)
 	defDur(&v.NodeAnswer, 5*time.Millisecond)
 	defDur(&v.SettleDelay, time.Second)

@@ -93,6 +93,9 @@ type Result struct {
 	FreeWhileWaitingCPUSecs float64
 	GitLabRequests          int // job requests made (pull policies: one per job)
 	EmptyAnswers            int // job requests answered without a job
+	// RunSecs is the simulated time the run lasted, start to the last
+	// event (warmup and drain included, as GitLabRequests counts them).
+	RunSecs float64
 	// PeakOvershoot is the most pods admission rejected within one quota
 	// refresh interval (quota-margin).
 	PeakOvershoot int
@@ -144,6 +147,18 @@ func (r *Result) RequestsPerStart() float64 {
 		return 0
 	}
 	return float64(r.GitLabRequests) / float64(r.Started)
+}
+
+// IdleRequestRate is the GitLab job requests beyond one per job started,
+// per runner (job template) and second of the run: what a runner costs
+// GitLab for asking while it finds nothing. gitlab-runner with
+// check_interval = 1 asks once a second when idle, so 1 is its rate; the
+// pull policies, one request per job, have 0.
+func (r *Result) IdleRequestRate(runners int) float64 {
+	if runners == 0 || r.RunSecs == 0 {
+		return 0
+	}
+	return max(0, float64(r.GitLabRequests-r.Started)) / (float64(runners) * r.RunSecs)
 }
 
 // DecisionsPerSec is the vk core's events per second of wall time, 0 when
@@ -339,6 +354,7 @@ func (r *Result) fill(s *Scenario, w *world) {
 	r.HeldIdleCPUSecs = m.idleArea
 	r.FreeWhileWaitingCPUSecs = m.freeWait
 	r.GitLabRequests = m.gitlabRequests
+	r.RunSecs = w.eng.now.Seconds()
 	r.EmptyAnswers = m.emptyAnswers
 	r.PeakOvershoot = m.peakOver
 	r.MarginOvershoot = m.overshoot

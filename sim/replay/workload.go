@@ -403,17 +403,23 @@ func (sc *scan) job(id uint64, f *jobFacts) (Job, bool) {
 	return j, j.Start >= 0 || f.end == nil
 }
 
-// gitlabTimes estimates GitLab's round trip and long poll: with long
-// polling, an empty answer took the poll (whole seconds, as Workhorse is
-// configured) plus a round trip, so the median hold splits into both;
-// without, the round trip is the median answer.
+// gitlabTimes estimates GitLab's round trip and long poll. With long
+// polling an empty answer after a hold either ran the whole poll (whole
+// seconds, as Workhorse is configured, plus a round trip) or ended early,
+// when a job was queued for the runner (Workhorse answers a held request
+// 204 then): the long poll is the cluster of the longest holds, those
+// within 2 s of the longest, whose median splits into the poll and
+// a round trip. Without long polling the round trip is the median answer.
 func gitlabTimes(quick, holds []time.Duration) (rt, longPoll time.Duration) {
 	med := func(v []time.Duration) time.Duration {
 		slices.Sort(v)
 		return v[len(v)/2]
 	}
 	if len(holds) > 0 {
-		m := med(holds)
+		slices.Sort(holds)
+		top := holds[len(holds)-1]
+		i, _ := slices.BinarySearch(holds, top-2*time.Second)
+		m := med(holds[i:])
 		longPoll = m.Truncate(time.Second)
 		rt = m - longPoll
 	}
