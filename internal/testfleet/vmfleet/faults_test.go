@@ -1,4 +1,4 @@
-package testfleet_test
+package vmfleet_test
 
 import (
 	"bytes"
