@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/conffile"
@@ -131,6 +132,29 @@ pull_policy = "if-not-present"
 					t.Errorf("net mode %q, want none", got)
 				}
 			}},
+		{name: "microvm service keys", file: "version = 1\n[executor.microvm]\nservice_mem_mib = 512\nservice_cpus = 2\nwait_for_services_timeout = 120\n",
+			check: func(t *testing.T, c Config) {
+				m := c.Executor.MicroVM
+				if m.ServiceMemMiB != 512 || m.ServiceCPUs != 2 || m.serviceWait() != 120*time.Second {
+					t.Errorf("service keys %+v, wait %v", m, m.serviceWait())
+				}
+			}},
+		{name: "microvm service wait -1 is no wait", file: "version = 1\n[executor.microvm]\nwait_for_services_timeout = -1\n",
+			check: func(t *testing.T, c Config) {
+				if w := c.Executor.MicroVM.serviceWait(); w >= 0 {
+					t.Errorf("wait %v, want negative (no health check)", w)
+				}
+			}},
+		{name: "microvm service wait defaults", file: "version = 1\n",
+			check: func(t *testing.T, c Config) {
+				if m := c.Executor.MicroVM; m.serviceWait() != 0 || m.ServiceMemMiB != 0 || m.ServiceCPUs != 0 {
+					t.Errorf("defaults %+v: want zeros, the executor's defaults", m)
+				}
+			}},
+		{name: "microvm service memory too small", file: "version = 1\n[executor.microvm]\nservice_mem_mib = 64\n", wantErr: "[executor.microvm] service_mem_mib 64"},
+		{name: "microvm service cpus negative", file: "version = 1\n[executor.microvm]\nservice_cpus = -2\n", wantErr: "[executor.microvm] service_cpus -2"},
+		{name: "microvm service cpus too many", file: "version = 1\n[executor.microvm]\nservice_cpus = 65\n", wantErr: "[executor.microvm] service_cpus 65"},
+		{name: "microvm service wait below -1", file: "version = 1\n[executor.microvm]\nwait_for_services_timeout = -5\n", wantErr: "[executor.microvm] wait_for_services_timeout -5"},
 		{name: "hub not https", file: "version = 1\n[node]\nhub = \"http://hub\"\n", wantErr: "hub"},
 	}
 	for _, tt := range tests {

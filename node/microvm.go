@@ -47,7 +47,25 @@ type MicroVMConfig struct {
 	// which gives the job's VM a network whose only way out is the job's
 	// guest registry proxy at registry.vk (vmnet.go, XFER-18..23).
 	NetMode string `toml:"net_mode"`
+	// ServiceMemMiB is each service VM's memory; 0 means 256
+	// (microvm.DefaultServiceMemMiB), else at least [minServiceMemMiB].
+	ServiceMemMiB int64 `toml:"service_mem_mib"`
+	// ServiceCPUs is each service VM's vCPUs; 0 means 1, at most
+	// [maxServiceCPUs].
+	ServiceCPUs int `toml:"service_cpus"`
+	// WaitForServicesTimeout is gitlab-runner's [runners.docker]
+	// wait_for_services_timeout: how many seconds Prepare waits for the
+	// services' ports; 0 means 30, -1 no wait (no health check).
+	WaitForServicesTimeout int `toml:"wait_for_services_timeout"`
 }
+
+// Bounds of the service VMs' keys: below 128 MiB the stock guest kernel
+// with the initramfs (busybox, modules, vk-agent) leaves a service next
+// to nothing, and QEMU's microvm machine is sized for a handful of vCPUs.
+const (
+	minServiceMemMiB = 128
+	maxServiceCPUs   = 64
+)
 
 func (m MicroVMConfig) problems() []string {
 	var out []string
@@ -64,7 +82,31 @@ func (m MicroVMConfig) problems() []string {
 	if m.BootTimeoutSecs < 0 || m.DiskMiB < 0 {
 		out = append(out, "boot_timeout_secs and disk_mib must not be negative")
 	}
+	return append(out, m.serviceProblems()...)
+}
+
+// serviceProblems checks the service VMs' keys.
+func (m MicroVMConfig) serviceProblems() []string {
+	var out []string
+	if m.ServiceMemMiB != 0 && m.ServiceMemMiB < minServiceMemMiB {
+		out = append(out, fmt.Sprintf("service_mem_mib %d: want 0 (256) or at least %d", m.ServiceMemMiB, minServiceMemMiB))
+	}
+	if m.ServiceCPUs < 0 || m.ServiceCPUs > maxServiceCPUs {
+		out = append(out, fmt.Sprintf("service_cpus %d: want 0 (1) to %d", m.ServiceCPUs, maxServiceCPUs))
+	}
+	if m.WaitForServicesTimeout < -1 {
+		out = append(out, fmt.Sprintf("wait_for_services_timeout %d: want seconds, 0 (30) or -1 (no wait)", m.WaitForServicesTimeout))
+	}
 	return out
+}
+
+// serviceWait is [MicroVMConfig.WaitForServicesTimeout] as the
+// executor's ServiceWait: 0 its default, negative no wait.
+func (m MicroVMConfig) serviceWait() time.Duration {
+	if m.WaitForServicesTimeout < 0 {
+		return -1
+	}
+	return time.Duration(m.WaitForServicesTimeout) * time.Second
 }
 
 // agentBinary is [MicroVMConfig.Agent] or its default.
@@ -167,6 +209,7 @@ func (a *Agent) microvmConfig(b *backends) (microvm.Config, error) {
 		Root: b.microvmRoot, Agent: agent, QEMU: m.QEMU, Kernel: m.Kernel, Busybox: m.Busybox,
 		Accel: m.Accel, BootTimeout: time.Duration(m.BootTimeoutSecs) * time.Second,
 		Images: store, DiskMiB: m.DiskMiB, Log: a.log,
+		ServiceMemMiB: m.ServiceMemMiB, ServiceCPUs: m.ServiceCPUs, ServiceWait: m.serviceWait(),
 	}, nil
 }
 
