@@ -31,4 +31,4 @@ func oneJob(name string, script ...string) gitlabfake.PipelineSpec {
 	return gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{{Name: name, Stage: "test", Script: script}}}
 }
 
-var readme = map[string]string{"README.md": "e2e\n"}
+var readme = fleettest.Readme

@@ -6,7 +6,8 @@
 //
 // It exists because the fleet's tests are split over packages — go test
 // gives each package 600 s, and internal/testfleet alone takes most of
-// that, so the microVM tests live in internal/testfleet/vmfleet — and a
+// that, so the microVM tests live in internal/testfleet/vmfleet and
+// internal/testfleet/vmfaults, each a few minutes of guest boots — and a
 // helper in one package's _test.go cannot be imported by another. The
 // fleet itself (package testfleet) stays free of the testing package: the
 // demo runs it too.
@@ -17,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +38,25 @@ func NeedBinaries(t testing.TB, bins ...string) {
 			need.Missingf(t, "%s not installed (apt-get install -y %s)", b, b)
 		}
 	}
+}
+
+// Readme is the repository every test pipeline checks out: one file.
+var Readme = map[string]string{"README.md": "e2e\n"}
+
+// BuildVK builds the real vk binary into t's temporary directory, for a
+// node run as a child process (testfleet.NodeSpec.Binary); the Go build
+// cache makes it quick after the first time.
+func BuildVK(t testing.TB) string {
+	t.Helper()
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		need.Missingf(t, "the go tool is not on PATH: the test builds vk to run its node as a child process")
+	}
+	bin := filepath.Join(t.TempDir(), "vk")
+	if out, err := exec.Command(gotool, "build", "-o", bin, "github.com/vk-ci/vk/cmd/vk").CombinedOutput(); err != nil {
+		t.Fatalf("go build vk: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // Start starts a fleet for t and closes it when t ends, skipping only

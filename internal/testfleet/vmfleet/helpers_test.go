@@ -1,9 +1,11 @@
-// Package vmfleet_test runs the end-to-end fleet (internal/testfleet) on
-// nodes with [executor] backend = "microvm": pipelines whose jobs boot
-// QEMU guests (TCG here, each boot 10–40 s on a loaded host). They are a
-// package of their own, test files only, because go test gives each
-// package 600 s and internal/testfleet's own tests take most of that;
-// the shared helpers are internal/testfleet/fleettest's.
+// Package vmfleet_test runs a pipeline through the end-to-end fleet
+// (internal/testfleet) on a node with [executor] backend = "microvm":
+// jobs in QEMU guests (TCG here, each boot 10–40 s on a loaded host),
+// services in guests beside them, an OOM inside one. It is a package of
+// its own, test files only, because go test gives each package 600 s and
+// internal/testfleet's own tests take most of that; the microVM faults
+// are internal/testfleet/vmfaults', for the same reason. The shared
+// helpers are internal/testfleet/fleettest's.
 package vmfleet_test
 
 import (
@@ -20,9 +22,8 @@ import (
 // read it.
 const imageMarker = "marker-only-inside-the-image"
 
-var readme = map[string]string{"README.md": "e2e\n"}
-
 var (
+	readme       = fleettest.Readme
 	needBinaries = fleettest.NeedBinaries
 	stripANSI    = fleettest.StripANSI
 )
