@@ -155,6 +155,14 @@ pull_policy = "if-not-present"
 		{name: "microvm service cpus negative", file: "version = 1\n[executor.microvm]\nservice_cpus = -2\n", wantErr: "[executor.microvm] service_cpus -2"},
 		{name: "microvm service cpus too many", file: "version = 1\n[executor.microvm]\nservice_cpus = 65\n", wantErr: "[executor.microvm] service_cpus 65"},
 		{name: "microvm service wait below -1", file: "version = 1\n[executor.microvm]\nwait_for_services_timeout = -5\n", wantErr: "[executor.microvm] wait_for_services_timeout -5"},
+		{name: "microvm net_modes unknown", file: "version = 1\n[executor.microvm]\nnet_modes = [\"none\", \"bridge\"]\n", wantErr: "[executor.microvm] net_modes: \"bridge\""},
+		{name: "microvm net_modes lack net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"switch\"\nnet_modes = [\"none\"]\n", wantErr: "[executor.microvm] net_modes [\"none\"] lacks net_mode \"switch\""},
+		{name: "microvm net_modes", file: "version = 1\n[executor.microvm]\nnet_modes = [\"none\", \"switch\"]\n",
+			check: func(t *testing.T, c Config) {
+				if m := c.Executor.MicroVM.NetModes; len(m) != 2 || m[1] != NetModeSwitch {
+					t.Errorf("net_modes %q", m)
+				}
+			}},
 		{name: "hub not https", file: "version = 1\n[node]\nhub = \"http://hub\"\n", wantErr: "hub"},
 	}
 	for _, tt := range tests {

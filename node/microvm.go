@@ -6,6 +6,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/vk-ci/vk/internal/logkey"
@@ -47,6 +48,10 @@ type MicroVMConfig struct {
 	// which gives the job's VM a network whose only way out is the job's
 	// guest registry proxy at registry.vk (vmnet.go, XFER-18..23).
 	NetMode string `toml:"net_mode"`
+	// NetModes are the modes a job may ask for instead with its variable
+	// VK_NET_MODE ([NetModeVar]); unset, only NetMode: a job cannot
+	// choose. A job asking for one not listed fails configuration.
+	NetModes []string `toml:"net_modes"`
 	// ServiceMemMiB is each service VM's memory; 0 means 256
 	// (microvm.DefaultServiceMemMiB), else at least [minServiceMemMiB].
 	ServiceMemMiB int64 `toml:"service_mem_mib"`
@@ -78,6 +83,14 @@ func (m MicroVMConfig) problems() []string {
 	case "", NetModeNone, NetModeSwitch:
 	default:
 		out = append(out, fmt.Sprintf("net_mode %q: want none or switch", m.NetMode))
+	}
+	for _, nm := range m.NetModes {
+		if nm != NetModeNone && nm != NetModeSwitch {
+			out = append(out, fmt.Sprintf("net_modes: %q: want none or switch", nm))
+		}
+	}
+	if len(m.NetModes) > 0 && !slices.Contains(m.NetModes, m.netMode()) {
+		out = append(out, fmt.Sprintf("net_modes %q lacks net_mode %q, the mode of a job that asks for none", m.NetModes, m.netMode()))
 	}
 	if m.BootTimeoutSecs < 0 || m.DiskMiB < 0 {
 		out = append(out, "boot_timeout_secs and disk_mib must not be negative")
@@ -227,6 +240,9 @@ func (a *Agent) startMicroVM(b *backends, mc microvm.Config) error {
 // chooseMicroVM is the microvm backend's executor for j (of start s, nil
 // when unknown).
 func (b *backends) chooseMicroVM(j *job.CiJob, s *dispatch.Start) (exec.Executor, string, []string) {
+	if _, err := b.jobNetMode(j); err != nil {
+		return refuseExecutor{err}, BackendMicroVM, nil
+	}
 	return b.microvm.For(b.microvmSpec(j, s)), BackendMicroVM, nil
 }
 
@@ -251,7 +267,7 @@ func (b *backends) microvmSpec(j *job.CiJob, s *dispatch.Start) microvm.Spec {
 			spec.ServiceEnv = append(spec.ServiceEnv, v.Key+"="+v.Value)
 		}
 	}
-	spec.NetMode = b.netMode
+	spec.NetMode, _ = b.jobNetMode(j) // chooseMicroVM refused a job asking for a mode not allowed
 	if regproxy.Enabled(spec.NetMode) && b.registry != nil {
 		r := b.registry(s)
 		spec.Registry, spec.RegistryNamespaces = r.proxy, r.namespaces
