@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/conffile"
@@ -24,13 +25,93 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	}
 }
 
+// configCase is one node.toml for LoadConfig and what it must give.
+type configCase struct {
+	name    string
+	file    string
+	wantErr string // substring; "" = no error
+	check   func(t *testing.T, c Config)
+}
+
+// runConfigCases loads each case's file and checks the outcome; an error
+// must name the file.
+func runConfigCases(t *testing.T, tests []configCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "node.toml")
+			if err := os.WriteFile(p, []byte(tt.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := LoadConfig(p)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("LoadConfig = %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("LoadConfig error = %v, want one naming %q", err, tt.wantErr)
+			case tt.wantErr != "" && !strings.Contains(err.Error(), p):
+				t.Errorf("error %v does not name the file", err)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}
+
+// The [executor.microvm] keys: net_mode and net_modes, the service VMs'
+// memory, vCPUs and wait, each validated with an error naming the key.
+func TestLoadConfigMicroVM(t *testing.T) {
+	runConfigCases(t, []configCase{
+		{name: "bad microvm net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"bridge\"\n", wantErr: "[executor.microvm] net_mode"},
+		{name: "microvm net_mode switch", file: "version = 1\n[executor.microvm]\nnet_mode = \"switch\"\n",
+			check: func(t *testing.T, c Config) {
+				if got := c.Executor.MicroVM.netMode(); got != NetModeSwitch {
+					t.Errorf("net mode %q, want switch", got)
+				}
+			}},
+		{name: "microvm net_mode defaults to none", file: "version = 1\n",
+			check: func(t *testing.T, c Config) {
+				if got := c.Executor.MicroVM.netMode(); got != NetModeNone {
+					t.Errorf("net mode %q, want none", got)
+				}
+			}},
+		{name: "microvm service keys", file: "version = 1\n[executor.microvm]\nservice_mem_mib = 512\nservice_cpus = 2\nwait_for_services_timeout = 120\n",
+			check: func(t *testing.T, c Config) {
+				m := c.Executor.MicroVM
+				if m.ServiceMemMiB != 512 || m.ServiceCPUs != 2 || m.serviceWait() != 120*time.Second {
+					t.Errorf("service keys %+v, wait %v", m, m.serviceWait())
+				}
+			}},
+		{name: "microvm service wait -1 is no wait", file: "version = 1\n[executor.microvm]\nwait_for_services_timeout = -1\n",
+			check: func(t *testing.T, c Config) {
+				if w := c.Executor.MicroVM.serviceWait(); w >= 0 {
+					t.Errorf("wait %v, want negative (no health check)", w)
+				}
+			}},
+		{name: "microvm service wait defaults", file: "version = 1\n",
+			check: func(t *testing.T, c Config) {
+				if m := c.Executor.MicroVM; m.serviceWait() != 0 || m.ServiceMemMiB != 0 || m.ServiceCPUs != 0 {
+					t.Errorf("defaults %+v: want zeros, the executor's defaults", m)
+				}
+			}},
+		{name: "microvm service memory too small", file: "version = 1\n[executor.microvm]\nservice_mem_mib = 64\n", wantErr: "[executor.microvm] service_mem_mib 64"},
+		{name: "microvm service cpus negative", file: "version = 1\n[executor.microvm]\nservice_cpus = -2\n", wantErr: "[executor.microvm] service_cpus -2"},
+		{name: "microvm service cpus too many", file: "version = 1\n[executor.microvm]\nservice_cpus = 65\n", wantErr: "[executor.microvm] service_cpus 65"},
+		{name: "microvm service wait below -1", file: "version = 1\n[executor.microvm]\nwait_for_services_timeout = -5\n", wantErr: "[executor.microvm] wait_for_services_timeout -5"},
+		{name: "microvm net_modes unknown", file: "version = 1\n[executor.microvm]\nnet_modes = [\"none\", \"bridge\"]\n", wantErr: "[executor.microvm] net_modes: \"bridge\""},
+		{name: "microvm net_modes lack net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"switch\"\nnet_modes = [\"none\"]\n", wantErr: "[executor.microvm] net_modes [\"none\"] lacks net_mode \"switch\""},
+		{name: "microvm net_modes", file: "version = 1\n[executor.microvm]\nnet_modes = [\"none\", \"switch\"]\n",
+			check: func(t *testing.T, c Config) {
+				if m := c.Executor.MicroVM.NetModes; len(m) != 2 || m[1] != NetModeSwitch {
+					t.Errorf("net_modes %q", m)
+				}
+			}},
+	})
+}
+
 func TestLoadConfig(t *testing.T) {
-	tests := []struct {
-		name    string
-		file    string
-		wantErr string // substring; "" = no error
-		check   func(t *testing.T, c Config)
-	}{
+	tests := []configCase{
 		{name: "full", file: `version = 1
 [node]
 name = "n1"
@@ -118,41 +199,9 @@ pull_policy = "if-not-present"
 		{name: "metrics off loopback", file: "version = 1\n[node]\nmetrics_listen = \"0.0.0.0:9101\"\n", wantErr: "metrics_listen"},
 		{name: "bad backend and user listed together", file: "version = 1\n[executor]\nbackend = \"vm\"\nuser = \"root\"\n", wantErr: "user"},
 		{name: "spool limit under the window", file: "version = 1\n[output]\nspool_limit = \"1M\"\n", wantErr: "spool_limit"},
-		{name: "bad microvm net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"bridge\"\n", wantErr: "[executor.microvm] net_mode"},
-		{name: "microvm net_mode switch", file: "version = 1\n[executor.microvm]\nnet_mode = \"switch\"\n",
-			check: func(t *testing.T, c Config) {
-				if got := c.Executor.MicroVM.netMode(); got != NetModeSwitch {
-					t.Errorf("net mode %q, want switch", got)
-				}
-			}},
-		{name: "microvm net_mode defaults to none", file: "version = 1\n",
-			check: func(t *testing.T, c Config) {
-				if got := c.Executor.MicroVM.netMode(); got != NetModeNone {
-					t.Errorf("net mode %q, want none", got)
-				}
-			}},
 		{name: "hub not https", file: "version = 1\n[node]\nhub = \"http://hub\"\n", wantErr: "hub"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := filepath.Join(t.TempDir(), "node.toml")
-			if err := os.WriteFile(p, []byte(tt.file), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			c, err := LoadConfig(p)
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("LoadConfig = %v", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("LoadConfig error = %v, want one naming %q", err, tt.wantErr)
-			case tt.wantErr != "" && !strings.Contains(err.Error(), p):
-				t.Errorf("error %v does not name the file", err)
-			}
-			if tt.check != nil {
-				tt.check(t, c)
-			}
-		})
-	}
+	runConfigCases(t, tests)
 	if _, err := LoadConfig(filepath.Join(t.TempDir(), "absent.toml")); !errors.Is(err, conffile.ErrNoConfig) {
 		t.Errorf("absent file: %v, want ErrNoConfig", err)
 	}

@@ -44,6 +44,7 @@ type backends struct {
 	// registry builds a job's guest registry proxy under "switch"
 	// (vmnet.go).
 	netMode      string
+	netModes     []string // [executor.microvm] net_modes: a job's VK_NET_MODE may name one
 	registry     func(*dispatch.Start) jobRegistry
 	defaultImage string // [executor] default_image
 	// imageOnHost: auto without a container backend runs image jobs on

@@ -6,6 +6,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/vk-ci/vk/internal/logkey"
@@ -47,7 +48,29 @@ type MicroVMConfig struct {
 	// which gives the job's VM a network whose only way out is the job's
 	// guest registry proxy at registry.vk (vmnet.go, XFER-18..23).
 	NetMode string `toml:"net_mode"`
+	// NetModes are the modes a job may ask for instead with its variable
+	// VK_NET_MODE ([NetModeVar]); unset, only NetMode: a job cannot
+	// choose. A job asking for one not listed fails configuration.
+	NetModes []string `toml:"net_modes"`
+	// ServiceMemMiB is each service VM's memory; 0 means 256
+	// (microvm.DefaultServiceMemMiB), else at least [minServiceMemMiB].
+	ServiceMemMiB int64 `toml:"service_mem_mib"`
+	// ServiceCPUs is each service VM's vCPUs; 0 means 1, at most
+	// [maxServiceCPUs].
+	ServiceCPUs int `toml:"service_cpus"`
+	// WaitForServicesTimeout is gitlab-runner's [runners.docker]
+	// wait_for_services_timeout: how many seconds Prepare waits for the
+	// services' ports; 0 means 30, -1 no wait (no health check).
+	WaitForServicesTimeout int `toml:"wait_for_services_timeout"`
 }
+
+// Bounds of the service VMs' keys: below 128 MiB the stock guest kernel
+// with the initramfs (busybox, modules, vk-agent) leaves a service next
+// to nothing, and QEMU's microvm machine is sized for a handful of vCPUs.
+const (
+	minServiceMemMiB = 128
+	maxServiceCPUs   = 64
+)
 
 func (m MicroVMConfig) problems() []string {
 	var out []string
@@ -61,10 +84,42 @@ func (m MicroVMConfig) problems() []string {
 	default:
 		out = append(out, fmt.Sprintf("net_mode %q: want none or switch", m.NetMode))
 	}
+	for _, nm := range m.NetModes {
+		if nm != NetModeNone && nm != NetModeSwitch {
+			out = append(out, fmt.Sprintf("net_modes: %q: want none or switch", nm))
+		}
+	}
+	if len(m.NetModes) > 0 && !slices.Contains(m.NetModes, m.netMode()) {
+		out = append(out, fmt.Sprintf("net_modes %q lacks net_mode %q, the mode of a job that asks for none", m.NetModes, m.netMode()))
+	}
 	if m.BootTimeoutSecs < 0 || m.DiskMiB < 0 {
 		out = append(out, "boot_timeout_secs and disk_mib must not be negative")
 	}
+	return append(out, m.serviceProblems()...)
+}
+
+// serviceProblems checks the service VMs' keys.
+func (m MicroVMConfig) serviceProblems() []string {
+	var out []string
+	if m.ServiceMemMiB != 0 && m.ServiceMemMiB < minServiceMemMiB {
+		out = append(out, fmt.Sprintf("service_mem_mib %d: want 0 (256) or at least %d", m.ServiceMemMiB, minServiceMemMiB))
+	}
+	if m.ServiceCPUs < 0 || m.ServiceCPUs > maxServiceCPUs {
+		out = append(out, fmt.Sprintf("service_cpus %d: want 0 (1) to %d", m.ServiceCPUs, maxServiceCPUs))
+	}
+	if m.WaitForServicesTimeout < -1 {
+		out = append(out, fmt.Sprintf("wait_for_services_timeout %d: want seconds, 0 (30) or -1 (no wait)", m.WaitForServicesTimeout))
+	}
 	return out
+}
+
+// serviceWait is [MicroVMConfig.WaitForServicesTimeout] as the
+// executor's ServiceWait: 0 its default, negative no wait.
+func (m MicroVMConfig) serviceWait() time.Duration {
+	if m.WaitForServicesTimeout < 0 {
+		return -1
+	}
+	return time.Duration(m.WaitForServicesTimeout) * time.Second
 }
 
 // agentBinary is [MicroVMConfig.Agent] or its default.
@@ -167,6 +222,7 @@ func (a *Agent) microvmConfig(b *backends) (microvm.Config, error) {
 		Root: b.microvmRoot, Agent: agent, QEMU: m.QEMU, Kernel: m.Kernel, Busybox: m.Busybox,
 		Accel: m.Accel, BootTimeout: time.Duration(m.BootTimeoutSecs) * time.Second,
 		Images: store, DiskMiB: m.DiskMiB, Log: a.log,
+		ServiceMemMiB: m.ServiceMemMiB, ServiceCPUs: m.ServiceCPUs, ServiceWait: m.serviceWait(),
 	}, nil
 }
 
@@ -184,6 +240,9 @@ func (a *Agent) startMicroVM(b *backends, mc microvm.Config) error {
 // chooseMicroVM is the microvm backend's executor for j (of start s, nil
 // when unknown).
 func (b *backends) chooseMicroVM(j *job.CiJob, s *dispatch.Start) (exec.Executor, string, []string) {
+	if _, err := b.jobNetMode(j); err != nil {
+		return refuseExecutor{err}, BackendMicroVM, nil
+	}
 	return b.microvm.For(b.microvmSpec(j, s)), BackendMicroVM, nil
 }
 
@@ -208,7 +267,7 @@ func (b *backends) microvmSpec(j *job.CiJob, s *dispatch.Start) microvm.Spec {
 			spec.ServiceEnv = append(spec.ServiceEnv, v.Key+"="+v.Value)
 		}
 	}
-	spec.NetMode = b.netMode
+	spec.NetMode, _ = b.jobNetMode(j) // chooseMicroVM refused a job asking for a mode not allowed
 	if regproxy.Enabled(spec.NetMode) && b.registry != nil {
 		r := b.registry(s)
 		spec.Registry, spec.RegistryNamespaces = r.proxy, r.namespaces

@@ -13,6 +13,7 @@ import (
 	"github.com/vk-ci/vk/internal/microvmtest"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
+	"github.com/vk-ci/vk/internal/testlog"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
 )
@@ -142,6 +143,36 @@ func TestMicroVMBackendRunsJobInItsImage(t *testing.T) {
 		m, _ := osexec.Command("/usr/sbin/debugfs", "-R", "cat /etc/vk-marker", disks[0]).CombinedOutput()
 		if !strings.Contains(string(o), "not found") || !strings.Contains(string(m), "inside-the-image") {
 			t.Errorf("the image's disk: stat of the job's file %q, the image's file %q", o, m)
+		}
+	}
+}
+
+// The service keys of [executor.microvm] reach the microvm executor's
+// configuration: the service VMs' memory and vCPUs and the wait for
+// their ports, -1 meaning no health check.
+func TestMicroVMServiceKeysReachTheExecutor(t *testing.T) {
+	for _, tt := range []struct {
+		keys     MicroVMConfig
+		mem      int64
+		cpus     int
+		wait     time.Duration
+		waitDesc string
+	}{
+		{MicroVMConfig{ServiceMemMiB: 512, ServiceCPUs: 2, WaitForServicesTimeout: 90}, 512, 2, 90 * time.Second, "90 s"},
+		{MicroVMConfig{WaitForServicesTimeout: -1}, 0, 0, -1, "negative"},
+		{MicroVMConfig{}, 0, 0, 0, "0, the executor's default"},
+	} {
+		cfg := testConfig(t, t.TempDir())
+		tt.keys.Agent = "/nonexistent/vk-agent" // only named, never run here
+		cfg.Executor.MicroVM = tt.keys
+		a := &Agent{cfg: cfg, log: testlog.New(t)}
+		mc, err := a.microvmConfig(&backends{microvmRoot: filepath.Join(cfg.Node.StateDir, "microvm")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mc.ServiceMemMiB != tt.mem || mc.ServiceCPUs != tt.cpus || mc.ServiceWait != tt.wait {
+			t.Errorf("keys %+v: executor gets service memory %d, vCPUs %d, wait %v; want %d, %d, %s",
+				tt.keys, mc.ServiceMemMiB, mc.ServiceCPUs, mc.ServiceWait, tt.mem, tt.cpus, tt.waitDesc)
 		}
 	}
 }

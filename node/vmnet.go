@@ -1,14 +1,18 @@
 package node
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/regproxy"
 	"github.com/vk-ci/vk/proto/dispatch"
+	"github.com/vk-ci/vk/proto/job"
 )
 
 // Network modes of [MicroVMConfig.NetMode].
@@ -20,6 +24,10 @@ const (
 	// is the job's guest registry proxy at registry.vk (XFER-18..23).
 	NetModeSwitch = regproxy.NetModeSwitch
 )
+
+// NetModeVar is the job variable asking for a network mode other than
+// the node's [MicroVMConfig.NetMode], one of [MicroVMConfig.NetModes].
+const NetModeVar = "VK_NET_MODE"
 
 // netMode is [MicroVMConfig.NetMode] or its default, "none".
 func (m MicroVMConfig) netMode() string {
@@ -34,6 +42,7 @@ func (m MicroVMConfig) netMode() string {
 // registry proxy.
 func (a *Agent) wireVMNet(b *backends) {
 	b.netMode = a.cfg.Executor.MicroVM.netMode()
+	b.netModes = a.cfg.Executor.MicroVM.NetModes
 	b.registry = func(s *dispatch.Start) jobRegistry { return jobProxy(a.cfg.Registry, s, a.clk, a.log) }
 }
 
@@ -76,4 +85,29 @@ func jobProxy(reg RegistryConfig, s *dispatch.Start, clk clock.Clock, log *slog.
 		r.namespaces = []regproxy.Namespace{ns}
 	}
 	return r
+}
+
+// jobNetMode is j's network mode: its VK_NET_MODE when it sets one the
+// node allows ([executor.microvm] net_modes), else the node's net_mode.
+// A mode not allowed is a configuration error naming what is; the node's
+// mode comes back with it.
+func (b *backends) jobNetMode(j *job.CiJob) (string, error) {
+	var asked string
+	for _, v := range j.Variables {
+		if v.Key == NetModeVar && !v.File {
+			asked = v.Value
+		}
+	}
+	if asked == "" || asked == b.netMode {
+		return b.netMode, nil
+	}
+	if !slices.Contains(b.netModes, asked) {
+		allowed := b.netModes
+		if len(allowed) == 0 {
+			allowed = []string{b.netMode}
+		}
+		return b.netMode, fmt.Errorf("%w: %s=%q: this node allows net modes %q (its [executor.microvm] net_modes; net_mode %q unless a job asks)",
+			exec.ErrConfiguration, NetModeVar, asked, allowed, b.netMode)
+	}
+	return asked, nil
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/regproxy"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
@@ -190,4 +192,68 @@ func TestGuestPullsThroughRegistryVK(t *testing.T) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// A job chooses its network mode with VK_NET_MODE among the node's
+// net_modes: its Spec gets that mode, and a switch network's proxy only
+// under "switch"; a job naming a mode the node does not allow (or any
+// other mode where net_modes is unset) is refused as a configuration
+// error naming the variable and what is allowed; a job asking for none
+// gets the node's net_mode.
+//
+// spec: XFER-23
+func TestJobChoosesItsNetMode(t *testing.T) {
+	start := &dispatch.Start{Job: "j1", Cache: &dispatch.CacheRegistry{Repository: "ci-cache/g/12", Token: "job-token"}}
+	reg := RegistryConfig{URL: "https://registry.example.com", GuestCredential: GuestCredentialJob}
+	asking := func(mode string) *job.CiJob {
+		if mode == "" {
+			return &job.CiJob{}
+		}
+		return &job.CiJob{Variables: []job.Variable{{Key: NetModeVar, Value: mode}}}
+	}
+	for _, tt := range []struct {
+		name, node string
+		allowed    []string
+		asked      string
+		want       string // "" when refused
+	}{
+		{"switch allowed", NetModeNone, []string{NetModeNone, NetModeSwitch}, NetModeSwitch, NetModeSwitch},
+		{"none allowed on a switch node", NetModeSwitch, []string{NetModeSwitch, NetModeNone}, NetModeNone, NetModeNone},
+		{"asks for nothing", NetModeNone, []string{NetModeNone, NetModeSwitch}, "", NetModeNone},
+		{"asks for the node's own", NetModeSwitch, nil, NetModeSwitch, NetModeSwitch},
+		{"net_modes unset", NetModeNone, nil, NetModeSwitch, ""},
+		{"not listed", NetModeNone, []string{NetModeNone}, NetModeSwitch, ""},
+		{"unknown mode", NetModeNone, []string{NetModeNone, NetModeSwitch}, "bridge", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Registry = reg
+			cfg.Executor.MicroVM.NetMode, cfg.Executor.MicroVM.NetModes = tt.node, tt.allowed
+			b := &backends{}
+			(&Agent{cfg: cfg, clk: clock.NewFake(time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)), log: testlog.New(t)}).wireVMNet(b)
+			j := asking(tt.asked)
+			mode, err := b.jobNetMode(j)
+			if tt.want == "" {
+				if !errors.Is(err, exec.ErrConfiguration) || !strings.Contains(err.Error(), NetModeVar+"=\""+tt.asked+"\"") {
+					t.Fatalf("VK_NET_MODE=%q on a node allowing %q: err %v, want a configuration error naming it", tt.asked, tt.allowed, err)
+				}
+				if ex, _, _ := b.chooseMicroVM(j, start); !isRefusal(ex) {
+					t.Errorf("the job was not refused: executor %T", ex)
+				}
+				return
+			}
+			if err != nil || mode != tt.want {
+				t.Fatalf("VK_NET_MODE=%q: mode %q err %v, want %q", tt.asked, mode, err, tt.want)
+			}
+			spec := b.microvmSpec(j, start)
+			if spec.NetMode != tt.want || (spec.Registry != nil) != (tt.want == NetModeSwitch) {
+				t.Errorf("spec: mode %q, proxy %v; want %q with a proxy only under switch", spec.NetMode, spec.Registry != nil, tt.want)
+			}
+		})
+	}
+}
+
+func isRefusal(ex exec.Executor) bool {
+	_, ok := ex.(refuseExecutor)
+	return ok
 }

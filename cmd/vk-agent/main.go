@@ -97,19 +97,20 @@ func open(vsock uint, port string, stdio bool) (io.ReadWriteCloser, error) {
 
 // openPort opens the virtio-serial port. Without udev there is no
 // /dev/virtio-ports/<name> link: the port is found by its name under
-// /sys/class/virtio-ports, waiting up to portWait for the driver.
+// /sys/class/virtio-ports, waiting up to portWait for the driver, and
+// then for the host's side ([waitHost]).
 func openPort(port string) (io.ReadWriteCloser, error) {
 	deadline := time.Now().Add(portWait)
 	for {
 		if f, err := os.OpenFile(port, os.O_RDWR, 0); err == nil {
-			return f, nil
+			return waitHost(f, deadline)
 		}
 		ents, _ := os.ReadDir("/sys/class/virtio-ports")
 		for _, e := range ents {
 			name, err := os.ReadFile(filepath.Join("/sys/class/virtio-ports", e.Name(), "name"))
 			if err == nil && strings.TrimSpace(string(name)) == filepath.Base(port) {
 				if f, err := os.OpenFile(filepath.Join("/dev", e.Name()), os.O_RDWR, 0); err == nil {
-					return f, nil
+					return waitHost(f, deadline)
 				}
 			}
 		}
@@ -117,6 +118,47 @@ func openPort(port string) (io.ReadWriteCloser, error) {
 			return nil, fmt.Errorf("virtio-serial port %s: not found", port)
 		}
 		time.Sleep(20 * time.Millisecond) // polling sysfs for a device to appear
+	}
+}
+
+// waitHost returns f, the opened port, once the host's side is open. A
+// virtio console port reads as end of file while the guest has not yet
+// been told the host is connected (QEMU's notice of the node's
+// connection can arrive after the port's device): the hello would read
+// EOF and the agent quit. poll(2) flags such a port POLLHUP; the agent
+// waits, up to deadline, until it is not — when the hello's bytes are
+// there, or a read would block waiting for them.
+func waitHost(f *os.File, deadline time.Time) (*os.File, error) {
+	rc, err := f.SyscallConn() // not f.Fd(): that would make the port blocking
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	for {
+		var revents int16
+		cerr := rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			_, err = unix.Poll(fds, 100)
+			revents = fds[0].Revents
+		})
+		if cerr != nil {
+			err = cerr
+		}
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			f.Close()
+			return nil, fmt.Errorf("virtio-serial port %s: poll: %w", f.Name(), err)
+		case revents&unix.POLLHUP == 0:
+			// The hello is there, or a read waits for it (poll timed
+			// out): the host's side is open.
+			return f, nil
+		case time.Now().After(deadline):
+			f.Close()
+			return nil, fmt.Errorf("virtio-serial port %s: the host side never opened", f.Name())
+		}
+		time.Sleep(10 * time.Millisecond) // POLLHUP does not wait: poll again shortly
 	}
 }
 

@@ -53,7 +53,10 @@
 //     context, which interrupts its jobs at once (FAIL-08) and keeps
 //     unrecorded results in its journal; [Node.Restart] starts it again on
 //     its state dir. An in-process agent cannot be SIGKILLed, so this is the
-//     closest: nothing reaches the hub after the kill instant.
+//     closest: nothing reaches the hub after the kill instant. A node of
+//     [NodeSpec.Binary] runs as a child process (`vk node run`), and its
+//     Kill is a real SIGKILL: its jobs get no cleanup, and what they
+//     leave on the host is its next start's sweep's.
 //
 // # Observing
 //

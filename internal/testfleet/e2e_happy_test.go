@@ -20,44 +20,16 @@ import (
 	"github.com/vk-ci/vk/internal/demo"
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/internal/testfleet/fleettest"
 	"github.com/vk-ci/vk/proto/client"
 )
 
 // checkTraces asserts that every job's GitLab trace is byte-identical to
 // the output the hub stored from the node (API-39), and returns how many
-// bytes were compared.
+// bytes were compared (fleettest.CheckTraces).
 func checkTraces(t *testing.T, ctx context.Context, tn *testfleet.Tenant, pl gitlabfake.Pipeline) int {
 	t.Helper()
-	total := 0
-	for name, id := range pl.Jobs {
-		if tn.GitLab.JobState(id) == gitlabfake.StateSkipped {
-			continue
-		}
-		got := tn.GitLab.Trace(id)
-		want, ok, err := tn.HubOutput(ctx, id)
-		if err != nil || !ok {
-			t.Errorf("%s/%s: hub output: ok=%v err=%v", tn.Spec.Name, name, ok, err)
-			continue
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s/%s (#%d): GitLab trace (%d bytes) differs from the hub's output (%d bytes); first difference at byte %d",
-				tn.Spec.Name, name, id, len(got), len(want), firstDiff(got, want))
-		}
-		total += len(got)
-	}
-	return total
-}
-
-func firstDiff(a, b []byte) int {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	if len(a) < len(b) {
-		return len(a)
-	}
-	return len(b)
+	return fleettest.CheckTraces(t, ctx, tn, pl)
 }
 
 // zipNames lists the files of a zip archive.

@@ -14,6 +14,7 @@ import (
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/internal/testfleet/fleettest"
 	"github.com/vk-ci/vk/proto/client"
 )
 
@@ -36,21 +37,7 @@ func lastLines(trace []byte, n int) []string {
 	return out
 }
 
-func stripANSI(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
-			j := i + 2
-			for j < len(s) && !(s[j] >= '@' && s[j] <= '~') {
-				j++
-			}
-			i = j
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func stripANSI(s string) string { return fleettest.StripANSI(s) }
 
 // TestApprovalPending runs a job of a project the hub's operator has not
 // approved (its GitLab server is approved): the relay fails it uncommitted

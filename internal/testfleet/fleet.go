@@ -139,6 +139,11 @@ type NodeSpec struct {
 	// ones on the host, and "oci" fails Start. Nodes allow root jobs
 	// (allow_root_jobs): the fleet runs as root.
 	Executor string
+	// Binary, when set, is the path of a vk binary: the node then runs
+	// as its child process, `vk node run --config <Dir>/node.toml`
+	// (nodeproc.go), and [Node.Kill] is a real SIGKILL. [Node.Agent] is
+	// nil for such a node.
+	Binary string
 }
 
 // TenantSpec describes one tenant: its GitLab, its relay with one runner,

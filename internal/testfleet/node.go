@@ -35,11 +35,17 @@ type Node struct {
 	Dir string
 
 	f    *Fleet
+	spec NodeSpec
 	cfg  node.Config
 	link *Link
 
 	mu    sync.Mutex
-	agent *node.Agent // nil while killed; guarded by mu
+	agent *node.Agent // nil while killed or with spec.Binary; guarded by mu
+	// proc is the child process with spec.Binary (nodeproc.go), nil
+	// while killed; exited is closed when it has been reaped. Guarded by
+	// mu.
+	proc   *osexec.Cmd
+	exited chan struct{}
 }
 
 func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) {
@@ -66,7 +72,7 @@ func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) 
 		}
 		f.reg = reg
 	}
-	n := &Node{Name: ns.Name, Dir: filepath.Join(f.dir, "nodes", ns.Name), f: f}
+	n := &Node{Name: ns.Name, Dir: filepath.Join(f.dir, "nodes", ns.Name), f: f, spec: ns}
 	l, err := f.hub.newLink()
 	if err != nil {
 		return nil, err
@@ -116,6 +122,9 @@ func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) 
 }
 
 func (n *Node) start(ctx context.Context) error {
+	if n.spec.Binary != "" {
+		return n.startChild(ctx)
+	}
 	a, err := node.Start(ctx, n.cfg, n.f.log.With("component", "node", "node", n.Name), node.Options{})
 	if err != nil {
 		return fmt.Errorf("testfleet: node %s: %w", n.Name, err)
@@ -126,7 +135,8 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
-// Agent returns the running agent, nil while killed.
+// Agent returns the running agent, nil while killed or when the node
+// runs as a child process ([NodeSpec.Binary]; see [Node.Process]).
 func (n *Node) Agent() *node.Agent {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -154,11 +164,17 @@ func (n *Node) CutSession() { n.link.Cut() }
 // with an ended context, which interrupts its jobs at once (FAIL-08) and
 // leaves unrecorded results in its journal for the next start. Kill
 // returns once the agent has stopped; the interrupted jobs' cleanup has
-// then removed their containers, overlays and cgroups (a SIGKILLed node
-// would leave them to its next start's sweep), so [Node.Leftovers] is
-// empty.
+// then removed their containers, overlays and cgroups, so
+// [Node.Leftovers] is empty.
+//
+// A node of [NodeSpec.Binary] is SIGKILLed instead (after the same
+// partition), and Kill returns once the process is reaped: its jobs get
+// no cleanup, and what they leave is the next start's sweep's.
 func (n *Node) Kill() error {
 	n.link.Block()
+	if n.spec.Binary != "" {
+		return n.killChild()
+	}
 	n.mu.Lock()
 	a := n.agent
 	n.agent = nil
@@ -176,7 +192,7 @@ func (n *Node) Kill() error {
 // Restart starts a killed node again on its state dir and lets it reach
 // the hub.
 func (n *Node) Restart(ctx context.Context) error {
-	if n.Agent() != nil {
+	if n.Agent() != nil || n.Process() != nil {
 		n.link.Heal()
 		return nil
 	}
@@ -222,6 +238,9 @@ func (n *Node) stopGraceful(ctx context.Context) error {
 		if err == node.ErrStopped {
 			err = nil
 		}
+	}
+	if n.spec.Binary != "" {
+		err = n.stopChild(ctx)
 	}
 	n.link.Close()
 	if left := n.sweep(); len(left) > 0 {

@@ -34,6 +34,15 @@ type Boot struct {
 // under emulation costs seconds.
 const kernelArgs = "console=ttyS0 panic=-1 loglevel=5 lpj=2000000 tsc=reliable no_timer_check pci=off i8042.noaux i8042.nokbd i8042.nopnp"
 
+// tcgKernelArgs gives the guest under TCG its TSC's frequency. With
+// -icount (below) the emulated TSC counts the guest's virtual
+// nanoseconds: 1 GHz exactly. Left to measure it against the PIT, the
+// kernel's calibration fails when the host deschedules the vCPU thread
+// mid-measurement (a loaded host, two guests booting at once): it logs
+// "tsc: Unable to calibrate against PIT", and such a guest was seen
+// making no progress for the whole 10-minute boot timeout.
+const tcgKernelArgs = " tsc_early_khz=1000000"
+
 var idRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // vmNet is a VM's place on its job's network (hub.go).
@@ -50,6 +59,9 @@ type vmNet struct {
 // forwarding network of net.mode "switch" when fwd is not nil.
 func (e *Executor) qemuArgs(dir, sock string, mem int64, cpus int, disk string, nw *vmNet, fwd *forwarder) []string {
 	appendArgs := kernelArgs
+	if e.cfg.Accel == AccelTCG {
+		appendArgs += tcgKernelArgs
+	}
 	if disk != "" {
 		appendArgs += " vk.root=/dev/vda"
 	}

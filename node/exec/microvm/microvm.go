@@ -77,12 +77,17 @@ type Config struct {
 	// build tree and whatever it installs; 0 means [DefaultDiskMiB].
 	DiskMiB int64
 	// ServiceWait bounds the wait for a service's ports; 0 means
-	// [DefaultServiceWait]. ServiceGrace is the watch for an early exit
-	// of a service without ports; 0 means [DefaultServiceGrace].
+	// [DefaultServiceWait], a negative value no health check at all (the
+	// services boot and the job goes on at once, as gitlab-runner's
+	// wait_for_services_timeout = -1). ServiceGrace is the watch for an
+	// early exit of a service without ports; 0 means
+	// [DefaultServiceGrace].
 	ServiceWait, ServiceGrace time.Duration
 	// ServiceMemMiB is each service VM's memory; 0 means
-	// [DefaultServiceMemMiB].
+	// [DefaultServiceMemMiB]. ServiceCPUs is its vCPUs; 0 means
+	// [DefaultServiceCPUs].
 	ServiceMemMiB int64
+	ServiceCPUs   int
 	// Log receives diagnostics; nil discards them.
 	Log *slog.Logger
 }
@@ -212,7 +217,7 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.DiskMiB <= 0 {
 		cfg.DiskMiB = DefaultDiskMiB
 	}
-	if cfg.ServiceWait <= 0 {
+	if cfg.ServiceWait == 0 {
 		cfg.ServiceWait = DefaultServiceWait
 	}
 	if cfg.ServiceGrace <= 0 {
@@ -220,6 +225,9 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if cfg.ServiceMemMiB <= 0 {
 		cfg.ServiceMemMiB = DefaultServiceMemMiB
+	}
+	if cfg.ServiceCPUs <= 0 {
+		cfg.ServiceCPUs = DefaultServiceCPUs
 	}
 	log := cfg.Log
 	if log == nil {

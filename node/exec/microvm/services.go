@@ -38,10 +38,11 @@ import (
 // up when the job's VM can connect to each — the job VM's agent dials
 // them (vk-agent -wait-tcp), so the check also proves the network —
 // within [Config.ServiceWait]; one without ports is watched for
-// [Config.ServiceGrace]. A service that exits or never listens gets a
-// warning in gitlab-runner's words ([Job.Warnings]); the job goes on, as
-// gitlab-runner's does. A service VM has [Config.ServiceMemMiB] and one
-// vCPU beside the job's size. Cleanup destroys every VM of the job; the
+// [Config.ServiceGrace]; a negative ServiceWait skips the check. A
+// service that exits or never listens gets a warning in gitlab-runner's
+// words ([Job.Warnings]); the job goes on, as gitlab-runner's does. A
+// service VM has [Config.ServiceMemMiB] and [Config.ServiceCPUs] beside
+// the job's size. Cleanup destroys every VM of the job; the
 // leftover sweep finds services' VMs in the job's directory.
 
 // Service defaults.
@@ -50,8 +51,10 @@ const (
 	DefaultServiceWait = 30 * time.Second
 	// DefaultServiceGrace is the watch of a service without ports.
 	DefaultServiceGrace = 500 * time.Millisecond
-	// DefaultServiceMemMiB is a service VM's memory.
+	// DefaultServiceMemMiB is a service VM's memory, DefaultServiceCPUs
+	// its vCPUs.
 	DefaultServiceMemMiB = 256
+	DefaultServiceCPUs   = 1
 	// serviceLogLines is how much of a failed service's output its
 	// warning shows.
 	serviceLogLines = 20
@@ -126,7 +129,7 @@ func (e *Executor) startServices(ctx context.Context, j *Job, spec Spec) (*servi
 			ss.stop()
 			return ss, err
 		}
-		vm := e.newJob(j.id+"-svc"+strconv.Itoa(i), dir, exec.Size{MemMiB: e.cfg.ServiceMemMiB, CPUs: 1})
+		vm := e.newJob(j.id+"-svc"+strconv.Itoa(i), dir, exec.Size{MemMiB: e.cfg.ServiceMemMiB, CPUs: e.cfg.ServiceCPUs})
 		vm.net = &vmNet{hub: j.net.hub, addr: netAddr(firstSvc+i) + "/24", mac: netMAC(firstSvc + i), hosts: hosts}
 		sv := &service{name: s.Name, img: s, vm: vm, logPath: filepath.Join(dir, "service.log"), done: make(chan struct{})}
 		ss.list = append(ss.list, sv)
@@ -211,6 +214,9 @@ func (ss *services) ready(ctx context.Context, j *Job) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if j.e.cfg.ServiceWait < 0 {
+		return ctx.Err() // wait_for_services_timeout = -1: no health check
 	}
 	warns := make([]string, len(ss.list))
 	var wg sync.WaitGroup

@@ -147,3 +147,27 @@ func TestServiceExitReportedInRunnerWords(t *testing.T) {
 		t.Errorf("health with an ended context: %v", err)
 	}
 }
+
+// Prepare's health check of a booted service that has already exited:
+// with the default wait it warns in gitlab-runner's words; with a
+// negative ServiceWait (wait_for_services_timeout = -1) there is no check
+// and no warning, as gitlab-runner skips the wait.
+func TestNegativeServiceWaitSkipsTheHealthCheck(t *testing.T) {
+	for _, tt := range []struct {
+		wait time.Duration
+		warn bool
+	}{{DefaultServiceWait, true}, {-1, false}} {
+		sv := &service{name: "test/db:v1", logPath: filepath.Join(t.TempDir(), "service.log"), done: make(chan struct{}), code: 3}
+		close(sv.done)
+		ss := &services{list: []*service{sv}, booted: make(chan bootResult, 1)}
+		ss.booted <- bootResult{sv: sv}
+		j := &Job{e: &Executor{cfg: Config{ServiceWait: tt.wait, ServiceGrace: time.Hour}}, svcs: ss}
+		if err := ss.ready(context.Background(), j); err != nil {
+			t.Fatalf("wait %v: ready = %v", tt.wait, err)
+		}
+		w := strings.Join(j.Warnings(), "\n")
+		if got := strings.Contains(w, "exited with code 3"); got != tt.warn {
+			t.Errorf("wait %v: warnings %q, want the exit reported = %v", tt.wait, w, tt.warn)
+		}
+	}
+}

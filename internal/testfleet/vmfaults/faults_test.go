@@ -1,8 +1,9 @@
-package testfleet_test
+package vmfaults_test
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/node"
 	"github.com/vk-ci/vk/node/exec/microvm"
+	"github.com/vk-ci/vk/proto/client"
 )
 
 // vmLeftovers lists what microVM jobs hold under root (a node's
@@ -74,19 +76,26 @@ func startedOrEnded(t *testing.T, ctx context.Context, tn *testfleet.Tenant, id 
 //   - "immediate" is cancelled immediately: the hub records it canceled
 //     and its after_script never runs;
 //   - "slow" runs past its timeout: job_execution_timeout;
-//   - "held" is running when the node is killed (Node.Kill: the agent
-//     interrupted with an ended context).
+//   - "held" is running when the node is killed: the node is the real
+//     `vk node run` in a process of its own (testfleet.NodeSpec.Binary),
+//     SIGKILLed.
 //
 // Before the kill only the held job's VM is left (the others' QEMU,
-// socket, overlay and directory went with their jobs); after it, nothing
-// at all: no QEMU, no job directory, no cgroup. Restarted, the node
-// reports the held job's end; every GitLab trace equals the hub's output.
+// socket, overlay and directory went with their jobs). The killed node
+// cleans nothing up, and its QEMU does not outlive it: QEMU is started
+// with a parent-death signal (SIGKILL), so it dies with the node, leaving
+// only the job's directory, which the restarted node's sweep removes
+// before anything runs. After the restart nothing is left at all — no
+// QEMU, job directory, overlay, socket or cgroup — and the held job has
+// ended once, interrupted, as on every backend (FAIL-08). Every GitLab
+// trace equals the hub's output.
 //
 // spec: FAIL-03, FAIL-08, FAIL-09
 func TestMicroVMFaults(t *testing.T) {
 	needBinaries(t, testfleet.RegistryBinary) // a microvm node pulls images from the fleet's registry
 	agent := microvmtest.Agent(t)
-	f := newFleet(t, testfleet.Options{Nodes: []testfleet.NodeSpec{{Executor: node.BackendMicroVM}},
+	vk := buildVK(t)
+	f := newFleet(t, testfleet.Options{Nodes: []testfleet.NodeSpec{{Executor: node.BackendMicroVM, Binary: vk}},
 		Node: func(_ int, c *node.Config) {
 			c.Executor.MicroVM = node.MicroVMConfig{Accel: microvm.AccelTCG, Agent: agent, BootTimeoutSecs: 600}
 		}})
@@ -177,9 +186,10 @@ func microvmCancels(t *testing.T, ctx context.Context, tn *testfleet.Tenant, pl 
 	}
 }
 
-// microvmKilled kills n while pl's "held" job runs in its guest (the
-// only VM left by then) and checks that nothing of it survives the kill;
-// restarted, the node reports the job's end to GitLab.
+// microvmKilled SIGKILLs n, a node in a process of its own, while pl's
+// "held" job runs in its guest (the only VM left by then); the node's
+// QEMU must die with it, and the restarted node must sweep the job's
+// directory and report the job's end once, interrupted.
 func microvmKilled(t *testing.T, ctx context.Context, tn *testfleet.Tenant, n *testfleet.Node, pl gitlabfake.Pipeline) {
 	t.Helper()
 	id := pl.Jobs["held"]
@@ -193,21 +203,58 @@ func microvmKilled(t *testing.T, ctx context.Context, tn *testfleet.Tenant, n *t
 	if !strings.Contains(during, "jobdir "+hj.ID) || strings.Count(during, "jobdir ") != 1 || strings.Count(during, "process ") != 1 {
 		t.Errorf("while only the held job runs, want its directory and one QEMU under %s; found:\n%s", root, during)
 	}
+	if n.Process() == nil {
+		t.Fatal("the node does not run as a process of its own")
+	}
 	if err := n.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if left := append(vmLeftovers(root), n.Leftovers()...); len(left) != 0 {
-		t.Errorf("after the node was killed it still holds: %v", left)
+	// The kernel delivers QEMU's parent-death signal as the node dies;
+	// QEMU's exit is observed by polling /proc, with a deadline.
+	var left []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left = vmLeftovers(root)
+		if !strings.Contains(strings.Join(left, "\n"), "process ") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if got := strings.Join(left, "\n"); got != "jobdir "+hj.ID {
+		t.Errorf("after the SIGKILL want only the held job's directory (no cleanup ran, QEMU died with the node); found:\n%s", got)
 	}
 	if err := n.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ji, err := tn.WaitState(ctx, id, gitlabfake.StateFailed, gitlabfake.StateCanceled)
+	ji, err := tn.WaitState(ctx, id, gitlabfake.StateFailed, gitlabfake.StateCanceled, gitlabfake.StateSuccess)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("held after the kill and restart: %s (%s)", ji.State, ji.FailureReason)
-	if ji.State != gitlabfake.StateFailed {
-		t.Errorf("held = %s (%q), want failed", ji.State, ji.FailureReason)
+	if ji.State != gitlabfake.StateFailed || ji.FailureReason != "runner_interrupted" {
+		t.Errorf("held = %s (%q), want failed runner_interrupted", ji.State, ji.FailureReason)
 	}
+	hj, err = tn.WaitHubJob(ctx, id, func(j store.Job) bool { return j.State == "finished" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res client.JobResult
+	if err := json.Unmarshal(hj.Result, &res); err != nil || res.Failure != client.FailureInterrupted {
+		t.Errorf("held: hub result %s (%v), want failure %q", hj.Result, err, client.FailureInterrupted)
+	}
+	if finals := finalUpdates(ji); finals != 1 {
+		t.Errorf("held: GitLab accepted %d final updates, want 1: %+v", finals, ji.Updates)
+	}
+	if left := append(vmLeftovers(root), n.Leftovers()...); len(left) != 0 {
+		t.Errorf("after the restart the node still holds: %v", left)
+	}
+}
+
+// finalUpdates counts the job's final state updates GitLab accepted.
+func finalUpdates(ji gitlabfake.JobInfo) int {
+	n := 0
+	for _, u := range ji.Updates {
+		if (u.State == "success" || u.State == "failed") && u.Status == 200 {
+			n++
+		}
+	}
+	return n
 }
