@@ -142,16 +142,28 @@ func (r RunnerConfig) Placement() client.Placement {
 		Envelope: client.Envelope{Mem: r.Envelope.Mem, CPUs: r.Envelope.CPUs, Disk: r.Envelope.Disk}}
 }
 
-// DefaultLoops is the request_concurrency of a runner that sets none:
-// DefaultRequestConcurrency, at most its limit (when set, > 0) and the
-// relay's concurrent (when set, > 0).
-func DefaultLoops(limit, concurrent int) int {
+// HubTicketsPerRelay is how many unended reservations the hub allows one
+// relay by default (API-20's 256 per principal): a request past it is
+// answered 503, so the default loops of all runners together stay within it.
+const HubTicketsPerRelay = 256
+
+// DefaultLoops is the request_concurrency of a runner that sets none, in a
+// relay of the given number of runners: DefaultRequestConcurrency, at most
+// its limit (when set, > 0), the relay's concurrent (when set, > 0) and an
+// equal part of HubTicketsPerRelay (at least one loop), so that a relay of
+// many runners (43 or more at six loops each) is not refused reservations
+// by the hub's per-relay limit. A request_concurrency written out is taken
+// as it is.
+func DefaultLoops(limit, concurrent, runners int) int {
 	n := DefaultRequestConcurrency
 	if limit > 0 {
 		n = min(n, limit)
 	}
 	if concurrent > 0 {
 		n = min(n, concurrent)
+	}
+	if runners > 0 {
+		n = min(n, max(1, HubTicketsPerRelay/runners))
 	}
 	return n
 }
@@ -281,7 +293,7 @@ func (c *Config) resolveRunners() ([]string, error) {
 		}
 		names[r.Name] = true
 		if r.RequestConcurrency == 0 {
-			r.RequestConcurrency = DefaultLoops(r.Limit, c.Concurrent)
+			r.RequestConcurrency = DefaultLoops(r.Limit, c.Concurrent, len(c.Runners))
 		}
 		if r.OutputLimit == 0 {
 			r.OutputLimit = DefaultOutputLimit

@@ -210,6 +210,11 @@ envelope = { mem = "64G", cpus = 16, disk = "200G" }
 //
 // spec: RELAY-02, ARB-02
 func TestDefaultRequestConcurrencyCapped(t *testing.T) {
+	for _, n := range []struct{ runners, want int }{{1, 6}, {42, 6}, {43, 5}, {64, 4}} {
+		if got := DefaultLoops(0, 128, n.runners); got != n.want {
+			t.Errorf("DefaultLoops for %d runners = %d, want %d (at most 256 tickets a relay)", n.runners, got, n.want)
+		}
+	}
 	for _, tc := range []struct {
 		name, extra, top string
 		want             int
