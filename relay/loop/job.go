@@ -71,9 +71,11 @@ func (m *Manager) put(r *runnerState, j state.Job, log *slog.Logger) {
 }
 
 // submitted is what the follow that starts at a submission's answer has
-// of it: the record's state write, under way, which the commit waits for.
+// of it: the record's state write, under way, which the commit waits for,
+// and the job's view the hub answered, which its watch starts from.
 type submitted struct {
-	durable durable // nil: the record is durable (a resumed job)
+	durable durable         // nil: the record is durable (a resumed job)
+	view    *client.JobView // nil for a resumed job
 }
 
 // submit translates the recorded response and submits it on the
@@ -130,7 +132,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		// took over before one did may have forgotten it, and the job is
 		// then submitted again from it (see resubmit).
 		j.HubJob, j.Phase = view.ID, state.PhaseSubmitted
-		sub := submitted{durable: r.begin(j)}
+		sub := submitted{durable: r.begin(j), view: &view}
 		r.mu.Lock()
 		if h := r.held[j.GitLabID]; h != nil {
 			h.hubJob = view.ID
@@ -433,8 +435,9 @@ func (w *viewWatch) publish(v *client.JobView, err error) {
 	}
 }
 
-func (m *Manager) watchView(ctx context.Context, hubJob string, w *viewWatch) {
-	var rev uint64
+// watchView long-polls hubJob's view past revision rev (0: from the
+// first) and publishes each view to w until the job finished.
+func (m *Manager) watchView(ctx context.Context, hubJob string, rev uint64, w *viewWatch) {
 	for ctx.Err() == nil {
 		var v client.JobView
 		err := m.retry.Do(ctx, "follow job", func(ctx context.Context) error {

@@ -56,8 +56,14 @@ func (m *Manager) follow(ctx context.Context, r *runnerState, j state.Job, sub s
 		helpers.Wait()
 	}()
 	w := &viewWatch{notify: make(chan struct{}, 1)}
+	var after uint64
+	if v := sub.view; v != nil && v.State != client.JobFinished {
+		// The submission's answer is the job's view already: the watch
+		// long-polls past it at once, a round trip sooner.
+		w.view, after = v, v.Revision
+	}
 	c := &canceller{m: m, hubJob: j.HubJob, log: log, wake: make(chan struct{}, 1)}
-	helpers.Go(func() { m.watchView(wctx, j.HubJob, w) })
+	helpers.Go(func() { m.watchView(wctx, j.HubJob, after, w) })
 	helpers.Go(func() { c.run(wctx) })
 	t := &tracer{m: m, r: r, j: j, log: log, creds: gitlab.JobCredentials{ID: j.GitLabID, Token: j.Token}, cancel: c,
 		durable: sub.durable, offset: j.TraceOffset, interval: gitlab.DefaultUpdateInterval, lastSent: m.clk.Now(),
