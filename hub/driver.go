@@ -116,6 +116,7 @@ type Driver struct {
 // admin and UI views list.
 type driverStore interface {
 	store.Records
+	CreateJobAnswered(ctx context.Context, j store.Job, a store.Answer) error
 	store.Meta
 	store.Audit
 	store.Approvals
@@ -425,9 +426,13 @@ func (d *Driver) onStart(s sched.Start) {
 	if j == nil {
 		return
 	}
-	node := d.ids.nodeName(s.Node)
-	j.rec.State, j.rec.Node = store.JobStarting, node
+	j.rec.State, j.rec.Node = store.JobStarting, d.ids.nodeName(s.Node)
 	d.saveJob(j, true)
+	d.sendStart(j, s)
+}
+
+// sendStart sends j's start frame, its record starting already.
+func (d *Driver) sendStart(j *jobRec, s sched.Start) {
 	if j.spec == nil {
 		d.log.Error("start without a spec in memory", logkey.JobID, j.rec.ID)
 		return

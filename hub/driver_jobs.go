@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -19,15 +20,16 @@ import (
 // Submit implements api.Backend (API-07, API-31..35, ARB-36, ARB-37). The
 // store gets the redacted spec only; the full spec stays in memory until a
 // node accepted the job (AUTH-07). Any 4xx refusal ends the submission's
-// admission as empty (API-34).
-func (d *Driver) Submit(ctx context.Context, p api.Principal, sub client.JobSubmission) (client.JobView, error) {
+// admission as empty (API-34). A new job's record is stored together with
+// its request_id answer ans (API-42), in one write.
+func (d *Driver) Submit(ctx context.Context, p api.Principal, sub client.JobSubmission, ans store.Answer) (client.JobView, *store.Answer, error) {
 	redacted, err := json.Marshal(sub.Spec.Redacted())
 	if err != nil {
-		return client.JobView{}, &api.Error{Code: client.CodeInvalid, Msg: "spec does not encode", Err: err}
+		return client.JobView{}, nil, &api.Error{Code: client.CodeInvalid, Msg: "spec does not encode", Err: err}
 	}
-	r := &submitReq{principal: p.ID, sub: sub, redacted: redacted}
+	r := &submitReq{principal: p.ID, sub: sub, redacted: redacted, ans: ans}
 	err = d.call(ctx, r)
-	return r.view, err
+	return r.view, r.recorded, err
 }
 
 type submitReq struct {
@@ -35,11 +37,13 @@ type submitReq struct {
 	principal string
 	sub       client.JobSubmission
 	redacted  []byte
+	ans       store.Answer // the answer to store with a new job
 	view      client.JobView
+	recorded  *store.Answer // ans completed and stored; nil when no job was made
 }
 
 func (r *submitReq) run(d *Driver) {
-	r.view, r.err = d.submit(r.principal, r.sub, r.redacted)
+	r.view, r.recorded, r.err = d.submit(r.principal, r.sub, r.redacted, r.ans)
 	var ae *api.Error
 	if errors.As(r.err, &ae) && ae.Code.Status() >= 400 && ae.Code.Status() < 500 {
 		d.endAdmission(r.principal, r.sub.Admission)
@@ -77,20 +81,20 @@ func (d *Driver) endAdmission(principal, admission string) {
 	}
 }
 
-func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []byte) (client.JobView, error) {
+func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []byte, ans store.Answer) (client.JobView, *store.Answer, error) {
 	r := d.relays[principal]
 	if r == nil {
-		return client.JobView{}, &api.Error{Code: client.CodeUnavailable, Msg: "relay session not connected", RetryAfter: 1}
+		return client.JobView{}, nil, &api.Error{Code: client.CodeUnavailable, Msg: "relay session not connected", RetryAfter: 1}
 	}
 	rr, ok := r.runners[sub.Runner]
 	if !ok {
-		return client.JobView{}, &api.Error{Code: client.CodeUnavailable, Msg: "runner " + sub.Runner + " not in the relay's session report", RetryAfter: 1}
+		return client.JobView{}, nil, &api.Error{Code: client.CodeUnavailable, Msg: "runner " + sub.Runner + " not in the relay's session report", RetryAfter: 1}
 	}
 	if r.noWork {
-		return client.JobView{}, errOldRelay
+		return client.JobView{}, nil, errOldRelay
 	}
 	if err := d.checkJobApproval(r, sub); err != nil {
-		return client.JobView{}, err
+		return client.JobView{}, nil, err
 	}
 	ev := sched.JobSubmitted{Runner: rr.id, Project: projectKey(sub.Spec.GitLabCI.Job.ProjectID), Ref: sub.Spec.GitLabCI.Sources.Ref,
 		Images: builtImages(sub.Spec), Name: sub.Spec.GitLabCI.Job.Name}
@@ -99,37 +103,37 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 	if sub.Admission != "" {
 		aid, ok := parseAdmission(sub.Admission)
 		if !ok {
-			return client.JobView{}, api.Errorf(client.CodeInvalid, "malformed admission ID %q", sub.Admission)
+			return client.JobView{}, nil, api.Errorf(client.CodeInvalid, "malformed admission ID %q", sub.Admission)
 		}
 		a, known := d.admission(aid)
 		if j := d.sameSubmission(principal, sub, known); j != nil {
-			return d.liveView(j), nil
+			return d.liveView(j), nil, nil
 		}
 		switch {
 		case known && a.owner != principal:
-			return client.JobView{}, notFound("admission")
+			return client.JobView{}, nil, notFound("admission")
 		case known && a.Job != 0:
-			return client.JobView{}, api.Errorf(client.CodeConflict, "admission already used by job %s", d.jobWire(a.Job)) // API-32
+			return client.JobView{}, nil, api.Errorf(client.CodeConflict, "admission already used by job %s", d.jobWire(a.Job)) // API-32
 		case known && (a.runner != sub.Runner || a.Reservation != 0 && envelopeFromSched(a.Envelope) != sub.Placement.Envelope):
-			return client.JobView{}, api.Errorf(client.CodeForbidden, "job does not match its admission's runner, tenant or placement") // API-31
+			return client.JobView{}, nil, api.Errorf(client.CodeForbidden, "job does not match its admission's runner, tenant or placement") // API-31
 		case known && sub.Reservation != "" && a.Reservation != 0 && sub.Reservation != reservationWire(a.Reservation):
-			return client.JobView{}, api.Errorf(client.CodeForbidden, "job does not match its admission's reservation")
+			return client.JobView{}, nil, api.Errorf(client.CodeForbidden, "job does not match its admission's reservation")
 		}
 		ev.Admission, adm = aid, a
 	}
 	if sub.Reservation != "" {
 		rid, ok := parseReservation(sub.Reservation)
 		if !ok {
-			return client.JobView{}, api.Errorf(client.CodeInvalid, "malformed reservation ID %q", sub.Reservation)
+			return client.JobView{}, nil, api.Errorf(client.CodeInvalid, "malformed reservation ID %q", sub.Reservation)
 		}
 		ev.Reservation = rid
 	}
 	if !samePlacement(rr.placement, sub.Placement) {
-		return client.JobView{}, api.Errorf(client.CodeForbidden, "placement differs from runner %s's reported placement", sub.Runner)
+		return client.JobView{}, nil, api.Errorf(client.CodeForbidden, "placement differs from runner %s's reported placement", sub.Runner)
 	}
 	d.nextJob++
 	ev.Job = sched.JobID(d.nextJob)
-	return d.createJob(principal, sub, redacted, rr, ev, adm)
+	return d.createJob(principal, sub, redacted, ans, rr, ev, adm)
 }
 
 // sameSubmission returns the job an earlier submission of sub (same
@@ -162,12 +166,16 @@ func (d *Driver) sameSubmission(principal string, sub client.JobSubmission, know
 }
 
 // createJob steps a checked submission into the core and, if it takes
-// it, records the job (before its 201) and its admission's job.
-func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted []byte, rr runnerRec, ev sched.JobSubmitted, adm admission) (client.JobView, error) {
+// it, records the job with its request_id answer ans (before its 201, in
+// one write) and its admission's job. When the core starts the job at
+// once, the record is created as that Start leaves it (starting on its
+// node): the 201 and its stored answer say so, and the start frame goes
+// out once the record is durable.
+func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted []byte, ans store.Answer, rr runnerRec, ev sched.JobSubmitted, adm admission) (client.JobView, *store.Answer, error) {
 	acts := d.step(ev)
 	if err := verdictError(verdictOf(acts)); err != nil {
 		d.exec(acts)
-		return client.JobView{}, err
+		return client.JobView{}, nil, err
 	}
 	now := d.now()
 	spec := sub.Spec
@@ -178,10 +186,17 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 		Placement: placementKey(sub.Placement), RequestID: sub.RequestID, State: store.JobQueued, Revision: 1,
 		Spec: redacted, Created: now, Updated: now,
 	}}
-	if err := d.st.CreateJob(d.bg, j.rec); err != nil {
+	start, starts := startOf(acts, ev.Job)
+	if starts {
+		j.rec.State, j.rec.Node, j.rec.Revision = store.JobStarting, d.ids.nodeName(start.Node), j.rec.Revision+1
+	}
+	view := d.liveView(j)
+	body, _ := json.Marshal(view)
+	ans.Status, ans.Body, ans.Job = http.StatusCreated, append(body, '\n'), j.rec.ID
+	if err := d.st.CreateJobAnswered(d.bg, j.rec, ans); err != nil {
 		// The core took the job; take it back so nothing starts it.
 		d.exec(d.step(sched.JobSettled{Job: ev.Job}))
-		return client.JobView{}, &api.Error{Code: client.CodeInternal, Msg: "storing the job failed", Err: err}
+		return client.JobView{}, nil, &api.Error{Code: client.CodeInternal, Msg: "storing the job failed", Err: err}
 	}
 	d.addJob(j)
 	d.traceQueue(ev.Job, rr.id, sub.Queue)
@@ -197,8 +212,24 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 		logkey.Admission, sub.Admission, "spec", spec)
 	d.audit(principal, "job.submit", j.rec.ID, fmt.Sprintf("runner %s, GitLab job %d, project %d (%s), admission %s",
 		sub.Runner, ci.Job.ID, ci.Job.ProjectID, ci.Job.ProjectPath, cmp.Or(sub.Admission, "none")))
-	d.exec(acts) // a Start here sends the full spec to the node
-	return d.liveView(j), nil
+	for _, a := range acts {
+		if s, ok := a.(sched.Start); ok && starts && s.Job == ev.Job {
+			d.sendStart(j, s) // the full spec to the node; its record is stored
+			continue
+		}
+		d.exec([]sched.Action{a})
+	}
+	return view, &ans, nil
+}
+
+// startOf finds the Start of job among acts.
+func startOf(acts []sched.Action, job sched.JobID) (sched.Start, bool) {
+	for _, a := range acts {
+		if s, ok := a.(sched.Start); ok && s.Job == job {
+			return s, true
+		}
+	}
+	return sched.Start{}, false
 }
 
 // Job implements api.Backend (API-07, API-11, API-36).

@@ -131,9 +131,16 @@ type Backend interface {
 	// (API-34): as empty, its reservation released. Unknown or another
 	// principal's admissions are ignored.
 	EndAdmission(ctx context.Context, p Principal, admission string)
-	// Submit creates a job (201 JobView). Its own 4xx refusals end the
+	// Submit creates a job (201 JobView). ans is the create's request_id
+	// answer as far as the caller knows it (principal, request_id, body
+	// hash, time): a job it creates is stored together with ans, completed
+	// with the 201 (status, body, job), in one durable write (API-42), and
+	// recorded is that completed answer, whose body the caller answers.
+	// recorded is nil when no job was created: a refusal, or a repeated
+	// submission answered with the job an earlier one made (whose answer
+	// the caller then records itself). Its own 4xx refusals end the
 	// admission itself.
-	Submit(ctx context.Context, p Principal, sub client.JobSubmission) (client.JobView, error)
+	Submit(ctx context.Context, p Principal, sub client.JobSubmission, ans store.Answer) (view client.JobView, recorded *store.Answer, err error)
 	// Job returns a job's view, waiting up to wait for Revision > after.
 	Job(ctx context.Context, p Principal, id string, after uint64, wait time.Duration) (client.JobView, error)
 	// OutputReadable checks that the job exists, is p's, and still has its

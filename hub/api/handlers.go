@@ -167,7 +167,10 @@ func (a *API) release(w http.ResponseWriter, r *http.Request, p Principal, _ []b
 // replays the first answer — refusals included, so an approval refusal
 // counts once (FAIL-23) — or 410 not_found once the job left the hub's
 // history; with another body 409 conflict. Retryable answers (5xx) are not
-// recorded.
+// recorded. A new job's answer is stored in its job record's own write
+// (Backend.Submit): one durable commit before the 201, and no moment at
+// which the job is stored and its answer is not, when a retry would find
+// no answer.
 func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal, body []byte) error {
 	var sub client.JobSubmission
 	if err := decode(body, &sub, false); err != nil {
@@ -187,15 +190,13 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal, body [
 		if err != nil {
 			return &Error{Status: http.StatusGone, Code: client.CodeNotFound, Msg: "the job of this request_id left the hub's history"}
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(ans.Status)
-		w.Write(ans.Body)
+		replay(w, ans)
 		return nil
 	case err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrExpired):
 		return err
 	}
-	view, err := a.submitChecked(ctx, p, sub)
 	rec := store.Answer{Principal: p.ID, RequestID: sub.RequestID, BodyHash: sum, Created: a.clk.Now()}
+	view, recorded, err := a.submitChecked(ctx, p, sub, rec)
 	if err != nil {
 		var ae *Error
 		if errors.As(err, &ae) && ae.status() >= 400 && ae.status() < 500 {
@@ -205,33 +206,51 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, p Principal, body [
 		}
 		return err
 	}
-	b, _ := json.Marshal(view)
-	rec.Status, rec.Body, rec.Job = http.StatusCreated, append(b, '\n'), view.ID
-	a.putAnswer(ctx, rec)
-	WriteJSON(w, http.StatusCreated, view)
+	if recorded == nil {
+		// The job an earlier submission made, whose answer was never
+		// stored (see the driver's sameSubmission): store it now.
+		b, _ := json.Marshal(view)
+		rec.Status, rec.Body, rec.Job = http.StatusCreated, append(b, '\n'), view.ID
+		a.putAnswer(ctx, rec)
+		recorded = &rec
+	}
+	// The answer stored is the answer sent, byte for byte: a retry
+	// replays exactly what the first try was told.
+	replay(w, *recorded)
 	return nil
 }
 
+// replay writes a stored answer.
+func replay(w http.ResponseWriter, ans store.Answer) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(ans.Body)))
+	w.WriteHeader(ans.Status)
+	w.Write(ans.Body)
+}
+
 // submitChecked validates the spec (400 invalid, 413 too_large) and
-// submits.
-func (a *API) submitChecked(ctx context.Context, p Principal, sub client.JobSubmission) (client.JobView, error) {
+// submits, the job recorded with its answer ans.
+func (a *API) submitChecked(ctx context.Context, p Principal, sub client.JobSubmission, ans store.Answer) (client.JobView, *store.Answer, error) {
+	refuse := func(e *Error) (client.JobView, *store.Answer, error) {
+		return client.JobView{}, nil, a.refuseJob(ctx, p, sub, e)
+	}
 	if err := sub.Spec.CheckSize(); err != nil {
-		return client.JobView{}, a.refuseJob(ctx, p, sub, &Error{Code: client.CodeTooLarge, Msg: err.Error()})
+		return refuse(&Error{Code: client.CodeTooLarge, Msg: err.Error()})
 	}
 	if err := sub.Placement.Validate(); err != nil {
-		return client.JobView{}, a.refuseJob(ctx, p, sub, &Error{Code: client.CodeInvalid, Msg: err.Error()})
+		return refuse(&Error{Code: client.CodeInvalid, Msg: err.Error()})
 	}
 	if err := sub.Spec.Validate(); err != nil {
 		msg := err.Error()
 		if errors.Is(err, job.ErrUnknownKind) {
 			msg = "unknown job spec kind: " + msg
 		}
-		return client.JobView{}, a.refuseJob(ctx, p, sub, &Error{Code: client.CodeInvalid, Msg: msg})
+		return refuse(&Error{Code: client.CodeInvalid, Msg: msg})
 	}
 	if sub.PlaceWithinSecs < 0 {
-		return client.JobView{}, a.refuseJob(ctx, p, sub, Errorf(client.CodeInvalid, "place_within_secs must not be negative"))
+		return refuse(Errorf(client.CodeInvalid, "place_within_secs must not be negative"))
 	}
-	return a.cfg.Backend.Submit(ctx, p, sub)
+	return a.cfg.Backend.Submit(ctx, p, sub, ans)
 }
 
 // refuseJob ends the submission's admission as empty before answering a

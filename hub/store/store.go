@@ -64,6 +64,18 @@ type Store interface {
 	Audit
 	Meta
 
+	// CreateJobAnswered stores a new job record and the request_id answer
+	// to the create that made it (API-42) in one atomic, durable write:
+	// after it returns, both are there or neither is. A job record is thus
+	// never durable without its answer, and a create retried after a crash
+	// replays the job it made instead of finding no answer (the hub writes
+	// a submission's job and answer with it; CreateJob and PutAnswer stay
+	// for records without one). a.Job must name j; ErrInvalid otherwise or
+	// as CreateJob and PutAnswer refuse them. ErrConflict, writing nothing,
+	// if the job ID exists or a live answer exists for a's principal and
+	// request_id; an expired answer is replaced, as PutAnswer does.
+	CreateJobAnswered(ctx context.Context, j Job, a Answer) error
+
 	// Close releases the store. Everything written before it returned was
 	// durable already (for implementations that persist).
 	Close() error

@@ -24,18 +24,20 @@ import (
 // RELAY-17).
 func (m *Manager) handleJob(ctx context.Context, r *runnerState, j state.Job) bool {
 	log := m.runnerLog(r).With(logkey.GitLabJobID, j.GitLabID)
+	var sub submitted // the submission's answer, for the follow that starts on it
 	for ctx.Err() == nil {
 		var ok bool
 		switch j.Phase {
 		case state.PhaseTaken:
-			j, ok = m.submit(ctx, r, j, log)
+			j, sub, ok = m.submit(ctx, r, j, log)
 		case state.PhaseFailing:
 			ok = m.failUncommitted(ctx, r, j, log)
 			if ok {
 				return m.drop(r, j, log)
 			}
 		case state.PhaseSubmitted, state.PhaseCommitted:
-			j, ok = m.follow(ctx, r, j, log)
+			j, ok = m.follow(ctx, r, j, sub, log)
+			sub = submitted{}
 		case state.PhaseReported:
 			if m.settle(ctx, j, log) {
 				return m.drop(r, j, log)
@@ -68,10 +70,22 @@ func (m *Manager) put(r *runnerState, j state.Job, log *slog.Logger) {
 	}
 }
 
+// submitted is what the follow that starts at a submission's answer has
+// of it: the record's state write, under way, which the commit waits for,
+// and the job's view the hub answered, which its watch starts from.
+type submitted struct {
+	durable durable         // nil: the record is durable (a resumed job)
+	view    *client.JobView // nil for a resumed job
+}
+
 // submit translates the recorded response and submits it on the
 // reservation, naming the admission, with the recorded request_id
-// (RELAY-11, ARB-36, ARB-38, RELAY-09).
-func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *slog.Logger) (state.Job, bool) {
+// (RELAY-11, ARB-36, ARB-38, RELAY-09). Once the hub took it, the
+// submitted record's write starts and submit returns without waiting for
+// it: the job's follow (which watches for the node's acceptance) runs
+// while the file is written, and only its commit in GitLab waits for the
+// write (see tracer.commit).
+func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *slog.Logger) (state.Job, submitted, bool) {
 	now := m.clk.Now().UTC()
 	resp, err := gitlab.DecodeJobResponse(j.Response)
 	var res translate.Result
@@ -87,7 +101,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		}
 		j.Phase, j.Response = state.PhaseFailing, nil
 		m.put(r, j, log)
-		return j, true
+		return j, submitted{}, true
 	}
 	for _, n := range res.Notices {
 		res.Job.Notices = append(res.Job.Notices, job.Notice{Level: noticeLevel(n.Level), Text: n.Text})
@@ -109,7 +123,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		return err
 	})
 	if ctx.Err() != nil {
-		return j, false
+		return j, submitted{}, false
 	}
 	var se *client.StatusError
 	switch {
@@ -118,7 +132,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		// took over before one did may have forgotten it, and the job is
 		// then submitted again from it (see resubmit).
 		j.HubJob, j.Phase = view.ID, state.PhaseSubmitted
-		m.put(r, j, log)
+		sub := submitted{durable: r.begin(j), view: &view}
 		r.mu.Lock()
 		if h := r.held[j.GitLabID]; h != nil {
 			h.hubJob = view.ID
@@ -126,7 +140,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		r.mu.Unlock()
 		m.changed()
 		log.Info("job submitted", logkey.JobID, view.ID)
-		return j, true
+		return j, sub, true
 	case errors.As(err, &se) && (se.Body.Code == client.CodeApprovalPending || se.Body.Code == client.CodeProjectRejected):
 		// A job awaiting approval is not held: release its reservation and
 		// fail it without committing it (FAIL-20..22, DECISIONS 2).
@@ -139,7 +153,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		// the relay heard its 201: a new leader forgot it, no node having
 		// accepted it (docs/ha.md). Submit it again as a new job.
 		m.resubmit(r, &j, err, log)
-		return j, true
+		return j, submitted{}, true
 	case errors.As(err, &se) && se.Status == http.StatusNotFound && se.Body.Code == client.CodeNotFound && j.Admission != "":
 		// The hub does not know the admission (nor, then, its
 		// reservation): a new leader forgot a job no node had accepted,
@@ -147,7 +161,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 		// its repeat) came (docs/ha.md). No job of it runs; submit it
 		// again without them rather than fail it (DECISIONS 16).
 		m.resubmit(r, &j, err, log)
-		return j, true
+		return j, submitted{}, true
 	default:
 		log.Error("the hub refused the job", logkey.Err, err)
 		m.release(j.Reservation)
@@ -155,7 +169,7 @@ func (m *Manager) submit(ctx context.Context, r *runnerState, j state.Job, log *
 	}
 	j.Phase, j.Response = state.PhaseFailing, nil
 	m.put(r, j, log)
-	return j, true
+	return j, submitted{}, true
 }
 
 // gitlabQueue is what GitLab's job response said about its queue, for the
@@ -421,8 +435,9 @@ func (w *viewWatch) publish(v *client.JobView, err error) {
 	}
 }
 
-func (m *Manager) watchView(ctx context.Context, hubJob string, w *viewWatch) {
-	var rev uint64
+// watchView long-polls hubJob's view past revision rev (0: from the
+// first) and publishes each view to w until the job finished.
+func (m *Manager) watchView(ctx context.Context, hubJob string, rev uint64, w *viewWatch) {
 	for ctx.Err() == nil {
 		var v client.JobView
 		err := m.retry.Do(ctx, "follow job", func(ctx context.Context) error {

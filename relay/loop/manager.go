@@ -126,6 +126,16 @@ type runnerState struct {
 	idleAnswer bool          // the last answer was a 204: a request now may be held
 	polling    int           // requests out that GitLab may hold (0 or 1)
 	pollDone   chan struct{} // closed when that request comes back; nil while none
+	// begin starts a state write without waiting for it (Store.Begin); a
+	// test holds the write in flight through it.
+	begin func(state.Job) durable
+}
+
+// durable is a state write under way (*state.Pending): Done is closed
+// once the file holds it or the write failed, Err then says which.
+type durable interface {
+	Done() <-chan struct{}
+	Err() error
 }
 
 // holder is a held job as the heartbeat lists it.
@@ -153,7 +163,9 @@ func New(cfg Config) (*Manager, error) {
 		if r.RequestConcurrency <= 0 {
 			r.RequestConcurrency = 1
 		}
-		m.rs = append(m.rs, &runnerState{Runner: r, refused: r.Refused, tickets: map[string]bool{}, requests: map[string]bool{}, held: map[int64]*holder{}})
+		rs := &runnerState{Runner: r, refused: r.Refused, tickets: map[string]bool{}, requests: map[string]bool{}, held: map[int64]*holder{}}
+		rs.begin = func(j state.Job) durable { return rs.Store.Begin(j) }
+		m.rs = append(m.rs, rs)
 	}
 	return m, nil
 }

@@ -24,6 +24,9 @@ type tracer struct {
 	log    *slog.Logger
 	creds  gitlab.JobCredentials
 	cancel *canceller
+	// durable is the submitted record's state write while under way; the
+	// commit waits for it. nil once done (or for a resumed job).
+	durable durable
 
 	offset   int64              // GitLab's trace length as last answered
 	digest   gitlab.TraceDigest // over the trace's [0, digestTo)
@@ -39,8 +42,9 @@ type tracer struct {
 
 // follow runs a submitted job until its final update reached GitLab and the
 // hub settled it (RELAY-12). It returns the job's record and false when ctx
-// ended first.
-func (m *Manager) follow(ctx context.Context, r *runnerState, j state.Job, log *slog.Logger) (state.Job, bool) {
+// ended first. sub is the submission's answer when the follow starts at
+// it (its record's write may still be under way).
+func (m *Manager) follow(ctx context.Context, r *runnerState, j state.Job, sub submitted, log *slog.Logger) (state.Job, bool) {
 	log = log.With(logkey.JobID, j.HubJob)
 	// The view watch and the canceller end with the job's follow: follow
 	// returns only once they did, so nothing of the job outlives its
@@ -52,12 +56,23 @@ func (m *Manager) follow(ctx context.Context, r *runnerState, j state.Job, log *
 		helpers.Wait()
 	}()
 	w := &viewWatch{notify: make(chan struct{}, 1)}
+	var after uint64
+	if v := sub.view; v != nil && v.State != client.JobFinished {
+		// The submission's answer is the job's view already: the watch
+		// long-polls past it at once, a round trip sooner.
+		w.view, after = v, v.Revision
+	}
 	c := &canceller{m: m, hubJob: j.HubJob, log: log, wake: make(chan struct{}, 1)}
-	helpers.Go(func() { m.watchView(wctx, j.HubJob, w) })
+	helpers.Go(func() { m.watchView(wctx, j.HubJob, after, w) })
 	helpers.Go(func() { c.run(wctx) })
 	t := &tracer{m: m, r: r, j: j, log: log, creds: gitlab.JobCredentials{ID: j.GitLabID, Token: j.Token}, cancel: c,
-		offset: j.TraceOffset, interval: gitlab.DefaultUpdateInterval, lastSent: m.clk.Now(), note: waitNote{since: m.clk.Now()}}
+		durable: sub.durable, offset: j.TraceOffset, interval: gitlab.DefaultUpdateInterval, lastSent: m.clk.Now(),
+		note: waitNote{since: m.clk.Now()}}
 	ok := t.run(ctx, w)
+	if t.durable != nil {
+		<-t.durable.Done() // a file write: it ends by itself
+		t.wrote()
+	}
 	return t.j, ok
 }
 
@@ -159,8 +174,12 @@ func (t *tracer) run(ctx context.Context, w *viewWatch) bool {
 	}
 }
 
-// commit sends PUT state=running once the node accepted the job (GL-08).
+// commit sends PUT state=running once the node accepted the job (GL-08)
+// and the state file holds the submitted record (see recorded).
 func (t *tracer) commit(ctx context.Context) bool {
+	if !t.recorded(ctx) {
+		return false
+	}
 	out, err := t.m.cfg.GitLab.UpdateJob(ctx, t.creds, gitlab.UpdateJobInfo{State: gitlab.StateRunning})
 	if ctx.Err() != nil {
 		return false
@@ -178,6 +197,34 @@ func (t *tracer) commit(ctx context.Context) bool {
 		t.log.Warn("commit failed; retrying", logkey.Err, err)
 	}
 	return true
+}
+
+// recorded waits until the submitted record's state write, if still
+// under way, is done, and reports false if ctx ended first. Nothing of
+// the job reaches GitLab before (the commit, a trace patch): a relay that
+// crashes after GitLab heard of the job must find it in its state file
+// (RELAY-07, RELAY-09). The follow itself, and the hub's view it
+// watches, need not wait.
+func (t *tracer) recorded(ctx context.Context) bool {
+	if t.durable == nil {
+		return true
+	}
+	select {
+	case <-t.durable.Done():
+	case <-ctx.Done():
+		return false
+	}
+	t.wrote()
+	return true
+}
+
+// wrote ends the wait for the submitted record's write; its failure is
+// logged, and the job goes on in memory as after any failed state write.
+func (t *tracer) wrote() {
+	if err := t.durable.Err(); err != nil {
+		t.log.Error("could not update the state file", logkey.Err, err)
+	}
+	t.durable = nil
 }
 
 // observe acts on a Job-Status (GL-17).
@@ -203,6 +250,9 @@ func (t *tracer) observe(st gitlab.JobStatus, abort bool, interval time.Duration
 // complete. A non-nil error is ctx's.
 func (t *tracer) step(ctx context.Context, flush bool) (bool, error) {
 	m := t.m
+	if !t.recorded(ctx) {
+		return false, ctx.Err()
+	}
 	for {
 		out, err := m.cfg.Hub.ReadOutput(ctx, t.j.HubJob, t.hubOffset(), 0)
 		if ctx.Err() != nil {

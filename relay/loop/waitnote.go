@@ -65,6 +65,9 @@ func (t *tracer) noteWait(ctx context.Context, w *client.JobWait) bool {
 	case !n.last.IsZero() && (text == n.text || now.Sub(n.last) < waitNoteEvery):
 		return true
 	}
+	if !t.recorded(ctx) {
+		return false
+	}
 	if err := t.catchUpDigest(ctx); err != nil {
 		return false
 	}

@@ -173,13 +173,43 @@ func FileName(dir, runner string) (string, error) {
 }
 
 // Store is one runner's state file. Safe for concurrent use.
+//
+// Changes apply to the records in memory at once, in the order they are
+// made, and reach the file after: each write puts the latest records
+// there, so the file only moves forward and changes made together share
+// one file write and fsync. [Store.Put] and [Store.Delete] return once
+// the file holds their change; [Store.Begin] returns at once, with the
+// write under way.
 type Store struct {
 	path   string
 	relay  string
 	runner string
 
 	mu   sync.Mutex
-	jobs []Job // sorted by GitLabID; guarded by mu
+	jobs []Job  // sorted by GitLabID, every change made; guarded by mu
+	gen  uint64 // changes made to jobs; guarded by mu
+
+	wmu     sync.Mutex // held while writing the file
+	written uint64     // the last change the file holds durably; guarded by wmu
+}
+
+// Pending is a change of the state file under way ([Store.Begin]).
+type Pending struct {
+	done chan struct{}
+	err  error
+}
+
+// Done is closed once the file durably holds the change (and every
+// change made before it), or the write failed.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// Err is the write's error, nil once durable; valid after Done.
+func (p *Pending) Err() error { return p.err }
+
+// Wait waits for Done and returns Err.
+func (p *Pending) Wait() error {
+	<-p.done
+	return p.err
 }
 
 // Open loads (or starts) runner's state file in dir for the relay relayID.
@@ -272,9 +302,39 @@ func (s *Store) Len() int {
 // Put records j (replacing the record of the same GitLab job) and returns
 // once the file is durably written.
 func (s *Store) Put(j Job) error {
+	if err := checkJob(j); err != nil {
+		return err
+	}
+	return s.flush(s.put(j))
+}
+
+// Begin records j as Put does but returns at once, the file's write
+// under way: the returned Pending says when it is durable. A change made
+// after Begin returned reaches the file after it (or with it), never
+// before.
+func (s *Store) Begin(j Job) *Pending {
+	p := &Pending{done: make(chan struct{})}
+	if p.err = checkJob(j); p.err != nil {
+		close(p.done)
+		return p
+	}
+	gen := s.put(j)
+	go func() {
+		p.err = s.flush(gen)
+		close(p.done)
+	}()
+	return p
+}
+
+func checkJob(j Job) error {
 	if j.GitLabID <= 0 || j.Token == "" || j.Phase == "" {
 		return fmt.Errorf("state: job %d: id, token and phase are required", j.GitLabID)
 	}
+	return nil
+}
+
+// put applies j to the records in memory and returns the change's number.
+func (s *Store) put(j Job) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	jobs := slices.Clone(s.jobs)
@@ -284,32 +344,49 @@ func (s *Store) Put(j Job) error {
 	} else {
 		jobs = slices.Insert(jobs, i, j)
 	}
-	if err := s.writeLocked(jobs); err != nil {
-		return err
-	}
 	s.jobs = jobs
-	return nil
+	s.gen++
+	return s.gen
 }
 
 // Delete removes GitLab job id's record (RELAY-08); removing an unknown one
 // is not an error.
 func (s *Store) Delete(id int64) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	i := slices.IndexFunc(s.jobs, func(e Job) bool { return e.GitLabID == id })
 	if i < 0 {
+		s.mu.Unlock()
 		return nil
 	}
-	jobs := slices.Delete(slices.Clone(s.jobs), i, i+1)
-	if err := s.writeLocked(jobs); err != nil {
+	s.jobs = slices.Delete(slices.Clone(s.jobs), i, i+1)
+	s.gen++
+	gen := s.gen
+	s.mu.Unlock()
+	return s.flush(gen)
+}
+
+// flush returns once the file durably holds change gen: at once if a
+// write since made it so, else after writing the latest records (which
+// also carries every change made meanwhile). A failed write is tried
+// again by the next flush; the records in memory keep the change.
+func (s *Store) flush(gen uint64) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.written >= gen {
+		return nil
+	}
+	s.mu.Lock()
+	jobs, latest := s.jobs, s.gen
+	s.mu.Unlock()
+	if err := s.write(jobs); err != nil {
 		return err
 	}
-	s.jobs = jobs
+	s.written = latest
 	return nil
 }
 
-// writeLocked writes jobs atomically (temp file, fsync, rename, fsync dir).
-func (s *Store) writeLocked(jobs []Job) error {
+// write writes jobs atomically (temp file, fsync, rename, fsync dir).
+func (s *Store) write(jobs []Job) error {
 	if jobs == nil {
 		jobs = []Job{}
 	}

@@ -185,8 +185,11 @@ func TestFileName(t *testing.T) {
 	}
 }
 
-// Property: after any sequence of Puts and Deletes, a reopened store holds
-// exactly the model's records (what was written is never lost, RELAY-09).
+// Property: after any sequence of Puts, Begins and Deletes, a reopened
+// store holds exactly the model's records (what was written is never
+// lost, RELAY-09), and once a Begin's write is done the file holds every
+// change made up to it: writes under way never put an older content
+// over a newer one.
 //
 // spec: RELAY-09
 func TestStoreModel(t *testing.T) {
@@ -199,40 +202,65 @@ func TestStoreModel(t *testing.T) {
 		s, _ := Open(dir, "r", "relay-1")
 		model := map[int64]Phase{}
 		phases := []Phase{PhaseTaken, PhaseSubmitted, PhaseCommitted, PhaseReported, PhaseFailing}
+		var pending []*Pending
 		n := rapid.IntRange(1, 30).Draw(rt, "ops")
 		for range n {
 			id := rapid.Int64Range(1, 8).Draw(rt, "id")
-			if rapid.Bool().Draw(rt, "put") {
+			switch rapid.SampledFrom([]string{"put", "begin", "delete"}).Draw(rt, "op") {
+			case "put":
 				j := job(id)
 				j.Phase = rapid.SampledFrom(phases).Draw(rt, "phase")
 				if err := s.Put(j); err != nil {
 					rt.Fatal(err)
 				}
 				model[id] = j.Phase
-			} else {
+			case "begin":
+				j := job(id)
+				j.Phase = rapid.SampledFrom(phases).Draw(rt, "phase")
+				p := s.Begin(j)
+				model[id] = j.Phase
+				if rapid.Bool().Draw(rt, "wait") {
+					if err := p.Wait(); err != nil {
+						rt.Fatal(err)
+					}
+					checkModel(rt, dir, model)
+				} else {
+					pending = append(pending, p)
+				}
+			default:
 				if err := s.Delete(id); err != nil {
 					rt.Fatal(err)
 				}
 				delete(model, id)
 			}
 		}
-		re, err := Open(dir, "r", "relay-1")
-		if err != nil {
-			rt.Fatal(err)
-		}
-		got := re.Jobs()
-		if len(got) != len(model) {
-			rt.Fatalf("reopened %d jobs, model %d", len(got), len(model))
-		}
-		for i, j := range got {
-			if model[j.GitLabID] != j.Phase {
-				rt.Fatalf("job %d phase %s, model %s", j.GitLabID, j.Phase, model[j.GitLabID])
-			}
-			if i > 0 && got[i-1].GitLabID >= j.GitLabID {
-				rt.Fatalf("jobs not sorted")
+		for _, p := range pending {
+			if err := p.Wait(); err != nil {
+				rt.Fatal(err)
 			}
 		}
+		checkModel(rt, dir, model)
 	})
+}
+
+// checkModel reopens the state file in dir and compares it to model.
+func checkModel(rt *rapid.T, dir string, model map[int64]Phase) {
+	re, err := Open(dir, "r", "relay-1")
+	if err != nil {
+		rt.Fatal(err)
+	}
+	got := re.Jobs()
+	if len(got) != len(model) {
+		rt.Fatalf("reopened %d jobs, model %d", len(got), len(model))
+	}
+	for i, j := range got {
+		if model[j.GitLabID] != j.Phase {
+			rt.Fatalf("job %d phase %s, model %s", j.GitLabID, j.Phase, model[j.GitLabID])
+		}
+		if i > 0 && got[i-1].GitLabID >= j.GitLabID {
+			rt.Fatalf("jobs not sorted")
+		}
+	}
 }
 
 // FuzzDecode: a state file's decoder never panics and accepts only files

@@ -12,32 +12,65 @@ import (
 
 // PutAnswer implements [store.Answers.PutAnswer].
 func (s *Store) PutAnswer(ctx context.Context, a store.Answer) error {
+	if err := checkAnswer(a); err != nil {
+		return err
+	}
+	a.Created = utc(a.Created)
+	return s.update(ctx, func(tx *bolt.Tx) error { return putAnswer(tx, a) })
+}
+
+// CreateJobAnswered implements [store.Store.CreateJobAnswered]: the job
+// and its answer in one transaction, hence one commit and fsync.
+func (s *Store) CreateJobAnswered(ctx context.Context, j store.Job, a store.Answer) error {
+	if err := checkJob(j); err != nil {
+		return err
+	}
+	if err := checkAnswer(a); err != nil {
+		return err
+	}
+	if a.Job != j.ID {
+		return fmt.Errorf("boltstore: answer names job %q, not the job %s it answers: %w", a.Job, j.ID, store.ErrInvalid)
+	}
+	j.Created, j.Updated = utc(j.Created), utc(j.Updated)
+	a.Created = utc(a.Created)
+	return s.update(ctx, func(tx *bolt.Tx) error {
+		if err := putNew(tx.Bucket(bktJobs), []byte(j.ID), j, func() string { return "job " + j.ID }); err != nil {
+			return err
+		}
+		return putAnswer(tx, a) // its conflict rolls the job back too
+	})
+}
+
+func checkAnswer(a store.Answer) error {
 	if a.Principal == "" || a.RequestID == "" || a.Created.IsZero() || hasNUL(a.Principal, a.RequestID, a.Job) {
 		return fmt.Errorf("boltstore: answer without principal, request_id or time: %w", store.ErrInvalid)
 	}
-	a.Created = utc(a.Created)
+	return nil
+}
+
+// putAnswer stores a in tx unless a live answer holds its key, keeping
+// the index of answers by job.
+func putAnswer(tx *bolt.Tx, a store.Answer) error {
+	b := tx.Bucket(bktAnswers)
 	k := key(a.Principal, a.RequestID)
-	return s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bktAnswers)
-		old, ok, err := findRec[store.Answer](b, k)
-		if err != nil {
+	old, ok, err := findRec[store.Answer](b, k)
+	if err != nil {
+		return err
+	}
+	if ok && !old.Expired(a.Created) {
+		return fmt.Errorf("boltstore: answer %s/%s exists: %w", a.Principal, a.RequestID, store.ErrConflict)
+	}
+	if ok && old.Job != "" {
+		if err := tx.Bucket(bktAnswerJobs).Delete(key(old.Job, a.Principal, a.RequestID)); err != nil {
 			return err
 		}
-		if ok && !old.Expired(a.Created) {
-			return fmt.Errorf("boltstore: answer %s/%s exists: %w", a.Principal, a.RequestID, store.ErrConflict)
+	}
+	if a.Job != "" && !a.Dropped {
+		if err := tx.Bucket(bktAnswerJobs).Put(key(a.Job, a.Principal, a.RequestID), []byte{}); err != nil {
+			return err
 		}
-		if ok && old.Job != "" {
-			if err := tx.Bucket(bktAnswerJobs).Delete(key(old.Job, a.Principal, a.RequestID)); err != nil {
-				return err
-			}
-		}
-		if a.Job != "" && !a.Dropped {
-			if err := tx.Bucket(bktAnswerJobs).Put(key(a.Job, a.Principal, a.RequestID), []byte{}); err != nil {
-				return err
-			}
-		}
-		return putRec(b, k, a)
-	})
+	}
+	return putRec(b, k, a)
 }
 
 // GetAnswer implements [store.Answers.GetAnswer].

@@ -23,6 +23,15 @@ func benchStore(b *testing.B) *boltstore.Store {
 // BenchmarkCreateJob: one durable (fsynced) job record per op, ~1 KiB spec.
 func BenchmarkCreateJob(b *testing.B) { storetest.BenchCreateJob(b, benchStore(b)) }
 
+// BenchmarkSubmitRecords: a submission's job record and request_id
+// answer per op, in one transaction (together) or two (apart).
+func BenchmarkSubmitRecords(b *testing.B) {
+	for _, together := range []bool{false, true} {
+		name := map[bool]string{false: "apart", true: "together"}[together]
+		b.Run(name, func(b *testing.B) { storetest.BenchSubmitRecords(b, benchStore(b), together) })
+	}
+}
+
 // BenchmarkUpdateJob: one durable read-modify-write of a job per op.
 func BenchmarkUpdateJob(b *testing.B) { storetest.BenchUpdateJob(b, benchStore(b)) }
 

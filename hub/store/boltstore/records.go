@@ -12,13 +12,20 @@ import (
 
 // CreateJob implements [store.Records.CreateJob].
 func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
-	if j.ID == "" || hasNUL(j.ID) {
-		return fmt.Errorf("boltstore: job without ID: %w", store.ErrInvalid)
+	if err := checkJob(j); err != nil {
+		return err
 	}
 	j.Created, j.Updated = utc(j.Created), utc(j.Updated)
 	return s.update(ctx, func(tx *bolt.Tx) error {
 		return putNew(tx.Bucket(bktJobs), []byte(j.ID), j, func() string { return "job " + j.ID })
 	})
+}
+
+func checkJob(j store.Job) error {
+	if j.ID == "" || hasNUL(j.ID) {
+		return fmt.Errorf("boltstore: job without ID: %w", store.ErrInvalid)
+	}
+	return nil
 }
 
 // GetJob implements [store.Records.GetJob].

@@ -249,19 +249,63 @@ func (s *Store) DeleteAdmission(ctx context.Context, id string) error {
 // PutAnswer implements [store.Answers.PutAnswer]. Unlike the create methods
 // it replaces an expired answer, so it does not use insert.
 func (s *Store) PutAnswer(ctx context.Context, a store.Answer) error {
+	if err := checkAnswer(a); err != nil {
+		return err
+	}
+	return s.lockedDo(ctx, func() error {
+		if err := s.answerFree(a); err != nil {
+			return err
+		}
+		s.putAnswer(a)
+		return nil
+	})
+}
+
+// CreateJobAnswered implements [store.Store.CreateJobAnswered]: both
+// checked, then both stored, under one hold of the lock.
+func (s *Store) CreateJobAnswered(ctx context.Context, j store.Job, a store.Answer) error {
+	if j.ID == "" {
+		return fmt.Errorf("memstore: job without ID: %w", store.ErrInvalid)
+	}
+	if err := checkAnswer(a); err != nil {
+		return err
+	}
+	if a.Job != j.ID {
+		return fmt.Errorf("memstore: answer names job %q, not the job %s it answers: %w", a.Job, j.ID, store.ErrInvalid)
+	}
+	return s.lockedDo(ctx, func() error {
+		if err := s.answerFree(a); err != nil {
+			return err
+		}
+		if err := insert(s.jobs, j.ID, normJob(j), func() string { return "job " + j.ID }); err != nil {
+			return err
+		}
+		s.putAnswer(a)
+		return nil
+	})
+}
+
+func checkAnswer(a store.Answer) error {
 	if a.Principal == "" || a.RequestID == "" || a.Created.IsZero() {
 		return fmt.Errorf("memstore: answer without principal, request_id or time: %w", store.ErrInvalid)
 	}
-	return s.lockedDo(ctx, func() error {
-		k := answerKey{a.Principal, a.RequestID}
-		if old, ok := s.answers[k]; ok && !old.Expired(a.Created) {
-			return fmt.Errorf("memstore: answer %s/%s exists: %w", a.Principal, a.RequestID, store.ErrConflict)
-		}
-		a = a.Clone()
-		a.Created = utc(a.Created)
-		s.answers[k] = a
-		return nil
-	})
+	return nil
+}
+
+// answerFree fails with ErrConflict if a live answer holds a's key. The
+// caller holds mu.
+func (s *Store) answerFree(a store.Answer) error {
+	if old, ok := s.answers[answerKey{a.Principal, a.RequestID}]; ok && !old.Expired(a.Created) {
+		return fmt.Errorf("memstore: answer %s/%s exists: %w", a.Principal, a.RequestID, store.ErrConflict)
+	}
+	return nil
+}
+
+// putAnswer stores a copy of a. The caller holds mu.
+func (s *Store) putAnswer(a store.Answer) {
+	a = a.Clone()
+	a.Created = utc(a.Created)
+	s.answers[answerKey{a.Principal, a.RequestID}] = a
 }
 
 // GetAnswer implements [store.Answers.GetAnswer].

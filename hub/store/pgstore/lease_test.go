@@ -11,6 +11,7 @@ import (
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/pgstore"
+	"github.com/vk-ci/vk/hub/store/storetest"
 	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/internal/testlog"
 )
@@ -304,4 +305,41 @@ func TestLeaseSurvivesCutAndRestart(t *testing.T) {
 	ev.mu.Lock()
 	t.Logf("transitions across the restart: %v", ev.log)
 	ev.mu.Unlock()
+}
+
+// spec: BS-10, API-42
+// A job created with its request_id answer is fenced as every write is:
+// with an old epoch neither the job nor its answer reaches the store;
+// with the lease's own epoch both do.
+func TestCreateJobAnsweredFenced(t *testing.T) {
+	srv := pgtest.Start(t)
+	st, err := pgstore.Open(t.Context(), srv.NewSchema(t), pgstore.Options{Fenced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	l := pgstore.NewLease(st.Pool(), pgstore.LeaseConfig{Holder: "a", TTL: time.Minute})
+	e1, _, ok, err := l.TryAcquire(t.Context())
+	if err != nil || !ok {
+		t.Fatalf("TryAcquire: %v %v", ok, err)
+	}
+	j := storetest.FullJob("job-1")
+	a := store.Answer{Principal: "relay-1", RequestID: j.RequestID, Status: 201, Body: []byte("{}\n"), Job: j.ID, Created: storetest.T0}
+	st.SetEpoch(e1 - 1)
+	if err := st.CreateJobAnswered(t.Context(), j, a); !errors.Is(err, pgstore.ErrFenced) {
+		t.Fatalf("CreateJobAnswered with an old epoch: %v, want ErrFenced", err)
+	}
+	if _, err := st.GetJob(t.Context(), j.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the fenced create's job: %v, want not found", err)
+	}
+	if _, err := st.GetAnswer(t.Context(), a.Principal, a.RequestID, storetest.T0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the fenced create's answer: %v, want not found", err)
+	}
+	st.SetEpoch(e1)
+	if err := st.CreateJobAnswered(t.Context(), j, a); err != nil {
+		t.Fatalf("CreateJobAnswered with the lease's epoch: %v", err)
+	}
+	if _, err := st.GetAnswer(t.Context(), a.Principal, a.RequestID, storetest.T0); err != nil {
+		t.Fatalf("the leader's answer: %v", err)
+	}
 }

@@ -19,13 +19,16 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 		return fmt.Errorf("pgstore: job without ID: %w", store.ErrInvalid)
 	}
 	j = normJob(j)
-	return s.write(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, "INSERT INTO vk_jobs (id, settled, rec) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING", j.ID, j.Settled, enc(j))
-		if err == nil && tag.RowsAffected() == 0 {
-			err = fmt.Errorf("pgstore: job %s exists: %w", j.ID, store.ErrConflict)
-		}
-		return err
-	})
+	return s.write(ctx, func(tx pgx.Tx) error { return insertJob(ctx, tx, j) })
+}
+
+// insertJob inserts j's row in tx; ErrConflict if its ID exists.
+func insertJob(ctx context.Context, tx pgx.Tx, j store.Job) error {
+	tag, err := tx.Exec(ctx, "INSERT INTO vk_jobs (id, settled, rec) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING", j.ID, j.Settled, enc(j))
+	if err == nil && tag.RowsAffected() == 0 {
+		err = fmt.Errorf("pgstore: job %s exists: %w", j.ID, store.ErrConflict)
+	}
+	return err
 }
 
 // GetJob implements [store.Records.GetJob].

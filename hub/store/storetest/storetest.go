@@ -143,8 +143,8 @@ func RunMeta(t *testing.T, h RoleHarness[MetaStore]) {
 }
 
 // Run runs every role's conformance tests against stores from h, and
-// those that span roles (an answer whose job was deleted; Close; a
-// cancelled context).
+// those that span roles (a job created with its answer; an answer whose
+// job was deleted; Close; a cancelled context).
 func Run(t *testing.T, h Harness) {
 	RunRecords(t, roleOf[RecordsStore](h))
 	RunAnswers(t, roleOf[AnswersStore](h))
@@ -153,7 +153,7 @@ func Run(t *testing.T, h Harness) {
 	RunAudit(t, roleOf[AuditStore](h))
 	RunMeta(t, roleOf[MetaStore](h))
 	runRole(t, roleOf[store.Store](h), []roleTest[store.Store]{{"AnswerDroppedWithJob", testAnswerDropped},
-		{"Closed", testClosed}, {"Cancelled", testCancelled}})
+		{"JobAnswered", testJobAnswered}, {"Closed", testClosed}, {"Cancelled", testCancelled}})
 }
 
 // roleOf narrows a whole store's harness to one role.
@@ -216,6 +216,8 @@ func testClosed(t *testing.T, su suite[store.Store]) {
 	_, err := s.GetJob(ctx, "x")
 	wantErr(t, "GetJob", err, store.ErrClosed)
 	wantErr(t, "CreateJob", s.CreateJob(ctx, FullJob("x")), store.ErrClosed)
+	wantErr(t, "CreateJobAnswered", s.CreateJobAnswered(ctx, FullJob("x"),
+		store.Answer{Principal: "p", RequestID: "r", Job: "x", Created: T0}), store.ErrClosed)
 	_, err = s.ListAudit(ctx, 1)
 	wantErr(t, "ListAudit", err, store.ErrClosed)
 	wantErr(t, "PutMeta", s.PutMeta(ctx, "k", nil), store.ErrClosed)
