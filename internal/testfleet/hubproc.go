@@ -3,7 +3,6 @@ package testfleet
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -180,14 +179,7 @@ func (h *Hub) killChild() error {
 		l.Block()
 	}
 	h.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	<-exited
-	return nil
+	return sigkillChild(cmd, exited)
 }
 
 // stopChild ends the hub's process gracefully (SIGTERM), killing it when
@@ -197,16 +189,5 @@ func (h *Hub) stopChild(ctx context.Context) error {
 	cmd, exited := h.proc, h.exited
 	h.proc, h.up = nil, false
 	h.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-		return nil
-	case <-ctx.Done():
-		cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("testfleet: hub process did not stop in time: %w", ctx.Err())
-	}
+	return termChild(ctx, cmd, exited, "hub process")
 }

@@ -3,14 +3,12 @@ package testfleet
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -109,14 +107,7 @@ func (n *Node) takeChild() (*exec.Cmd, <-chan struct{}) {
 // killChild SIGKILLs the child and waits for it to be reaped.
 func (n *Node) killChild() error {
 	cmd, exited := n.takeChild()
-	if cmd == nil {
-		return nil
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	<-exited
-	return nil
+	return sigkillChild(cmd, exited)
 }
 
 // stopChild ends the child gracefully (SIGTERM: `vk node run` drains and
@@ -124,18 +115,7 @@ func (n *Node) killChild() error {
 // first.
 func (n *Node) stopChild(ctx context.Context) error {
 	cmd, exited := n.takeChild()
-	if cmd == nil {
-		return nil
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-		return nil
-	case <-ctx.Done():
-		cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("testfleet: node %s process did not stop in time: %w", n.Name, ctx.Err())
-	}
+	return termChild(ctx, cmd, exited, "node "+n.Name+" process")
 }
 
 // copyLog copies a child's log lines into log.
