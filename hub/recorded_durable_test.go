@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/hub/output"
-	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/pgstore"
 	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
-	"github.com/vk-ci/vk/reqsign"
 )
 
 // failFirstComplete is an output store whose first MarkComplete fails
@@ -45,44 +43,10 @@ func (f *failFirstComplete) MarkComplete(ctx context.Context, job string) error 
 //
 // spec: NSESS-10, NSESS-24
 func TestRecordedFromHeldOnlyOnceDurable(t *testing.T) {
-	h := newHarness(t)
 	fail := &failFirstComplete{failed: make(chan struct{})}
-	h.wrapOutput = func(o output.Store) output.Store { fail.Store = o; return fail }
-	h.restart()
-	key, err := reqsign.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeSession := func(enrol bool, held dispatch.Held) *wsPeer {
-		nd := dialPeer(t, h, "/v1/node/session", "n9", key, store.KindNode, enrol)
-		nd.node(dispatch.Hello{Versions: dispatch.NodeVersions, Node: "n9"})
-		if w, ok := nd.nodeRead().(*dispatch.Welcome); !ok || w.Resumed {
-			t.Fatalf("node welcome = %#v, want a new session", w)
-		}
-		nd.node(haReport)
-		nd.node(held)
-		return nd
-	}
-	nd := nodeSession(true, dispatch.Held{})
-	h.relayUp(1)
-	tk := h.reserve()
-	off := nextOf[dispatch.Offer](t, nd)
-	nd.node(dispatch.OfferReply{Reservation: off.Reservation, Reply: dispatch.ReplyAccepted, LeaseSecs: 90})
-	var g client.ReservationGrant
-	h.want(http.StatusCreated, &g, "GET", "/v1/reservations/tickets/"+tk+"?wait=30", nil)
-	h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/claim", nil)
-	v := h.submitOn(g, 78)
-	if st := nextOf[dispatch.Start](t, nd); st.Job != v.ID {
-		t.Fatalf("start for %s, want %s", st.Job, v.ID)
-	}
-	nd.node(dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
-	nd.node(dispatch.Output{Job: v.ID, Offset: 0, Data: []byte("hello\n")})
-	if ack := nextOf[dispatch.OutputAck](t, nd); ack.Offset != 6 {
-		t.Fatalf("ack = %+v, want offset 6", ack)
-	}
-	exit := 0
-	nd.node(dispatch.JobUpdate{Job: v.ID, State: dispatch.JobFinished})
-	nd.node(dispatch.Result{Job: v.ID, Result: client.JobResult{ExitCode: &exit, OutputLen: 6}})
+	r := startStoreFailRun(t, func(o output.Store) output.Store { fail.Store = o; return fail }, 78)
+	h, nd, v := r.h, r.nd, r.job
+	runToEnd(t, nd, v.ID, "hello\n")
 	select {
 	case <-fail.failed:
 	case <-time.After(10 * time.Second):
@@ -90,7 +54,7 @@ func TestRecordedFromHeldOnlyOnceDurable(t *testing.T) {
 	}
 	nd.c.CloseNow() // the node's session is lost before any recorded
 
-	nd = nodeSession(false, dispatch.Held{Jobs: []dispatch.HeldJob{{Job: v.ID}}})
+	nd = r.session(t, false, dispatch.Held{Jobs: []dispatch.HeldJob{{Job: v.ID}}})
 	if ack := nextOf[dispatch.OutputAck](t, nd); ack.Offset != 6 {
 		t.Fatalf("ack after the held = %+v, want offset 6", ack)
 	}
@@ -116,17 +80,8 @@ func TestTakeoverCompletesFinishedOutput(t *testing.T) {
 	dsn := srv.NewSchema(t)
 	a, b, _, na, nb, ha, g := claimedOnLeader(t, dsn)
 	v := ha.submitOn(g, 4343)
-	if st := nextOf[dispatch.Start](t, na); st.Job != v.ID {
-		t.Fatalf("start for %s, want %s", st.Job, v.ID)
-	}
-	na.node(dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
-	na.node(dispatch.Output{Job: v.ID, Offset: 0, Data: []byte("all of it\n")})
-	if ack := nextOf[dispatch.OutputAck](t, na); ack.Offset != 10 {
-		t.Fatalf("ack = %+v, want offset 10", ack)
-	}
-	exit := 0
-	na.node(dispatch.JobUpdate{Job: v.ID, State: dispatch.JobFinished})
-	na.node(dispatch.Result{Job: v.ID, Result: client.JobResult{ExitCode: &exit, OutputLen: 10}})
+	startAccepted(t, na, v.ID)
+	runToEnd(t, na, v.ID, "all of it\n")
 	if rec := nextOf[dispatch.Recorded](t, na); rec.Job != v.ID {
 		t.Fatalf("recorded = %+v, want %s", rec, v.ID)
 	}

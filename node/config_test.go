@@ -60,10 +60,10 @@ func runConfigCases(t *testing.T, tests []configCase) {
 }
 
 // The [executor.microvm] keys: net_mode and net_modes, the service VMs'
-// memory, vCPUs and wait, each validated with an error naming the key.
+// memory, vCPUs and wait, as loaded (the values refused, each with an
+// error naming the key, are TestLoadConfigRefused's).
 func TestLoadConfigMicroVM(t *testing.T) {
 	runConfigCases(t, []configCase{
-		{name: "bad microvm net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"bridge\"\n", wantErr: "[executor.microvm] net_mode"},
 		{name: "microvm net_mode switch", file: "version = 1\n[executor.microvm]\nnet_mode = \"switch\"\n",
 			check: func(t *testing.T, c Config) {
 				if got := c.Executor.MicroVM.netMode(); got != NetModeSwitch {
@@ -95,18 +95,39 @@ func TestLoadConfigMicroVM(t *testing.T) {
 					t.Errorf("defaults %+v: want zeros, the executor's defaults", m)
 				}
 			}},
-		{name: "microvm service memory too small", file: "version = 1\n[executor.microvm]\nservice_mem_mib = 64\n", wantErr: "[executor.microvm] service_mem_mib 64"},
-		{name: "microvm service cpus negative", file: "version = 1\n[executor.microvm]\nservice_cpus = -2\n", wantErr: "[executor.microvm] service_cpus -2"},
-		{name: "microvm service cpus too many", file: "version = 1\n[executor.microvm]\nservice_cpus = 65\n", wantErr: "[executor.microvm] service_cpus 65"},
-		{name: "microvm service wait below -1", file: "version = 1\n[executor.microvm]\nwait_for_services_timeout = -5\n", wantErr: "[executor.microvm] wait_for_services_timeout -5"},
-		{name: "microvm net_modes unknown", file: "version = 1\n[executor.microvm]\nnet_modes = [\"none\", \"bridge\"]\n", wantErr: "[executor.microvm] net_modes: \"bridge\""},
-		{name: "microvm net_modes lack net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"switch\"\nnet_modes = [\"none\"]\n", wantErr: "[executor.microvm] net_modes [\"none\"] lacks net_mode \"switch\""},
 		{name: "microvm net_modes", file: "version = 1\n[executor.microvm]\nnet_modes = [\"none\", \"switch\"]\n",
 			check: func(t *testing.T, c Config) {
 				if m := c.Executor.MicroVM.NetModes; len(m) != 2 || m[1] != NetModeSwitch {
 					t.Errorf("net_modes %q", m)
 				}
 			}},
+	})
+}
+
+// The files LoadConfig refuses, each with what its error must name (the
+// key, and for [executor.microvm] the section and the value); the error
+// names the file too (runConfigCases).
+func TestLoadConfigRefused(t *testing.T) {
+	runConfigCases(t, []configCase{
+		{name: "bad microvm net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"bridge\"\n", wantErr: "[executor.microvm] net_mode"},
+		{name: "microvm service memory too small", file: "version = 1\n[executor.microvm]\nservice_mem_mib = 64\n", wantErr: "[executor.microvm] service_mem_mib 64"},
+		{name: "microvm service cpus negative", file: "version = 1\n[executor.microvm]\nservice_cpus = -2\n", wantErr: "[executor.microvm] service_cpus -2"},
+		{name: "microvm service cpus too many", file: "version = 1\n[executor.microvm]\nservice_cpus = 65\n", wantErr: "[executor.microvm] service_cpus 65"},
+		{name: "microvm service wait below -1", file: "version = 1\n[executor.microvm]\nwait_for_services_timeout = -5\n", wantErr: "[executor.microvm] wait_for_services_timeout -5"},
+		{name: "microvm net_modes unknown", file: "version = 1\n[executor.microvm]\nnet_modes = [\"none\", \"bridge\"]\n", wantErr: "[executor.microvm] net_modes: \"bridge\""},
+		{name: "microvm net_modes lack net_mode", file: "version = 1\n[executor.microvm]\nnet_mode = \"switch\"\nnet_modes = [\"none\"]\n", wantErr: "[executor.microvm] net_modes [\"none\"] lacks net_mode \"switch\""},
+		{name: "unknown oci runtime", file: "version = 1\n[executor.oci]\nruntime = \"kata\"\n", wantErr: "runtime"},
+		{name: "platform without runsc", file: "version = 1\n[executor.oci]\nplatform = \"kvm\"\n", wantErr: "platform"},
+		{name: "bad pull policy", file: "version = 1\n[executor.images]\npull_policy = \"sometimes\"\n", wantErr: "pull_policy"},
+		{name: "image registry is a host", file: "version = 1\n[executor.images]\nregistry = \"https://r.example.com/x\"\n", wantErr: "executor.images"},
+		{name: "unknown key names it", file: "version = 1\n[node]\nnmae = \"x\"\n", wantErr: "nmae"},
+		{name: "missing version", file: "[node]\nname = \"x\"\n", wantErr: "version"},
+		{name: "bad runner", file: "version = 1\n[node]\nrunner = \"maybe\"\n", wantErr: "runner"},
+		{name: "bad image_fallback", file: "version = 1\n[executor]\nimage_fallback = \"vm\"\n", wantErr: "image_fallback"},
+		{name: "metrics off loopback", file: "version = 1\n[node]\nmetrics_listen = \"0.0.0.0:9101\"\n", wantErr: "metrics_listen"},
+		{name: "bad backend and user listed together", file: "version = 1\n[executor]\nbackend = \"vm\"\nuser = \"root\"\n", wantErr: "user"},
+		{name: "spool limit under the window", file: "version = 1\n[output]\nspool_limit = \"1M\"\n", wantErr: "spool_limit"},
+		{name: "hub not https", file: "version = 1\n[node]\nhub = \"http://hub\"\n", wantErr: "hub"},
 	})
 }
 
@@ -182,24 +203,12 @@ pull_policy = "if-not-present"
 				t.Errorf("binary %q, want runc", c.ociRuntimeBinary())
 			}
 		}},
-		{name: "unknown oci runtime", file: "version = 1\n[executor.oci]\nruntime = \"kata\"\n", wantErr: "runtime"},
-		{name: "platform without runsc", file: "version = 1\n[executor.oci]\nplatform = \"kvm\"\n", wantErr: "platform"},
-		{name: "bad pull policy", file: "version = 1\n[executor.images]\npull_policy = \"sometimes\"\n", wantErr: "pull_policy"},
-		{name: "image registry is a host", file: "version = 1\n[executor.images]\nregistry = \"https://r.example.com/x\"\n", wantErr: "executor.images"},
-		{name: "unknown key names it", file: "version = 1\n[node]\nnmae = \"x\"\n", wantErr: "nmae"},
-		{name: "missing version", file: "[node]\nname = \"x\"\n", wantErr: "version"},
-		{name: "bad runner", file: "version = 1\n[node]\nrunner = \"maybe\"\n", wantErr: "runner"},
-		{name: "bad image_fallback", file: "version = 1\n[executor]\nimage_fallback = \"vm\"\n", wantErr: "image_fallback"},
 		{name: "isolation keys", file: "version = 1\n[executor]\nbackend = \"auto\"\nimage_fallback = \"host\"\nallow_root_jobs = true\n",
 			check: func(t *testing.T, c Config) {
 				if c.Executor.ImageFallback != ImageFallbackHost || !c.Executor.AllowRootJobs {
 					t.Errorf("executor = %+v", c.Executor)
 				}
 			}},
-		{name: "metrics off loopback", file: "version = 1\n[node]\nmetrics_listen = \"0.0.0.0:9101\"\n", wantErr: "metrics_listen"},
-		{name: "bad backend and user listed together", file: "version = 1\n[executor]\nbackend = \"vm\"\nuser = \"root\"\n", wantErr: "user"},
-		{name: "spool limit under the window", file: "version = 1\n[output]\nspool_limit = \"1M\"\n", wantErr: "spool_limit"},
-		{name: "hub not https", file: "version = 1\n[node]\nhub = \"http://hub\"\n", wantErr: "hub"},
 	}
 	runConfigCases(t, tests)
 	if _, err := LoadConfig(filepath.Join(t.TempDir(), "absent.toml")); !errors.Is(err, conffile.ErrNoConfig) {

@@ -214,60 +214,38 @@ func TestBackoffEasesOneRequestPerJob(t *testing.T) {
 		{"job then empty", []sched.OutcomeKind{sched.OutcomeEmpty}, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := schedtest.New(sched.Policy{}, 1)
-			h.Check = true
-			h.Step(schedtest.Node(1, 8, 64, 100, "linux"))
-			h.ConnectRelay(1, 0, schedtest.Runner(1, 1, "linux", schedtest.Envelope(1, 4, 1)))
-			var offers []sched.Offer
-			collect := func(acts []sched.Action) {
-				for _, a := range acts {
-					if o, ok := a.(sched.Offer); ok {
-						offers = append(offers, o)
-					}
-				}
-			}
-			next := sched.TicketID(1)
-			queue := func() { // a loop queues again at once after its answer
-				collect(h.Step(sched.TicketQueued{Ticket: next, Runner: 1}))
-				next++
-			}
+			r := newOneRunner()
+			h := r.h
 			answer := func(k sched.OutcomeKind) {
-				o := offers[0]
-				offers = offers[1:]
-				g := h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true})[0].(sched.Grant)
-				h.Step(sched.Claimed{Admission: g.Admission})
-				collect(h.Step(sched.Outcome{Admission: g.Admission, Kind: k}))
-				queue()
-			}
-			within := func(d time.Duration) {
-				for end := h.Now.Add(d); h.Now.Before(end); {
-					collect(h.Advance(10 * time.Millisecond))
-				}
+				o := r.offers[0]
+				r.offers = r.offers[1:]
+				r.collect(h.Step(sched.Outcome{Admission: r.claim(o), Kind: k}))
+				r.queue() // a loop queues again at once after its answer
 			}
 			for range 4 {
-				queue()
+				r.queue()
 			}
 			// 30 s of empty answers: the runner is backed off far beyond
 			// the base interval, only its lead request asking
 			for start := h.Now; h.Now.Sub(start) < 30*time.Second; {
-				for len(offers) > 0 {
+				for len(r.offers) > 0 {
 					answer(sched.OutcomeEmpty)
 				}
-				collect(h.Advance(10 * time.Millisecond))
+				r.collect(h.Advance(10 * time.Millisecond))
 			}
-			for len(offers) == 0 {
-				collect(h.Advance(10 * time.Millisecond))
+			for len(r.offers) == 0 {
+				r.collect(h.Advance(10 * time.Millisecond))
 			}
 			answer(sched.OutcomeJob)
-			within(500 * time.Millisecond)
-			if len(offers) != 1 {
-				t.Fatalf("after the lead's job %d requests went within 500 ms, want the lead alone at once", len(offers))
+			r.within(500 * time.Millisecond)
+			if len(r.offers) != 1 {
+				t.Fatalf("after the lead's job %d requests went within 500 ms, want the lead alone at once", len(r.offers))
 			}
 			for i, k := range tc.then {
 				answer(k)
-				within(500 * time.Millisecond)
-				if len(offers) != tc.want[i] {
-					t.Fatalf("after a job and then %v, %d requests out within 500 ms, want %d", tc.then[:i+1], len(offers), tc.want[i])
+				r.within(500 * time.Millisecond)
+				if len(r.offers) != tc.want[i] {
+					t.Fatalf("after a job and then %v, %d requests out within 500 ms, want %d", tc.then[:i+1], len(r.offers), tc.want[i])
 				}
 			}
 			if len(h.Failures) > 0 {
@@ -286,76 +264,100 @@ func TestBackoffEasesOneRequestPerJob(t *testing.T) {
 // changed its queue (docs/capacity-policy.md, "One request for one job
 // under long polling").
 func TestReleasedKeepsTheBackoff(t *testing.T) {
-	h := schedtest.New(sched.Policy{}, 1)
-	h.Check = true
-	h.Step(schedtest.Node(1, 8, 64, 100, "linux"))
-	h.ConnectRelay(1, 0, schedtest.Runner(1, 1, "linux", schedtest.Envelope(1, 4, 1)))
-	var offers []sched.Offer
-	collect := func(acts []sched.Action) {
-		for _, a := range acts {
-			if o, ok := a.(sched.Offer); ok {
-				offers = append(offers, o)
-			}
-		}
-	}
-	next := sched.TicketID(1)
-	queue := func() {
-		collect(h.Step(sched.TicketQueued{Ticket: next, Runner: 1}))
-		next++
-	}
-	claim := func(o sched.Offer) sched.AdmissionID {
-		g := h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true})[0].(sched.Grant)
-		h.Step(sched.Claimed{Admission: g.Admission})
-		return g.Admission
-	}
+	r := newOneRunner()
+	h := r.h
 	for range 4 {
-		queue()
+		r.queue()
 	}
 	// the probe brings a job: the runner is busy and every loop asks
-	a := claim(offers[0])
-	offers = offers[1:]
-	collect(h.Step(sched.Outcome{Admission: a, Kind: sched.OutcomeJob}))
-	queue()
-	collect(h.Advance(100 * time.Millisecond))
-	if len(offers) != 4 {
-		t.Fatalf("%d requests out after a job, want every loop's", len(offers))
+	a := r.claim(r.offers[0])
+	r.offers = r.offers[1:]
+	r.collect(h.Step(sched.Outcome{Admission: a, Kind: sched.OutcomeJob}))
+	r.queue()
+	r.collect(h.Advance(100 * time.Millisecond))
+	if len(r.offers) != 4 {
+		t.Fatalf("%d requests out after a job, want every loop's", len(r.offers))
 	}
 	// one empty answer backs the runner off for about a second; the
 	// other loops, granted too, give their grants back unasked
 	var adms []sched.AdmissionID
-	for _, o := range offers {
-		adms = append(adms, claim(o))
+	for _, o := range r.offers {
+		adms = append(adms, r.claim(o))
 	}
-	offers = nil
-	collect(h.Step(sched.Outcome{Admission: adms[0], Kind: sched.OutcomeEmpty}))
-	queue()
+	r.offers = nil
+	r.collect(h.Step(sched.Outcome{Admission: adms[0], Kind: sched.OutcomeEmpty}))
+	r.queue()
 	for _, a := range adms[1:] { // given back unasked while the lead waits
-		collect(h.Step(sched.Outcome{Admission: a, Kind: sched.OutcomeReleased}))
-		queue()
+		r.collect(h.Step(sched.Outcome{Admission: a, Kind: sched.OutcomeReleased}))
+		r.queue()
 	}
-	for len(offers) == 0 {
-		collect(h.Advance(10 * time.Millisecond))
+	for len(r.offers) == 0 {
+		r.collect(h.Advance(10 * time.Millisecond))
 	}
-	if len(offers) != 1 {
-		t.Fatalf("%d requests after the backoff, want the lead alone", len(offers))
+	if len(r.offers) != 1 {
+		t.Fatalf("%d requests after the backoff, want the lead alone", len(r.offers))
 	}
-	lead := claim(offers[0])
-	offers = nil
+	lead := r.claim(r.offers[0])
+	r.offers = nil
 	// the lead is held 10 s, far past the backoff, and comes back released
 	for end := h.Now.Add(10 * time.Second); h.Now.Before(end); {
-		collect(h.Advance(100 * time.Millisecond))
+		r.collect(h.Advance(100 * time.Millisecond))
 	}
-	n := len(offers)
-	collect(h.Step(sched.Outcome{Admission: lead, Kind: sched.OutcomeReleased}))
-	queue()
-	for end := h.Now.Add(500 * time.Millisecond); h.Now.Before(end); {
-		collect(h.Advance(10 * time.Millisecond))
-	}
-	if got := len(offers) - n; got != 1 {
+	n := len(r.offers)
+	r.collect(h.Step(sched.Outcome{Admission: lead, Kind: sched.OutcomeReleased}))
+	r.queue()
+	r.within(500 * time.Millisecond)
+	if got := len(r.offers) - n; got != 1 {
 		t.Fatalf("%d requests within 500 ms of the held lead's release (%d while it was held), want the lead alone at once", got, n)
 	}
 	if len(h.Failures) > 0 {
 		t.Fatal(h.Failures)
+	}
+}
+
+// oneRunner is the stage of the backoff tests: a checked harness with one
+// node (8 CPUs) and runner 1 on relay 1 (up to 4 jobs of 1 CPU), and the
+// offers its steps made that the test has not answered yet.
+type oneRunner struct {
+	h      *schedtest.Harness
+	offers []sched.Offer
+	next   sched.TicketID // the next ticket queue mints
+}
+
+func newOneRunner() *oneRunner {
+	h := schedtest.New(sched.Policy{}, 1)
+	h.Check = true
+	h.Step(schedtest.Node(1, 8, 64, 100, "linux"))
+	h.ConnectRelay(1, 0, schedtest.Runner(1, 1, "linux", schedtest.Envelope(1, 4, 1)))
+	return &oneRunner{h: h, next: 1}
+}
+
+// collect keeps the offers among acts.
+func (r *oneRunner) collect(acts []sched.Action) {
+	for _, a := range acts {
+		if o, ok := a.(sched.Offer); ok {
+			r.offers = append(r.offers, o)
+		}
+	}
+}
+
+// queue queues the runner's next ticket.
+func (r *oneRunner) queue() {
+	r.collect(r.h.Step(sched.TicketQueued{Ticket: r.next, Runner: 1}))
+	r.next++
+}
+
+// claim accepts offer o on its node and claims the grant.
+func (r *oneRunner) claim(o sched.Offer) sched.AdmissionID {
+	g := r.h.Step(sched.OfferReplied{Node: o.Node, Reservation: o.Reservation, Accepted: true})[0].(sched.Grant)
+	r.h.Step(sched.Claimed{Admission: g.Admission})
+	return g.Admission
+}
+
+// within advances the clock by d in 10 ms ticks, collecting offers.
+func (r *oneRunner) within(d time.Duration) {
+	for end := r.h.Now.Add(d); r.h.Now.Before(end); {
+		r.collect(r.h.Advance(10 * time.Millisecond))
 	}
 }
 

@@ -2,7 +2,6 @@ package session
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -463,11 +462,23 @@ func TestNodeSessionEndRemoved(t *testing.T) {
 // The driver sees a session's Down before the next session's Up, even
 // when the node's new hello arrives while the old connection's reader is
 // between letting go of its link and announcing Down: a fresh session
-// (replace) and a resume (drop) both wait for that Down. Up first would
-// leave the driver thinking a connected node is gone.
+// (replace) and a resume (drop) both wait for that Down, and so does a
+// fresh session after one the hub ended itself (an error frame, as when
+// an output chunk was not stored): that one must stay in the registry
+// until its Down is announced, or the next hello finds no session to
+// wait for. Up first would leave the driver thinking a connected node is
+// gone, and every frame it sends that node dropped.
 func TestNodeDownBeforeNextUp(t *testing.T) {
-	for _, resume := range []bool{false, true} {
-		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		resume, end bool
+	}{
+		{"connection cut, new session", false, false},
+		{"connection cut, resumed", true, false},
+		{"ended by the hub, new session", false, true},
+	} {
+		resume := tc.resume
+		t.Run(tc.name, func(t *testing.T) {
 			h := startHub(t, Config{})
 			key := testKey(1)
 			h.look.add(KindNode, "n1", key)
@@ -486,7 +497,12 @@ func TestNodeDownBeforeNextUp(t *testing.T) {
 			n1, _ := dialNode(t, h, "n1", key)
 			w := welcomeOf(t, n1.hello("n1", dispatch.NodeVersions, nil))
 			first.Store(h.rec.next(t, "up").s)
-			h.cutAll()
+			if tc.end {
+				go func() { n1.recv(); n1.recv() }() // the error frame, then the close
+				first.Load().End(dispatch.ErrorOther, "output not stored")
+			} else {
+				h.cutAll()
+			}
 			<-entered // the old reader has detached; its Down is held
 			go func() {
 				n2, err := dialNode(t, h, "n1", key)

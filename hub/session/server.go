@@ -208,16 +208,23 @@ func (srv *server[S, H, M]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cs.markEnded(err)
 	}
 	cs.detach(l)
-	if e := cs.Ended(); e != nil {
-		err = e
-		srv.forget(s)
+	ended := cs.Ended()
+	if ended != nil {
+		err = ended
 	}
 	attrs := []any{logkey.Session, cs.Handle(), slog.Any("reason", err)}
 	if srv.resumable {
-		attrs = append(attrs, "resumable", cs.Ended() == nil)
+		attrs = append(attrs, "resumable", ended == nil)
 	}
 	log.Info(string(srv.kind)+" session dropped", attrs...)
 	srv.k.down(s, err)
+	// An ended session leaves the registry only once its Down is
+	// announced: a hello of the same principal meanwhile finds it there
+	// and, replacing it, waits for l.done, so the driver never sees the
+	// next session's Up before this Down.
+	if ended != nil {
+		srv.forget(s)
+	}
 	close(l.done)
 }
 

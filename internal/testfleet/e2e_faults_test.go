@@ -107,7 +107,10 @@ func TestCancelAndTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"graceful", "immediate", "slow"} {
+	// Not "slow": its two seconds run from the job's start, clone
+	// included (FAIL-03), so on a loaded machine it may time out before
+	// its script prints, and a wait for that line would wait for ever.
+	for _, n := range []string{"graceful", "immediate"} {
 		if err := tn.WaitTrace(ctx, pl.Jobs[n], "started-"+n); err != nil {
 			t.Fatal(err)
 		}
@@ -158,9 +161,12 @@ func TestCancelAndTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ji.FailureReason != "job_execution_timeout" {
-			t.Errorf("slow: failure_reason %q, want job_execution_timeout; trace:\n%s", ji.FailureReason, ji.Trace)
+		if ji.FailureReason != "job_execution_timeout" || !bytes.Contains(ji.Trace, []byte("execution took longer than 2s seconds")) {
+			t.Errorf("slow: failure_reason %q, want job_execution_timeout and the timeout's last line; trace:\n%s", ji.FailureReason, ji.Trace)
 		}
+		// Its script (a 60 s sleep) ran when the node was quick enough to
+		// reach it in two seconds; either way the timeout ended the job.
+		t.Logf("slow: the timeout came during the script: %v", bytes.Contains(ji.Trace, []byte("started-slow")))
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/microvmtest"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/internal/testfleet/fleettest"
 	"github.com/vk-ci/vk/node"
 	"github.com/vk-ci/vk/node/exec/microvm"
 	"github.com/vk-ci/vk/proto/client"
@@ -61,7 +62,7 @@ func startedOrEnded(t *testing.T, ctx context.Context, tn *testfleet.Tenant, id 
 		t.Fatal(err)
 	}
 	if !bytes.Contains(ji.Trace, []byte(marker)) {
-		t.Fatalf("job %d ended %s (%q) before printing %q:\n%s", id, ji.State, ji.FailureReason, marker, stripANSI(string(ji.Trace)))
+		t.Fatalf("job %d ended %s (%q) before printing %q:\n%s", id, ji.State, ji.FailureReason, marker, fleettest.StripANSI(string(ji.Trace)))
 	}
 }
 
@@ -92,17 +93,17 @@ func startedOrEnded(t *testing.T, ctx context.Context, tn *testfleet.Tenant, id 
 //
 // spec: FAIL-03, FAIL-08, FAIL-09
 func TestMicroVMFaults(t *testing.T) {
-	needBinaries(t, testfleet.RegistryBinary) // a microvm node pulls images from the fleet's registry
+	fleettest.NeedBinaries(t, testfleet.RegistryBinary) // a microvm node pulls images from the fleet's registry
 	agent := microvmtest.Agent(t)
-	vk := buildVK(t)
-	f := newFleet(t, testfleet.Options{Nodes: []testfleet.NodeSpec{{Executor: node.BackendMicroVM, Binary: vk}},
+	vk := fleettest.BuildVK(t)
+	f := fleettest.Start(t, testfleet.Options{Nodes: []testfleet.NodeSpec{{Executor: node.BackendMicroVM, Binary: vk}},
 		Node: func(_ int, c *node.Config) {
 			c.Executor.MicroVM = node.MicroVMConfig{Accel: microvm.AccelTCG, Agent: agent, BootTimeoutSecs: 600}
 		}})
 	n, tn := f.Nodes()[0], f.Tenants()[0]
-	ctx := timeout(t, 20*time.Minute)
+	ctx := fleettest.Timeout(t, 20*time.Minute)
 	loop := `while true; do echo tick; sleep 0.5; done`
-	cancels, err := tn.CreatePipeline("acme/vm-cancel", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{
+	cancels, err := tn.CreatePipeline("acme/vm-cancel", fleettest.Readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{
 		{Name: "graceful", Script: []string{`trap 'echo "got TERM"; exit 1' TERM`, `echo started-graceful`, loop},
 			AfterScript: []string{`echo "after_script saw $CI_JOB_STATUS"`}},
 		{Name: "immediate", Script: []string{`echo started-immediate`, loop},
@@ -130,7 +131,7 @@ func TestMicroVMFaults(t *testing.T) {
 		}
 	}
 
-	ends, err := tn.CreatePipeline("acme/vm-ends", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{
+	ends, err := tn.CreatePipeline("acme/vm-ends", fleettest.Readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{
 		// Long enough for a guest to boot under TCG on a loaded host;
 		// when the timeout hits during the boot instead, the job must
 		// end the same way.
@@ -145,11 +146,11 @@ func TestMicroVMFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ji.FailureReason != "job_execution_timeout" {
-		t.Errorf("slow = %s (%q), want failed job_execution_timeout; trace:\n%s", ji.State, ji.FailureReason, stripANSI(string(ji.Trace)))
+		t.Errorf("slow = %s (%q), want failed job_execution_timeout; trace:\n%s", ji.State, ji.FailureReason, fleettest.StripANSI(string(ji.Trace)))
 	}
 	t.Logf("slow: timed out after its script started: %v", bytes.Contains(ji.Trace, []byte("started-slow")))
 	microvmKilled(t, ctx, tn, n, ends)
-	checkTraces(t, ctx, tn, ends)
+	fleettest.CheckTraces(t, ctx, tn, ends)
 }
 
 // microvmCancels cancels pl's running "graceful" job gracefully and its
@@ -168,7 +169,7 @@ func microvmCancels(t *testing.T, ctx context.Context, tn *testfleet.Tenant, pl 
 	}
 	for _, want := range []string{"got TERM", "after_script saw canceled"} {
 		if !bytes.Contains(ji.Trace, []byte(want)) {
-			t.Errorf("graceful: trace lacks %q:\n%s", want, stripANSI(string(ji.Trace)))
+			t.Errorf("graceful: trace lacks %q:\n%s", want, fleettest.StripANSI(string(ji.Trace)))
 		}
 	}
 	hj, err := tn.WaitHubJob(ctx, pl.Jobs["immediate"], func(j store.Job) bool { return j.State == "finished" })
@@ -182,7 +183,7 @@ func microvmCancels(t *testing.T, ctx context.Context, tn *testfleet.Tenant, pl 
 		t.Errorf("immediate: GitLab state %s, want canceled", st)
 	}
 	if tr := tn.GitLab.Trace(pl.Jobs["immediate"]); bytes.Contains(tr, []byte("after_script must not run")) {
-		t.Errorf("immediate cancel ran after_script:\n%s", stripANSI(string(tr)))
+		t.Errorf("immediate cancel ran after_script:\n%s", fleettest.StripANSI(string(tr)))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/vk-ci/vk/internal/microvmtest"
 	"github.com/vk-ci/vk/internal/ocitest"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/internal/testfleet/fleettest"
 	"github.com/vk-ci/vk/node"
 	"github.com/vk-ci/vk/node/exec/microvm"
 )
@@ -41,9 +42,9 @@ import (
 //
 // spec: STAGE-04, STAGE-07, STAGE-08, XFER-24, NODE-17
 func TestMicroVMPipeline(t *testing.T) {
-	needBinaries(t, testfleet.RegistryBinary)
+	fleettest.NeedBinaries(t, testfleet.RegistryBinary)
 	agent := microvmtest.Agent(t)
-	f := newFleet(t, testfleet.Options{Caches: true, Nodes: []testfleet.NodeSpec{{Executor: node.BackendMicroVM}},
+	f := fleettest.Start(t, testfleet.Options{Caches: true, Nodes: []testfleet.NodeSpec{{Executor: node.BackendMicroVM}},
 		Node: func(_ int, c *node.Config) {
 			c.Executor.MicroVM = node.MicroVMConfig{Accel: microvm.AccelTCG, Agent: agent, BootTimeoutSecs: 300, DiskMiB: 128,
 				ServiceMemMiB: 192, WaitForServicesTimeout: 120}
@@ -60,7 +61,7 @@ func TestMicroVMPipeline(t *testing.T) {
 		ocitest.File{Name: "srv/hello.txt", Body: servedFile + "\n"})))
 
 	tn := f.Tenants()[0]
-	pl, err := tn.CreatePipeline("acme/vm", readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{
+	pl, err := tn.CreatePipeline("acme/vm", fleettest.Readme, gitlabfake.PipelineSpec{Jobs: []gitlabfake.JobSpec{
 		{
 			Name: "build", Stage: "build", Image: gitlabfake.Image{Name: img},
 			Services: []gitlabfake.Image{{Name: img, Alias: "web", Command: []string{"httpd", "-f", "-p", "8080", "-h", "/srv"}}},
@@ -88,7 +89,7 @@ func TestMicroVMPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := timeout(t, 8*time.Minute)
+	ctx := fleettest.Timeout(t, 8*time.Minute)
 	states, err := tn.WaitFinished(ctx, pl)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func TestMicroVMPipeline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plain := stripANSI(string(ji.Trace))
+		plain := fleettest.StripANSI(string(ji.Trace))
 		if states[name] != gitlabfake.StateSuccess {
 			t.Errorf("%s = %s (%q), want success:\n%s", name, states[name], ji.FailureReason, plain)
 		}
@@ -113,10 +114,10 @@ func TestMicroVMPipeline(t *testing.T) {
 		}
 	}
 	microvmOOM(t, tn, pl.Jobs["oom"], states["oom"])
-	if tr := stripANSI(string(tn.GitLab.Trace(pl.Jobs["build"]))); strings.Contains(tr, "probably didn't start properly") {
+	if tr := fleettest.StripANSI(string(tn.GitLab.Trace(pl.Jobs["build"]))); strings.Contains(tr, "probably didn't start properly") {
 		t.Errorf("build: the service failed its health check:\n%s", tr)
 	}
-	checkTraces(t, ctx, tn, pl)
+	fleettest.CheckTraces(t, ctx, tn, pl)
 	ents, _ := os.ReadDir(filepath.Join(n.Dir, "microvm"))
 	var names []string
 	for _, e := range ents {
@@ -141,7 +142,7 @@ func microvmOOM(t *testing.T, tn *testfleet.Tenant, id int64, state gitlabfake.J
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := stripANSI(string(ji.Trace))
+	plain := fleettest.StripANSI(string(ji.Trace))
 	if state != gitlabfake.StateFailed || ji.FailureReason != "script_failure" {
 		t.Errorf("oom = %s (%q), want failed script_failure:\n%s", state, ji.FailureReason, plain)
 	}
