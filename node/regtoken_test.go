@@ -2,17 +2,26 @@ package node
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/vk-ci/vk/hub/regtoken"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
+	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
 // startCache is startWith for a start carrying cache registry c.
@@ -100,4 +109,56 @@ func TestStartCacheRegistryKeepsCachesWithTheJobsToken(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Under net_mode "switch" a job's guest registry proxy forwards with the
+// same token its start's cache registry carries: against the real
+// docker-registry under token authentication, a guest holding no
+// credential pushes and pulls a blob of its cache repository through
+// registry.vk, and the registry itself refuses it another project's
+// repository (the 401 passes back through the proxy unchanged).
+//
+// spec: XFER-18, XFER-20
+func TestSwitchProxyForwardsTheMintedToken(t *testing.T) {
+	keyFile, certFile := registrytest.SigningKey(t)
+	reg := registrytest.NewWithTokenAuth(t, registrytest.TokenAuth{Service: "vk-registry", Issuer: "vk-hub", RootCertBundle: certFile})
+	m, err := regtoken.New([]regtoken.Config{{URL: reg.URL(), Service: "vk-registry", Issuer: "vk-hub", KeyFile: keyFile, CertFile: certFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := m.Mint(time.Now(), reg.URL(), regtoken.Job{ID: "j1", GitLabURL: "https://gitlab.example.com", ProjectID: 12, Protected: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := vmnetAgent(t, RegistryConfig{URL: reg.URL(), Username: "vk-node", Password: Secret("node-password"), GuestCredential: GuestCredentialJob}, NetModeSwitch)
+	spec := b.microvmSpec(&job.CiJob{}, &dispatch.Start{Job: "j1",
+		Cache: &dispatch.CacheRegistry{Repository: tok.Repository, Token: tok.Bearer, ExpiresInSecs: 600}})
+	srv := httptest.NewServer(spec.Registry)
+	defer srv.Close()
+	// The guest's view: registry.vk:80 is the proxy.
+	guest := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, srv.Listener.Addr().String())
+	}}}
+	repo := func(name string) *remote.Repository {
+		r, err := remote.NewRepository("registry.vk/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.PlainHTTP, r.Client = true, guest
+		return r
+	}
+	body := []byte("a cache layer pushed through registry.vk")
+	blob := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(body), Size: int64(len(body))}
+	ctx := t.Context()
+	if err := repo(tok.Repository).Push(ctx, blob, bytes.NewReader(body)); err != nil {
+		t.Fatalf("push through the proxy to the job's repository: %v\n%s", err, reg.Log())
+	}
+	if ok, err := repo(tok.Repository).Exists(ctx, blob); !ok || err != nil {
+		t.Errorf("the pushed blob through the proxy: exists %v, %v", ok, err)
+	}
+	err = repo("ci-cache/gitlab.example.com/13/protected").Push(ctx, blob, bytes.NewReader(body))
+	var er *errcode.ErrorResponse
+	if !errors.As(err, &er) || er.StatusCode != http.StatusUnauthorized {
+		t.Errorf("push through the proxy to another project's repository = %v, want the registry's 401", err)
+	}
 }
