@@ -206,6 +206,13 @@ func TestRSAKeyTokenAccepted(t *testing.T) {
 
 func writeKeyCert(t *testing.T, dir string, key any, pub any) (string, string) {
 	t.Helper()
+	return writeKeyCertTB(t, dir, key, pub)
+}
+
+// writeKeyCertTB writes key (PKCS #8) and a self-signed certificate for
+// pub into dir.
+func writeKeyCertTB(t testing.TB, dir string, key any, pub any) (string, string) {
+	t.Helper()
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "signer"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
