@@ -3,11 +3,12 @@ package hub
 import (
 	"errors"
 	"fmt"
-	"github.com/vk-ci/vk/hub/wtrace"
 	"net"
 	"strings"
 	"time"
 
+	"github.com/vk-ci/vk/hub/regtoken"
+	"github.com/vk-ci/vk/hub/wtrace"
 	"github.com/vk-ci/vk/internal/conffile"
 	"github.com/vk-ci/vk/internal/connlimit"
 	"github.com/vk-ci/vk/proto/client"
@@ -95,6 +96,13 @@ type Config struct {
 	// Trace is the workload trace ([trace] table, [wtrace.Config],
 	// docs/replay.md): on by default under <state_dir>/trace.
 	Trace wtrace.Config `toml:"trace"`
+	// Registries are the registries the hub mints job registry tokens
+	// for ([[registries]], [regtoken.Config], docs/hub.md): a job placed
+	// on a node whose reported [registry] url matches one gets a token
+	// for its own cache repository in its start (XFER-13, XFER-17).
+	// Empty (the default) means no tokens: nodes keep caches with their
+	// own credential (XFER-15).
+	Registries []regtoken.Config `toml:"registries"`
 }
 
 // TLSConfig names an operator-provided serving certificate. Both or
@@ -367,6 +375,11 @@ func (c *Config) Validate() error {
 	c.Store.validate(bad)
 	if err := c.Trace.Validate(); err != nil {
 		bad("%v", err)
+	}
+	for i, r := range c.Registries {
+		if err := r.Validate(i); err != nil {
+			bad("%v", err)
+		}
 	}
 	if c.CapacityPolicyFile != "" && c.CapacityPolicy != nil {
 		bad("set capacity_policy_file or [capacity_policy], not both")

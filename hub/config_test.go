@@ -62,6 +62,9 @@ func TestLoadConfigStrict(t *testing.T) {
 		{"wrong type", "version = 1\naddr = 5\n", "addr", nil},
 		{"invalid values", "version = 1\n[limits]\nper_hub = -1\n[tls]\ncert = \"x\"\n", "per_hub", ErrConfig},
 		{"both policies", "version = 1\ncapacity_policy_file = \"p\"\n[capacity_policy]\nprobe_limit = 1\n", "not both", ErrConfig},
+		{"registry unknown key", "version = 1\n[[registries]]\nurl = \"https://r\"\nservic = \"s\"\n", `:4:1: unknown key "registries.servic"`, nil},
+		{"registry bad url", "version = 1\n[[registries]]\nurl = \"r.example.com\"\nservice = \"s\"\nissuer = \"i\"\nkey_file = \"k\"\ncert_file = \"c\"\n", "registries[0].url", ErrConfig},
+		{"registry missing key", "version = 1\n[[registries]]\nurl = \"https://r.example.com\"\nservice = \"s\"\nkey_file = \"k\"\ncert_file = \"c\"\n", "registries[0].issuer: is required", ErrConfig},
 		{"bad inline policy", "version = 1\n[capacity_policy.tenants.x]\nrunners = [\"norunner\"]\n", "<relay>/<runner>", ErrConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/hub/output"
+	"github.com/vk-ci/vk/hub/regtoken"
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
@@ -108,6 +109,9 @@ type Driver struct {
 	// beforeStart is Options.BeforeStart (tests), called before a start
 	// goes out.
 	beforeStart func(job string)
+	// tokens mints the job registry tokens of starts (regtokens.go); nil
+	// mints none.
+	tokens *regtoken.Minter
 }
 
 // driverStore is what the driver asks of the hub's store: job records and
@@ -440,7 +444,9 @@ func (d *Driver) sendStart(j *jobRec, s sched.Start) {
 	if d.beforeStart != nil {
 		d.beforeStart(j.rec.ID)
 	}
-	d.sendNode(s.Node, startFromSched(s, j.rec.ID, *j.spec))
+	st := startFromSched(s, j.rec.ID, *j.spec)
+	st.Cache = d.jobCache(s.Node, j)
+	d.sendNode(s.Node, st)
 }
 
 // onTick lets time pass in the core and declares nodes lost whose session

@@ -37,6 +37,7 @@ func (s *Server) lead(epoch uint64) error {
 	}
 	s.drv = drv
 	drv.beforeStart = s.opt.BeforeStart
+	drv.tokens = s.tokens
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()

@@ -47,6 +47,7 @@ import (
 	"github.com/vk-ci/vk/hub/api"
 	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/hub/regtoken"
 	"github.com/vk-ci/vk/hub/session"
 	"github.com/vk-ci/vk/hub/store"
 	_ "github.com/vk-ci/vk/hub/store/boltstore" // the default store
@@ -99,6 +100,8 @@ type Server struct {
 	tcfg  *tls.Config
 	caPEM []byte
 	met   *metrics
+	// tokens mints job registry tokens for cfg.Registries (nil: none).
+	tokens *regtoken.Minter
 
 	st    store.Store
 	pg    *pgstore.Store // nil unless store.kind = "postgres"
@@ -231,6 +234,11 @@ func (s *Server) prepare(context.Context) error {
 		return err
 	}
 	s.cert, s.caPEM, s.tcfg = cert, caPEM, pki.ServerConfig(cert)
+	if len(s.cfg.Registries) > 0 {
+		if s.tokens, err = regtoken.New(s.cfg.Registries); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
 	return nil
 }
 

@@ -37,6 +37,9 @@ type jobRun struct {
 	size    exec.Size
 	guest   *dispatch.Guest
 	reserve exec.Size // the envelope the stage runner defaults to
+	// cache is the start's own cache repository and token with its
+	// expiry counted from the start's receipt (XFER-13); nil without.
+	cache *stage.CacheRegistry
 
 	egress   *egressMeter  // nil when the job's egress is not measured; detached at finish
 	h        *stage.Handle // set once running
@@ -129,6 +132,7 @@ func (a *Agent) onStart(m *dispatch.Start) {
 	}
 	jr := newJobRun(m.Job, sp)
 	jr.start = m
+	jr.cache = a.cacheRegistry(m)
 	granted := rep.Granted
 	jr.reserve = exec.Size{CPUs: int(granted.CPUs), MemMiB: granted.MemBytes >> 20}
 	jr.size = a.sizeJob(m.Spec.GitLabCI, jr.reserve)
@@ -240,7 +244,7 @@ func (a *Agent) run(jr *jobRun) {
 		egressTimer = a.clk.NewTimer(EgressEvery)
 	}
 	h, err := a.runner.Start(a.jobsCtx, stage.Spec{ID: jr.id, Job: jr.start.Spec.GitLabCI, Reserved: jr.reserve, Out: w,
-		Executor: ex, ExecutorName: exName, Warnings: warns, WithoutCaches: a.withoutCaches(jr.start)})
+		Executor: ex, ExecutorName: exName, Warnings: warns, WithoutCaches: a.withoutCaches(jr.start), Cache: jr.cache})
 	if err != nil {
 		if egressTimer != nil {
 			egressTimer.Stop()
@@ -462,6 +466,22 @@ func (a *Agent) stageStarted(jr *jobRun, name string) {
 	if err := a.journal.Running(jr.id, name); err != nil {
 		a.log.Warn("journal running", logkey.JobID, jr.id, logkey.Err, err)
 	}
+}
+
+// cacheRegistry is start s's own cache repository and registry token
+// (XFER-13), nil when it carries none; the token's lifetime counts from
+// now, the start's receipt (no wall-clock time crosses the wire). The
+// repository's validity and the token's expiry are checked by each
+// cache stage, which skips with a warning (XFER-14).
+func (a *Agent) cacheRegistry(s *dispatch.Start) *stage.CacheRegistry {
+	if s == nil || s.Cache == nil {
+		return nil
+	}
+	c := &stage.CacheRegistry{Repository: s.Cache.Repository, Token: s.Cache.Token}
+	if s.Cache.ExpiresInSecs > 0 {
+		c.Expires = a.clk.Now().Add(time.Duration(s.Cache.ExpiresInSecs) * time.Second)
+	}
+	return c
 }
 
 // withoutCaches is why a start runs without caches, or "": under

@@ -347,12 +347,17 @@ func clientTLS(caPEM []byte) (*tls.Config, error) {
 func (a *Agent) xferConfig() (xfer.Config, bool) {
 	r := a.cfg.Registry
 	xc := xfer.Config{TempDir: a.cfg.buildsDir(), Clock: a.opts.Clock, Log: a.log}
-	if r.URL != "" && r.GuestCredential != GuestCredentialJob {
+	if r.URL != "" {
+		// Under guest_credential = "job" the transfers reach the
+		// registry only with a job's own token (a start's cache
+		// registry, XFER-13): they are built without the node's
+		// credential, and a start without one never calls them
+		// (withoutCaches, XFER-15).
 		u, _ := url.Parse(r.URL)
 		xc.Registry = u.Host
 		xc.RegistryPlainHTTP = r.PlainHTTP || u.Scheme == "http"
 		xc.RegistryPrefix = r.RepositoryPrefix
-		if r.Username != "" || r.Password != "" {
+		if r.GuestCredential != GuestCredentialJob && (r.Username != "" || r.Password != "") {
 			xc.RegistryCredential = auth.Credential{Username: r.Username, Password: string(r.Password)}
 		}
 	}

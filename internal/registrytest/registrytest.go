@@ -11,8 +11,15 @@ package registrytest
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -39,6 +46,7 @@ type Registry struct {
 	Dir string
 
 	t       testing.TB
+	auth    bool // token authentication: /v2/ answers 401 when ready
 	cfgPath string
 	logPath string
 
@@ -57,6 +65,66 @@ func Available() bool {
 // The test is skipped (with the reason) when the binary is missing; any
 // other failure is fatal.
 func New(t testing.TB) *Registry {
+	t.Helper()
+	return start(t, nil)
+}
+
+// TokenAuth is the registry's token authentication (distribution's
+// auth.token): every request needs a bearer token signed by a key whose
+// certificate chains to RootCertBundle, issued by Issuer for Service.
+type TokenAuth struct {
+	// Realm is the token service's URL the registry's challenges name;
+	// "" means an address nothing listens on (clients that hold their
+	// token never ask it).
+	Realm string
+	// Service and Issuer are auth.token.service and auth.token.issuer.
+	Service, Issuer string
+	// RootCertBundle is the PEM file of the trusted certificates, e.g.
+	// [SigningKey]'s certificate.
+	RootCertBundle string
+}
+
+// NewWithTokenAuth starts a registry that requires bearer tokens (see
+// [TokenAuth]), as [New] does otherwise: a request without a valid token
+// for what it does is answered 401 by the registry itself.
+func NewWithTokenAuth(t testing.TB, ta TokenAuth) *Registry {
+	t.Helper()
+	return start(t, &ta)
+}
+
+// SigningKey writes a new ECDSA P-256 key (PKCS #8) and a self-signed
+// certificate for it, valid for a day, as key.pem and cert.pem in a test
+// temp dir, and returns their paths: what a token issuer signs with and
+// what the registry's rootcertbundle trusts.
+func SigningKey(t testing.TB) (keyFile, certFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "vk test token signer"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keyFile, certFile = filepath.Join(dir, "key.pem"), filepath.Join(dir, "cert.pem")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile, certFile
+}
+
+func start(t testing.TB, ta *TokenAuth) *Registry {
 	t.Helper()
 	if !Available() {
 		need.Missingf(t, "registrytest: %s not installed (apt-get install -y docker-registry)", Binary)
@@ -82,6 +150,15 @@ storage:
 http:
   addr: %s
 `, r.Dir, r.Addr)
+	if ta != nil {
+		r.auth = true
+		realm := ta.Realm
+		if realm == "" {
+			realm = "http://127.0.0.1:1/token"
+		}
+		cfg += fmt.Sprintf("auth:\n  token:\n    realm: %q\n    service: %q\n    issuer: %q\n    rootcertbundle: %q\n",
+			realm, ta.Service, ta.Issuer, ta.RootCertBundle)
+	}
 	if err := os.WriteFile(r.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatalf("registrytest: %v", err)
 	}
@@ -96,7 +173,7 @@ http:
 func (r *Registry) URL() string { return "http://" + r.Addr }
 
 // Start (re)starts the registry process on [Registry.Addr] and waits until
-// GET /v2/ answers 200. Starting a running registry is a no-op.
+// GET /v2/ answers 200 (401 under token authentication). Starting a running registry is a no-op.
 func (r *Registry) Start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -124,7 +201,7 @@ func (r *Registry) Start() error {
 		resp, err := client.Get(r.URL() + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK || (r.auth && resp.StatusCode == http.StatusUnauthorized) {
 				r.waitCh = exited
 				return nil
 			}

@@ -56,6 +56,15 @@ type Options struct {
 	// Caches starts a real docker-registry (RegistryBinary) for the nodes'
 	// caches; without it caches are skipped with a warning in the trace.
 	Caches bool
+	// RegistryTokens runs that registry under token authentication
+	// (auth.token) trusting a signing key the fleet generates, and gives
+	// the hub that key in [[registries]]: every job placed on a node
+	// reporting the registry starts with a token minted for its cache
+	// repository (XFER-13). Only those tokens open the registry, so set
+	// the nodes' [registry] guest_credential = "job" (Options.Node) and
+	// run no container node (they pull images with no token). Needs
+	// Caches.
+	RegistryTokens bool
 	// HubAddr is the hub's listen address; "" means 127.0.0.1:0. Nodes and
 	// relays always reach it through a [Link].
 	HubAddr string
@@ -246,7 +255,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		}
 	}()
 	if opts.Caches {
-		if f.reg, err = startRegistry(ctx, filepath.Join(f.dir, "registry")); err != nil {
+		if f.reg, err = startRegistry(ctx, filepath.Join(f.dir, "registry"), opts.RegistryTokens); err != nil {
 			return nil, err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/vk-ci/vk/hub/admin"
 	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/pki"
+	"github.com/vk-ci/vk/hub/regtoken"
 	"github.com/vk-ci/vk/hub/store"
 )
 
@@ -60,6 +61,10 @@ func (f *Fleet) startHub(ctx context.Context) (*Hub, error) {
 	cfg.TickMillis = int(DefaultHubTick / time.Millisecond)
 	cfg.ShutdownGraceSecs = 1
 	cfg.Approvals.Required = f.opts.Approvals
+	if f.reg != nil && f.reg.tokens != nil {
+		cfg.Registries = []regtoken.Config{{URL: f.reg.url(), Service: registryService, Issuer: registryIssuer,
+			KeyFile: f.reg.tokens.keyFile, CertFile: f.reg.tokens.certFile}}
+	}
 	if f.opts.Hub != nil {
 		f.opts.Hub(&cfg)
 	}

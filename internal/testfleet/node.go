@@ -66,7 +66,7 @@ func (f *Fleet) addNode(ctx context.Context, i int, ns NodeSpec) (*Node, error) 
 		// The images' registry: the one Options.Caches starts, started
 		// here on the first container node (Start runs addNode in order,
 		// never concurrently; Close stops it).
-		reg, err := startRegistry(ctx, filepath.Join(f.dir, "registry"))
+		reg, err := startRegistry(ctx, filepath.Join(f.dir, "registry"), false)
 		if err != nil {
 			return nil, fmt.Errorf("testfleet: node %s (executor %s): %w", ns.Name, ns.Executor, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/trace"
@@ -63,13 +64,16 @@ type Transfers interface {
 	// STAGE-03), honouring GIT_STRATEGY and friends from the job's
 	// variables (GIT_STRATEGY=none is handled by the stage runner).
 	GetSources(ctx context.Context, j *job.CiJob, projectDir string, tr *trace.Trace) error
-	// RestoreCache restores the job's caches with a pull policy.
-	RestoreCache(ctx context.Context, j *job.CiJob, projectDir string, tr *trace.Trace) error
+	// RestoreCache restores the job's caches with a pull policy; reg,
+	// when not nil, is the job's own cache repository and token
+	// (XFER-13), else the node's own registry and credential serve.
+	RestoreCache(ctx context.Context, j *job.CiJob, reg *CacheRegistry, projectDir string, tr *trace.Trace) error
 	// DownloadArtifacts fetches the artifacts of the job's dependencies.
 	DownloadArtifacts(ctx context.Context, j *job.CiJob, projectDir string, tr *trace.Trace) error
 	// ArchiveCache saves the caches whose `when` matches the job's state
-	// (failed true: on_failure and always; else on_success and always).
-	ArchiveCache(ctx context.Context, j *job.CiJob, projectDir string, failed bool, tr *trace.Trace) error
+	// (failed true: on_failure and always; else on_success and always),
+	// in reg as RestoreCache does.
+	ArchiveCache(ctx context.Context, j *job.CiJob, reg *CacheRegistry, projectDir string, failed bool, tr *trace.Trace) error
 	// UploadArtifacts uploads the artifacts whose `when` matches, returning
 	// an outcome for each it tried.
 	UploadArtifacts(ctx context.Context, j *job.CiJob, projectDir string, failed bool, tr *trace.Trace) ([]ArtifactOutcome, error)
@@ -125,4 +129,20 @@ type Spec struct {
 	// sets it under [registry] guest_credential = "job" for a start that
 	// carries no cache repository (XFER-15).
 	WithoutCaches string
+	// Cache, when not nil, is the job's own cache repository and the
+	// registry token the hub minted for it (the start's cache registry,
+	// XFER-13): the job's caches go there with that token, and the token
+	// is masked in the trace like a masked variable (XFER-16).
+	Cache *CacheRegistry
+}
+
+// CacheRegistry is a job's own cache repository on the node's registry
+// and the bearer token that grants it (XFER-13, XFER-14).
+type CacheRegistry struct {
+	// Repository is the absolute repository path on the node's registry.
+	Repository string
+	// Token is the registry token, sent as a bearer token. A secret.
+	Token string
+	// Expires is when the token stops working; zero means unknown.
+	Expires time.Time
 }

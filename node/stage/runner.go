@@ -226,7 +226,7 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Handle, error) {
 		Timestamps:    j.Timestamps(),
 		Sections:      j.Trace.Sections,
 		LimitBytes:    j.Trace.LimitBytes,
-		MaskPhrases:   maskPhrases(j),
+		MaskPhrases:   maskPhrases(j, s.Cache),
 		TokenPrefixes: j.Trace.TokenMaskPrefixes,
 	})
 	h := &Handle{done: make(chan struct{}), trace: tr, cancelGrace: r.cfg.CancelGrace, clk: r.clk}
@@ -257,7 +257,9 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Handle, error) {
 	return h, nil
 }
 
-func maskPhrases(j *job.CiJob) []string {
+// maskPhrases are the secrets the trace masks: the masked variables, the
+// job token and the job's registry token (XFER-16).
+func maskPhrases(j *job.CiJob, reg *CacheRegistry) []string {
 	var out []string
 	for _, v := range j.Variables {
 		if v.Masked {
@@ -266,6 +268,9 @@ func maskPhrases(j *job.CiJob) []string {
 	}
 	if j.Token != "" {
 		out = append(out, j.Token)
+	}
+	if reg != nil && reg.Token != "" {
+		out = append(out, reg.Token)
 	}
 	return out
 }

@@ -239,13 +239,13 @@ func (f *transfers) GetSources(_ context.Context, _ *job.CiJob, dir string, tr *
 	}
 	return f.do("get_sources", tr)
 }
-func (f *transfers) RestoreCache(_ context.Context, _ *job.CiJob, _ string, tr *trace.Trace) error {
+func (f *transfers) RestoreCache(_ context.Context, _ *job.CiJob, _ *CacheRegistry, _ string, tr *trace.Trace) error {
 	return f.do("restore_cache", tr)
 }
 func (f *transfers) DownloadArtifacts(_ context.Context, _ *job.CiJob, _ string, tr *trace.Trace) error {
 	return f.do("download_artifacts", tr)
 }
-func (f *transfers) ArchiveCache(_ context.Context, _ *job.CiJob, _ string, failed bool, tr *trace.Trace) error {
+func (f *transfers) ArchiveCache(_ context.Context, _ *job.CiJob, _ *CacheRegistry, _ string, failed bool, tr *trace.Trace) error {
 	return f.do(fmt.Sprintf("archive_cache(failed=%v)", failed), tr)
 }
 func (f *transfers) UploadArtifacts(_ context.Context, j *job.CiJob, _ string, failed bool, tr *trace.Trace) ([]ArtifactOutcome, error) {

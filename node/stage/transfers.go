@@ -115,7 +115,7 @@ func (x *run) restoreCache(ctx context.Context) bool {
 		}
 		err := x.attempt(ctx, "RESTORE_CACHE_ATTEMPTS", func() error {
 			return x.intoProject(ctx, "cache", func(dir string) error {
-				return x.r.cfg.Transfers.RestoreCache(ctx, x.job, dir, x.tr)
+				return x.r.cfg.Transfers.RestoreCache(ctx, x.job, x.spec.Cache, dir, x.tr)
 			})
 		})
 		if err == nil {
@@ -214,7 +214,7 @@ func (x *run) archiveCache(ctx context.Context) {
 			return
 		}
 		err := x.fromProject(ctx, func(dir string) error {
-			return x.r.cfg.Transfers.ArchiveCache(ctx, x.job, dir, failed, x.tr)
+			return x.r.cfg.Transfers.ArchiveCache(ctx, x.job, x.spec.Cache, dir, failed, x.tr)
 		})
 		if err != nil {
 			x.tr.Errorln("Saving cache failed: " + err.Error())

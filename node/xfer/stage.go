@@ -6,6 +6,7 @@ import (
 	"github.com/vk-ci/vk/node/stage"
 	"github.com/vk-ci/vk/node/trace"
 	"github.com/vk-ci/vk/node/xfer/artifacts"
+	"github.com/vk-ci/vk/node/xfer/cache"
 	"github.com/vk-ci/vk/proto/job"
 )
 
@@ -32,11 +33,19 @@ func (s Stage) GetSources(ctx context.Context, j *job.CiJob, dir string, tr *tra
 
 // RestoreCache implements [stage.Transfers]; cache trouble is a trace
 // warning, never an error (XFER-11).
-func (s Stage) RestoreCache(ctx context.Context, j *job.CiJob, dir string, tr *trace.Trace) error {
+func (s Stage) RestoreCache(ctx context.Context, j *job.CiJob, reg *stage.CacheRegistry, dir string, tr *trace.Trace) error {
 	w := jobStream(tr)
 	defer w.Close()
-	s.T.RestoreCache(ctx, j, dir, w)
+	s.T.RestoreCache(ctx, j, jobRegistry(reg), dir, w)
 	return ctx.Err()
+}
+
+// jobRegistry is the cache package's form of a job's cache registry.
+func jobRegistry(reg *stage.CacheRegistry) *cache.JobRegistry {
+	if reg == nil {
+		return nil
+	}
+	return &cache.JobRegistry{Repository: reg.Repository, Token: reg.Token, Expires: reg.Expires}
 }
 
 // DownloadArtifacts implements [stage.Transfers].
@@ -48,10 +57,10 @@ func (s Stage) DownloadArtifacts(ctx context.Context, j *job.CiJob, dir string, 
 
 // ArchiveCache implements [stage.Transfers]; never an error but the
 // context's (XFER-11).
-func (s Stage) ArchiveCache(ctx context.Context, j *job.CiJob, dir string, failed bool, tr *trace.Trace) error {
+func (s Stage) ArchiveCache(ctx context.Context, j *job.CiJob, reg *stage.CacheRegistry, dir string, failed bool, tr *trace.Trace) error {
 	w := jobStream(tr)
 	defer w.Close()
-	s.T.ArchiveCache(ctx, j, dir, failed, w)
+	s.T.ArchiveCache(ctx, j, jobRegistry(reg), dir, failed, w)
 	return ctx.Err()
 }
 

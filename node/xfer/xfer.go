@@ -195,8 +195,8 @@ func (t *Transfers) UploadArtifacts(ctx context.Context, j *job.CiJob, dir strin
 	return c.Upload(ctx, artifacts.UploadRequest{JobID: j.Job.ID, Token: j.Token, Dir: dir, JobFailed: jobFailed, Artifacts: specs, Trace: trace}), nil
 }
 
-func (t *Transfers) cacheRequest(j *job.CiJob, dir string, failed bool, trace io.Writer) cache.Request {
-	sc := cache.Scope{GitLabURL: j.ServerURL, ProjectID: j.Job.ProjectID, Protected: j.Sources.Protected != nil && *j.Sources.Protected}
+func (t *Transfers) cacheRequest(j *job.CiJob, reg *cache.JobRegistry, dir string, failed bool, trace io.Writer) cache.Request {
+	sc := cache.Scope{GitLabURL: j.ServerURL, ProjectID: j.Job.ProjectID, Protected: j.Sources.Protected != nil && *j.Sources.Protected, Job: reg}
 	if m, err := strconv.Atoi(lookup(j, "CACHE_REQUEST_TIMEOUT")); err == nil && m > 0 {
 		sc.TimeoutMinutes = m
 	}
@@ -223,27 +223,30 @@ func (t *Transfers) noRegistry(j *job.CiJob, trace io.Writer) []cache.Result {
 	return out
 }
 
-// RestoreCache runs restore_cache; it never fails the job.
-func (t *Transfers) RestoreCache(ctx context.Context, j *job.CiJob, dir string, trace io.Writer) []cache.Result {
+// RestoreCache runs restore_cache; it never fails the job. reg, when not
+// nil, is the job's own cache repository and token (XFER-13): the
+// node's credential is then not used.
+func (t *Transfers) RestoreCache(ctx context.Context, j *job.CiJob, reg *cache.JobRegistry, dir string, trace io.Writer) []cache.Result {
 	if len(j.Caches) == 0 {
 		return nil
 	}
 	if t.cfg.Registry == "" {
 		return t.noRegistry(j, trace)
 	}
-	return t.store().Restore(ctx, t.cacheRequest(j, dir, false, trace))
+	return t.store().Restore(ctx, t.cacheRequest(j, reg, dir, false, trace))
 }
 
 // ArchiveCache runs archive_cache (jobFailed false) or
-// archive_cache_on_failure; it never fails the job.
-func (t *Transfers) ArchiveCache(ctx context.Context, j *job.CiJob, dir string, jobFailed bool, trace io.Writer) []cache.Result {
+// archive_cache_on_failure, in reg as RestoreCache; it never fails the
+// job.
+func (t *Transfers) ArchiveCache(ctx context.Context, j *job.CiJob, reg *cache.JobRegistry, dir string, jobFailed bool, trace io.Writer) []cache.Result {
 	if len(j.Caches) == 0 {
 		return nil
 	}
 	if t.cfg.Registry == "" {
 		return t.noRegistry(j, trace)
 	}
-	return t.store().Archive(ctx, t.cacheRequest(j, dir, jobFailed, trace))
+	return t.store().Archive(ctx, t.cacheRequest(j, reg, dir, jobFailed, trace))
 }
 
 // parseBoolOr is strconv.ParseBool of v, or def when v is not a boolean

@@ -147,7 +147,7 @@ func TestJobTransfers(t *testing.T) {
 	if d := cmp.Diff([]string{"/api/v4/jobs/5/artifacts"}, gl.gets); d != "" {
 		t.Errorf("GitLab GETs (-want +got):\n%s", d)
 	}
-	if res := tr.ArchiveCache(t.Context(), j, dir, false, &trace); res[0].Outcome != cache.Saved {
+	if res := tr.ArchiveCache(t.Context(), j, nil, dir, false, &trace); res[0].Outcome != cache.Saved {
 		t.Fatalf("ArchiveCache = %+v\n%s", res, trace.String())
 	}
 	res, err := tr.UploadArtifacts(t.Context(), j, dir, false, &trace)
@@ -155,7 +155,7 @@ func TestJobTransfers(t *testing.T) {
 		t.Fatalf("UploadArtifacts = %+v, %v\n%s", res, err, trace.String())
 	}
 	dir2 := t.TempDir()
-	if res := tr.RestoreCache(t.Context(), j, dir2, &trace); res[0].Outcome != cache.Restored {
+	if res := tr.RestoreCache(t.Context(), j, nil, dir2, &trace); res[0].Outcome != cache.Restored {
 		t.Fatalf("RestoreCache = %+v\n%s", res, trace.String())
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir2, "vendor/v")); string(b) != "cached" {
@@ -164,7 +164,7 @@ func TestJobTransfers(t *testing.T) {
 	// An unprotected job of the same project misses the protected cache.
 	unprot := *j
 	unprot.Sources.Protected = nil
-	if res := tr.RestoreCache(t.Context(), &unprot, t.TempDir(), nil); res[0].Outcome != cache.Miss {
+	if res := tr.RestoreCache(t.Context(), &unprot, nil, t.TempDir(), nil); res[0].Outcome != cache.Miss {
 		t.Errorf("unprotected restore = %+v, want miss", res)
 	}
 	for _, tok := range []string{j.Token, "dep-token-0123456789"} {
@@ -174,7 +174,7 @@ func TestJobTransfers(t *testing.T) {
 	}
 	// Without a registry the caches are skipped with a warning.
 	var tr2 bytes.Buffer
-	if res := New(Config{}).RestoreCache(t.Context(), j, t.TempDir(), &tr2); res[0].Outcome != cache.Skipped || !strings.Contains(tr2.String(), "WARNING") {
+	if res := New(Config{}).RestoreCache(t.Context(), j, nil, t.TempDir(), &tr2); res[0].Outcome != cache.Skipped || !strings.Contains(tr2.String(), "WARNING") {
 		t.Errorf("no-registry restore = %+v\n%s", res, tr2.String())
 	}
 }

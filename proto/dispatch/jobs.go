@@ -20,8 +20,10 @@ type Start struct {
 	// Spec is the job, secrets included. Required.
 	Spec job.JobSpec `json:"spec"`
 	// Cache is where the job keeps its caches with a token the hub minted
-	// for it (XFER-13); nil means the node's own registry credential and
-	// caches (XFER-15). The hub mints none yet (DECISIONS 4).
+	// for it (XFER-13): set when the node's reported registry (XFER-17)
+	// is one of the hub's [[registries]], minted as this frame was built
+	// and never stored by the hub. nil means the node's own registry
+	// credential and caches (XFER-15).
 	Cache *CacheRegistry `json:"cache,omitempty"`
 	// Epoch is the leader lease epoch of the hub that sent it (docs/ha.md):
 	// a node refuses a command older than the newest epoch it has heard.
