@@ -36,14 +36,14 @@ func (s *slowJobWrites) let() {
 	}
 }
 
-func (s *slowJobWrites) UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error) {
+func (s *slowJobWrites) SaveJob(ctx context.Context, j store.Job) error {
 	s.mu.Lock()
 	g := s.gate
 	s.mu.Unlock()
 	if g != nil {
 		<-g
 	}
-	return s.Store.UpdateJob(ctx, id, fn)
+	return s.Store.SaveJob(ctx, j)
 }
 
 // heldReq reports whether the driver still holds a job (not settled).

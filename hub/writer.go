@@ -29,7 +29,7 @@ import (
 // is durable too.
 type recWriter struct {
 	st interface {
-		UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error)
+		SaveJob(ctx context.Context, j store.Job) error
 		AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	}
 	ctx    context.Context
@@ -218,7 +218,9 @@ func (w *recWriter) apply(ctx context.Context, op *wop) error {
 		}
 	case op.job != "":
 		rec := op.rec
-		_, err = w.st.UpdateJob(ctx, rec.ID, func(r *store.Job) error { *r = rec; return nil })
+		// The record replaces the stored one as a whole: nothing of the
+		// stored one is read (SaveJob).
+		err = w.st.SaveJob(ctx, rec)
 		if err != nil {
 			w.log.Error("saving a job record failed", logkey.JobID, rec.ID, logkey.Err, err)
 		}

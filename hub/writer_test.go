@@ -16,15 +16,15 @@ import (
 	"github.com/vk-ci/vk/internal/testlog"
 )
 
-// countingStore counts UpdateJob calls (the writer's job saves).
+// countingStore counts SaveJob calls (the writer's job saves).
 type countingStore struct {
 	store.Store
 	updates atomic.Int32
 }
 
-func (s *countingStore) UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error) {
+func (s *countingStore) SaveJob(ctx context.Context, j store.Job) error {
 	s.updates.Add(1)
-	return s.Store.UpdateJob(ctx, id, fn)
+	return s.Store.SaveJob(ctx, j)
 }
 
 // do queues fn without a key, ordered against every other write.

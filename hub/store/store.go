@@ -91,6 +91,12 @@ type Records interface {
 	CreateJob(ctx context.Context, j Job) error
 	// GetJob returns a job record, or ErrNotFound.
 	GetJob(ctx context.Context, id string) (Job, error)
+	// SaveJob replaces the record of an existing job with j, as given
+	// (Revision included), without reading the record it replaces: the
+	// hub's record writer, which holds the latest record of each job in
+	// memory, saves with it. ErrNotFound if no job j.ID exists (a deleted
+	// job stays deleted); ErrInvalid without an ID.
+	SaveJob(ctx context.Context, j Job) error
 	// UpdateJob atomically loads a job, applies fn to it and stores the
 	// result, which it returns. fn may be called more than once; an error
 	// from fn aborts the update and is returned as is. fn must not change

@@ -5,7 +5,10 @@
 // method reported as written survives a crash or restart (FAIL-19). Writes
 // of concurrent callers that arrive while a commit is under way share the
 // next transaction and its fsync (group commit); each caller still returns
-// only once its own write is on disk.
+// only once its own write is on disk. Principal records read are
+// remembered (exactly: this Store is the file's only writer, see
+// principalMemo), so the hub's lookup of every request's signer reads no
+// file.
 //
 // Locations for [store.Open]: a plain path, or "bolt:<path>".
 //
@@ -89,6 +92,8 @@ type Store struct {
 	group  *groupCommit // coalesces concurrent writes into one commit
 	solo   bool         // every write its own commit (benchmarks compare)
 	closed atomic.Bool
+	// principals remembers the principal records read (GetPrincipal).
+	principals principalMemo
 }
 
 var _ store.Store = (*Store)(nil)

@@ -33,6 +33,22 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return viewRec[store.Job](ctx, s, bktJobs, []byte(id), func() string { return "job " + id })
 }
 
+// SaveJob implements [store.Records.SaveJob]: the stored record is
+// looked up, not decoded.
+func (s *Store) SaveJob(ctx context.Context, j store.Job) error {
+	if err := checkJob(j); err != nil {
+		return err
+	}
+	j.Created, j.Updated = utc(j.Created), utc(j.Updated)
+	return s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktJobs)
+		if b.Get([]byte(j.ID)) == nil {
+			return fmt.Errorf("boltstore: job %s: %w", j.ID, store.ErrNotFound)
+		}
+		return putRec(b, []byte(j.ID), j)
+	})
+}
+
 // UpdateJob implements [store.Records.UpdateJob].
 func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error) {
 	j, err := updateTx(ctx, s, func(tx *bolt.Tx) (store.Job, error) {

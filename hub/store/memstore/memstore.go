@@ -189,6 +189,21 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 	})
 }
 
+// SaveJob implements [store.Records.SaveJob].
+func (s *Store) SaveJob(ctx context.Context, j store.Job) error {
+	if j.ID == "" {
+		return fmt.Errorf("memstore: job without ID: %w", store.ErrInvalid)
+	}
+	_, err := locked(ctx, s, func() (struct{}, error) {
+		if _, ok := s.jobs[j.ID]; !ok {
+			return struct{}{}, fmt.Errorf("memstore: job %s: %w", j.ID, store.ErrNotFound)
+		}
+		s.jobs[j.ID] = normJob(j)
+		return struct{}{}, nil
+	})
+	return err
+}
+
 // ListJobs implements [store.Records.ListJobs].
 func (s *Store) ListJobs(ctx context.Context, unsettledOnly bool) ([]store.Job, error) {
 	return locked(ctx, s, func() ([]store.Job, error) {

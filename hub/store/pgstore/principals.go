@@ -23,7 +23,10 @@ func (s *Store) CreatePrincipal(ctx context.Context, p store.Principal) error {
 	})
 }
 
-// GetPrincipal implements [store.Principals.GetPrincipal].
+// GetPrincipal implements [store.Principals.GetPrincipal]. Unlike
+// boltstore it remembers nothing and reads the row every time: another
+// hub sharing the database may remove the principal, and this one must
+// refuse the removed relay's very next request.
 func (s *Store) GetPrincipal(ctx context.Context, id string) (store.Principal, error) {
 	return readRec[store.Principal](ctx, s, "principal "+id, "SELECT rec FROM vk_principals WHERE id = $1", id)
 }

@@ -65,6 +65,26 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 	return out, nil
 }
 
+// SaveJob implements [store.Records.SaveJob]: one UPDATE, no read of the
+// row it replaces.
+func (s *Store) SaveJob(ctx context.Context, j store.Job) error {
+	if j.ID == "" {
+		return fmt.Errorf("pgstore: job without ID: %w", store.ErrInvalid)
+	}
+	j = normJob(j)
+	rec := enc(j)
+	return s.write(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "UPDATE vk_jobs SET settled = $2, rec = $3 WHERE id = $1", j.ID, j.Settled, rec)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("pgstore: job %s: %w", j.ID, store.ErrNotFound)
+		}
+		return nil
+	})
+}
+
 // ListJobs implements [store.Records.ListJobs].
 func (s *Store) ListJobs(ctx context.Context, unsettledOnly bool) ([]store.Job, error) {
 	return readRecs[store.Job](ctx, s, "SELECT rec FROM vk_jobs WHERE NOT (settled AND $1) ORDER BY id COLLATE \"C\"", unsettledOnly)

@@ -110,6 +110,41 @@ func testJobCopies(t *testing.T, su suite[RecordsStore]) {
 	diff(t, "after fn pointer mutation", orig, got3)
 }
 
+// spec: FAIL-19
+// SaveJob replaces an existing record as a whole (what the hub's record
+// writer saves), durable across a restart; it never creates a job, so a
+// deleted job stays deleted; the record is the store's own copy.
+func testJobSave(t *testing.T, su suite[RecordsStore]) {
+	s := su.open(t)
+	ctx := su.ctx
+	a := FullJob("job-a")
+	wantErr(t, "SaveJob missing", s.SaveJob(ctx, a), store.ErrNotFound)
+	_, err := s.GetJob(ctx, a.ID)
+	wantErr(t, "GetJob after SaveJob missing", err, store.ErrNotFound)
+	wantErr(t, "SaveJob without ID", s.SaveJob(ctx, store.Job{}), store.ErrInvalid)
+	wantErr(t, "CreateJob", s.CreateJob(ctx, a), nil)
+
+	want := FullJob("job-a")
+	want.State, want.Revision, want.Settled, want.Result = store.JobFinished, 7, true, []byte(`{"exit_code":0}`)
+	want.Stage, want.Updated = "", T0.Add(time.Hour)
+	saved := want.Clone()
+	wantErr(t, "SaveJob", s.SaveJob(ctx, saved), nil)
+	saved.Spec[0], saved.Result[0] = 'X', 'X'
+	got, err := s.GetJob(ctx, a.ID)
+	wantErr(t, "GetJob", err, nil)
+	diff(t, "GetJob after SaveJob", want, got)
+	s = su.restart(t, s)
+	got, _ = s.GetJob(ctx, a.ID)
+	diff(t, "GetJob after SaveJob and a restart", want, got)
+	uns, _ := s.ListJobs(ctx, true)
+	diff(t, "ListJobs unsettled after saving settled", []string(nil), jobIDs(uns))
+
+	wantErr(t, "DeleteJob", s.DeleteJob(ctx, a.ID), nil)
+	wantErr(t, "SaveJob deleted", s.SaveJob(ctx, want), store.ErrNotFound)
+	_, err = s.GetJob(ctx, a.ID)
+	wantErr(t, "GetJob after SaveJob deleted", err, store.ErrNotFound)
+}
+
 // UpdateJob is an atomic read-modify-write: concurrent increments are
 // never lost.
 func testJobUpdateConcurrent(t *testing.T, su suite[RecordsStore]) {

@@ -113,7 +113,7 @@ func runRole[S interface{ Close() error }](t *testing.T, h RoleHarness[S], tests
 // RunRecords runs the conformance tests of [store.Records].
 func RunRecords(t *testing.T, h RoleHarness[RecordsStore]) {
 	runRole(t, h, []roleTest[RecordsStore]{{"Jobs", testJobs}, {"JobCopies", testJobCopies},
-		{"JobUpdateConcurrent", testJobUpdateConcurrent}, {"Admissions", testAdmissions}, {"RecordsInvalid", testRecordsInvalid}})
+		{"JobSave", testJobSave}, {"JobUpdateConcurrent", testJobUpdateConcurrent}, {"Admissions", testAdmissions}, {"RecordsInvalid", testRecordsInvalid}})
 }
 
 // RunAnswers runs the conformance tests of [store.Answers].
