@@ -186,6 +186,7 @@ func (d *Driver) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hub: restore jobs: %w", err)
 	}
+	d.sweepOutput(ctx, jobs)
 	byAdm := map[string]store.Admission{}
 	touch := func(node string) {
 		if node == "" {
@@ -222,6 +223,35 @@ func (d *Driver) restore(ctx context.Context) error {
 	d.exec(d.step(ev))
 	d.log.Info("hub state restored", "admissions", len(ev.Admissions), "running_jobs", len(ev.Jobs), "jobs", len(jobs))
 	return nil
+}
+
+// outputSweeper is an output store that can remove, at start, the
+// outputs no unsettled job owns (output.Dir).
+type outputSweeper interface {
+	Sweep(ctx context.Context, keep func(job string) bool) ([]string, error)
+}
+
+// sweepOutput removes the outputs of settled and unknown jobs, which a
+// crash just after a settle leaves behind (the settle's unlink is not
+// synced: the settled record is what counts), keeping those of the
+// unsettled jobs, live, as restored. A failure is logged: the leftovers
+// only take disk space.
+func (d *Driver) sweepOutput(ctx context.Context, unsettled []store.Job) {
+	sw, ok := d.out.(outputSweeper)
+	if !ok {
+		return
+	}
+	live := make(map[string]bool, len(unsettled))
+	for _, r := range unsettled {
+		live[r.ID] = true
+	}
+	removed, err := sw.Sweep(ctx, func(job string) bool { return live[job] })
+	if err != nil {
+		d.log.Warn("output of settled jobs not all removed", logkey.Err, err)
+	}
+	if len(removed) > 0 {
+		d.log.Info("output of settled or unknown jobs removed at start", "jobs", len(removed))
+	}
 }
 
 // restoreJob reloads one unsettled job record; ok when a node had

@@ -70,6 +70,18 @@ func (s signalingOutput) Wait(ctx context.Context, job string, offset int64) err
 	return s.Store.Wait(ctx, job, offset)
 }
 
+// Sweep is the wrapped store's, so the hub's start sweeps the harness's
+// output directory as it would its own.
+func (s signalingOutput) Sweep(ctx context.Context, keep func(job string) bool) ([]string, error) {
+	sw, ok := s.Store.(interface {
+		Sweep(context.Context, func(string) bool) ([]string, error)
+	})
+	if !ok {
+		return nil, nil
+	}
+	return sw.Sweep(ctx, keep)
+}
+
 // syncBuffer is a bytes.Buffer safe for concurrent writes.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -1,6 +1,7 @@
 package output
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -186,4 +187,34 @@ func markSynced(path string) error {
 		err = f.Sync()
 	}
 	return errors.Join(err, f.Close())
+}
+
+// Sweep removes the outputs of the jobs keep refuses: the files a crash
+// left behind, since a settle's unlink is not synced on its own (see the
+// package doc, Durability), and those of jobs the hub's records do not
+// know at all. The hub calls it once at start, before any output is
+// read or written, with keep true for every unsettled job. It syncs the
+// directory once, after the removals, and returns the jobs removed.
+func (d *Dir) Sweep(ctx context.Context, keep func(job string) bool) ([]string, error) {
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("output: sweep: %w", err)
+	}
+	var removed []string
+	for _, e := range ents {
+		job, ok := strings.CutSuffix(e.Name(), ".out")
+		if !ok || !e.Type().IsRegular() || !ValidJob(job) || keep(job) {
+			continue
+		}
+		if err := d.Drop(ctx, job); err != nil {
+			return removed, fmt.Errorf("output: sweep: %w", err)
+		}
+		removed = append(removed, job)
+	}
+	if len(removed) > 0 {
+		if err := d.syncDir(); err != nil {
+			return removed, fmt.Errorf("output: sweep: %w", err)
+		}
+	}
+	return removed, nil
 }

@@ -49,7 +49,8 @@
 // (the settled record already says the output is gone); the unlink
 // becomes durable with the next directory fsync (the next job's first
 // chunk, or Close). A crash before that can leave a settled job's file
-// behind, which nothing reads again.
+// behind, which nothing reads again: the hub's next start removes it
+// ([Dir.Sweep], with every file no unsettled job owns).
 //
 // # Waiting
 //

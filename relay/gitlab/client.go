@@ -185,9 +185,19 @@ func apiBase(raw string) (*url.URL, error) {
 // caller that wraps it (the relay counts requests for its metrics).
 func DefaultHTTPClient(roots *x509.CertPool) *http.Client { return defaultHTTPClient(roots) }
 
+// MaxIdleConnsPerHost is how many idle connections to GitLab the default
+// client keeps for later requests. The relay has many requests to GitLab
+// in flight at once (each runner's request loops, each job's trace
+// patches and updates); Go's default of 2 closed all but two of them
+// whenever they ended together, so a job's commit often paid a new TCP
+// and TLS handshake on the hand-off's path. Idle connections still close
+// after the transport's idle timeout (90 s).
+const MaxIdleConnsPerHost = 64
+
 func defaultHTTPClient(roots *x509.CertPool) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	tr.MaxIdleConnsPerHost = MaxIdleConnsPerHost
 	tr.TLSHandshakeTimeout = 10 * time.Second
 	tr.ResponseHeaderTimeout = 10 * time.Minute
 	if roots != nil {
