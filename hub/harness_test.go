@@ -407,6 +407,20 @@ func (h *harness) submitOn(g client.ReservationGrant, gitlabJob int64) client.Jo
 	return h.submitOnFor(g, "r1", gitlabJob)
 }
 
+// finishedWithOutput submits GitLab job gitlabJob on a fresh claim, has
+// the node accept it, send data as its whole output and finish it, and
+// returns the job once the hub has recorded the result.
+func (h *harness) finishedWithOutput(gitlabJob int64, data string) client.JobView {
+	v := h.submitOn(h.claimed(), gitlabJob)
+	expectFrame[dispatch.Start](h)
+	h.nodeSay(&dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
+	h.nodeSay(&dispatch.Output{Job: v.ID, Offset: 0, Data: []byte(data)})
+	expectFrame[dispatch.OutputAck](h)
+	h.nodeSay(&dispatch.Result{Job: v.ID, Result: client.JobResult{OutputLen: int64(len(data))}})
+	expectFrame[dispatch.Recorded](h)
+	return v
+}
+
 func (h *harness) submitOnFor(g client.ReservationGrant, runner string, gitlabJob int64) client.JobView {
 	h.t.Helper()
 	h.want(http.StatusNoContent, nil, "POST", "/v1/reservations/"+g.Admission+"/outcome", client.OutcomeRequest{Admission: g.Admission, Outcome: client.OutcomeJob})

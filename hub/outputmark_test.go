@@ -20,13 +20,7 @@ func TestRestartMarksFinishedOutputComplete(t *testing.T) {
 	h := newHarness(t, nil)
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
-	v := h.submitOn(h.claimed(), 71)
-	expectFrame[dispatch.Start](h)
-	h.nodeSay(&dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
-	h.nodeSay(&dispatch.Output{Job: v.ID, Offset: 0, Data: []byte("abcd")})
-	expectFrame[dispatch.OutputAck](h)
-	h.nodeSay(&dispatch.Result{Job: v.ID, Result: client.JobResult{OutputLen: 4}})
-	expectFrame[dispatch.Recorded](h)
+	v := h.finishedWithOutput(71, "abcd")
 	path := "/v1/jobs/" + v.ID + "/output"
 	if code, body, hdr := h.call("GET", path, nil); code != 200 || string(body) != "abcd" || hdr.Get(client.HeaderOutputComplete) != "true" {
 		t.Fatalf("output before the crash = %d %q complete %q", code, body, hdr.Get(client.HeaderOutputComplete))

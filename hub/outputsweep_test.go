@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
 
@@ -20,13 +19,7 @@ func TestStartSweepsOutputOfSettledJobs(t *testing.T) {
 	h := newHarness(t, nil)
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
-	settled := h.submitOn(h.claimed(), 71)
-	expectFrame[dispatch.Start](h)
-	h.nodeSay(&dispatch.JobUpdate{Job: settled.ID, State: dispatch.JobAccepted})
-	h.nodeSay(&dispatch.Output{Job: settled.ID, Offset: 0, Data: []byte("old")})
-	expectFrame[dispatch.OutputAck](h)
-	h.nodeSay(&dispatch.Result{Job: settled.ID, Result: client.JobResult{OutputLen: 3}})
-	expectFrame[dispatch.Recorded](h)
+	settled := h.finishedWithOutput(71, "old")
 	if code, body, _ := h.call("POST", "/v1/jobs/"+settled.ID+"/settle", nil); code != 204 {
 		t.Fatalf("settle = %d %s", code, body)
 	}
