@@ -133,6 +133,7 @@ type harness struct {
 	runner *Runner
 	clk    *clock.Fake
 	root   string
+	t      *testing.T
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
@@ -162,7 +163,37 @@ func newHarnessUser(t *testing.T, cfg Config, user *process.User) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{runner: r, clk: clk, root: root}
+	return &harness{runner: r, clk: clk, root: root, t: t}
+}
+
+// waitExec waits until a process of one of the harness's jobs (its
+// working directory under the harness root) runs the command line argv,
+// as /proc shows it once the process has exec'd. It fails the test after
+// a minute.
+func (h *harness) waitExec(argv ...string) {
+	t := h.t
+	t.Helper()
+	want := strings.Join(argv, "\x00") + "\x00"
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	for {
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, p := range procs {
+			cmdline, err := os.ReadFile(filepath.Join(p, "cmdline"))
+			if err != nil || string(cmdline) != want {
+				continue
+			}
+			if cwd, err := os.Readlink(filepath.Join(p, "cwd")); err == nil && strings.HasPrefix(cwd, h.root+"/") {
+				return
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("no job process ran %q within a minute", argv)
+		}
+	}
 }
 
 // removeCgroupParent removes the test process's cgroup parent directories
@@ -363,8 +394,16 @@ func TestGoldenTraces(t *testing.T) {
 			waitFor: "$ sleep 3600",
 			// Whether bash reports the SIGTERM'd sleep ("Terminated") races
 			// with its TERM trap, in gitlab-runner's script as in ours.
-			normal:  func(s string) string { return terminatedRe.ReplaceAllString(s, "") },
-			act:     func(_ *harness, hd *Handle, _ *job.CiJob) { hd.Cancel(exec.Graceful) },
+			normal: func(s string) string { return terminatedRe.ReplaceAllString(s, "") },
+			// The trace shows "$ sleep 3600" before the shell forks sleep;
+			// a SIGTERM that reaches the forked shell before it execs sleep
+			// is lost with its trap, and only the grace's SIGKILL (on the
+			// fake clock, never advanced here) would end the step. So the
+			// cancel waits for sleep itself to run.
+			act: func(h *harness, hd *Handle, _ *job.CiJob) {
+				h.waitExec("sleep", "3600")
+				hd.Cancel(exec.Graceful)
+			},
 			failure: FailureCanceled,
 			check: func(t *testing.T, _ Result, tr string) {
 				if !strings.Contains(tr, "job status canceled") {
