@@ -568,6 +568,13 @@ func TestGoldenTraces(t *testing.T) {
 					t.Fatalf("job ended before %q appeared:\n%s", tc.waitFor, out.String())
 				}
 			}
+			// A job that never ends fails its case with its trace so far
+			// instead of hanging the package until go test's timeout.
+			select {
+			case <-hd.Done():
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("job did not end within 2 minutes; its trace so far:\n%s", out.String())
+			}
 			res := hd.Result()
 			got := out.String()
 			if res.Failure != tc.failure || res.ExitCode != tc.exitCode {
