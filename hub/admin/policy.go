@@ -71,12 +71,13 @@ type Policy struct {
 	// lives out its lease. 0 means the spec's 1; -1 means no bound.
 	ClaimRenewals int `toml:"claim_renewals,omitempty"`
 	// PackAboveUtilization (BS-21): at or above this utilization of a
-	// pool, work goes to the most loaded node with room first; in [0, 1].
-	// 0 never packs; 0.7 is recommended for fleets with wide jobs.
+	// pool (and always while wide work of the pool waits), work goes to
+	// the most loaded node with room first; in [0, 1]. 0 means sched's
+	// default, 0.7.
 	PackAboveUtilization float64 `toml:"pack_above_utilization,omitempty"`
 	// DrainsPerPool bounds the automatic drains (BS-22) a pool holds for
-	// wide work that fits nowhere; 0 places none, 1 is recommended for
-	// fleets with wide jobs.
+	// wide work that fits nowhere. 0 means sched's default: a quarter of
+	// the pool's ready nodes, at least one.
 	DrainsPerPool int `toml:"drains_per_pool,omitempty"`
 	// WideFraction: an envelope taking at least this fraction of a node's
 	// vCPUs or memory is wide there (BS-20); in [0, 1], 0 means 0.5.
