@@ -49,6 +49,9 @@ var calls = map[string]call{
 	"outcome": {client.RouteOutcome, "/v1/reservations/adm1/outcome", func(ctx context.Context, c *Client) (any, error) {
 		return nil, c.Outcome(ctx, "adm1", client.OutcomeEmpty)
 	}},
+	"outcome-next": {client.RouteOutcome, "/v1/reservations/adm1/outcome", func(ctx context.Context, c *Client) (any, error) {
+		return c.OutcomeNext(ctx, "adm1", client.OutcomeEmpty, client.ReservationRequest{Runner: "r", Queue: true, RequestID: placeSub.RequestID, Placement: placeSub.Placement})
+	}},
 	"renew": {client.RouteRenew, "/v1/reservations/res1/renew", func(ctx context.Context, c *Client) (any, error) {
 		return c.Renew(ctx, "res1", 120)
 	}},
@@ -109,6 +112,12 @@ func TestEndpointAnswers(t *testing.T) {
 		{"claim 410", "claim", reply{status: 410, body: gone}, nil, 410, client.CodeReservationGone, nil},
 		{"outcome 204", "outcome", reply{status: 204}, nil, 0, "", nil},
 		{"outcome 409", "outcome", reply{status: 409, body: `{"error":"state","code":"conflict"}`}, nil, 409, client.CodeConflict, nil},
+		{"outcome next 201 grant", "outcome-next", reply{status: 201, body: mustJSON(grant)}, Reserved{Grant: &grant}, 0, "", nil},
+		{"outcome next 202 ticket", "outcome-next", reply{status: 202, body: `{"ticket":"t9"}`}, Reserved{Ticket: "t9"}, 0, "", nil},
+		{"outcome next 204 taken alone", "outcome-next", reply{status: 204}, Reserved{}, 0, "", nil},
+		{"outcome next 409", "outcome-next", reply{status: 409, body: `{"error":"state","code":"conflict"}`}, Reserved{}, 409, client.CodeConflict, nil},
+		{"outcome next 400 old hub", "outcome-next", reply{status: 400, body: `{"error":"unknown field","code":"invalid"}`}, Reserved{}, 400, client.CodeInvalid, nil},
+		{"outcome next 200 unexpected", "outcome-next", reply{status: 200, body: `{}`}, Reserved{}, 0, "", ErrProtocol},
 		{"renew 200", "renew", reply{status: 200, body: mustJSON(grant)}, grant, 0, "", nil},
 		{"renew 410", "renew", reply{status: 410, body: gone}, client.ReservationGrant{}, 410, client.CodeReservationGone, nil},
 		{"renew 200 garbage", "renew", reply{status: 200, body: `{"lease_secs":"x"`}, client.ReservationGrant{}, 0, "", ErrProtocol},
@@ -181,7 +190,12 @@ func TestRequestBodies(t *testing.T) {
 	h.answer(client.RouteOutcome, reply{status: 204})
 	h.answer(client.RouteCancel, reply{status: 202, body: mustJSON(view)})
 	h.answer(client.RouteRenew, reply{status: 200, body: mustJSON(grant)})
+	h.answer(client.RouteOutcome, reply{status: 202, body: `{"ticket":"t9"}`})
 	if err := c.Outcome(t.Context(), "adm1", client.OutcomeJob); err != nil {
+		t.Fatal(err)
+	}
+	next := client.ReservationRequest{Runner: "r", Queue: true, RequestID: "00112233445566778899aabbccddeeff", Placement: client.Placement{Pool: "p", Envelope: client.Envelope{CPUs: 1}}}
+	if _, err := c.OutcomeNext(t.Context(), "adm2", client.OutcomeEmpty, next); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Cancel(t.Context(), "j", client.CancelGraceful); err != nil {
@@ -196,6 +210,7 @@ func TestRequestBodies(t *testing.T) {
 	}
 	want := []string{
 		`POST /v1/reservations/adm1/outcome {"admission":"adm1","outcome":"job"}`,
+		`POST /v1/reservations/adm2/outcome {"admission":"adm2","outcome":"empty","next":{"runner":"r","queue":true,"request_id":"00112233445566778899aabbccddeeff","placement":{"pool":"p","envelope":{"mem":"0","cpus":1,"disk":"0"}}}}`,
 		`POST /v1/jobs/j/cancel {"mode":"graceful"}`,
 		`POST /v1/reservations/r/renew {}`,
 	}

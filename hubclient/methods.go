@@ -111,6 +111,26 @@ func (c *Client) Outcome(ctx context.Context, admission string, o client.Outcome
 		client.OutcomeRequest{Admission: admission, Outcome: o})
 }
 
+// OutcomeNext asks POST /v1/reservations/<admission>/outcome with next,
+// the runner's next reservation request (a hub of relay session version
+// 4 or newer): the outcome is taken and next queued by the same answer,
+// 201 with its grant or 202 with its ticket. A Reserved with neither
+// (204) means the outcome was taken and next was not: send next with
+// Reserve, under the same request_id, which answers why. An error means
+// the outcome was not taken, nor next queued. next.RequestID must be set
+// and kept for retries, as for Reserve.
+func (c *Client) OutcomeNext(ctx context.Context, admission string, o client.Outcome, next client.ReservationRequest) (Reserved, error) {
+	a, err := c.do(ctx, http.MethodPost, "/v1/reservations/"+seg(admission)+"/outcome", nil,
+		client.OutcomeRequest{Admission: admission, Outcome: o, Next: &next}, 0)
+	if err != nil {
+		return Reserved{}, err
+	}
+	if a.status == http.StatusNoContent {
+		return Reserved{}, nil
+	}
+	return a.reserved("outcome", false)
+}
+
 // Renew asks POST /v1/reservations/<id>/renew (API-06, API-29): 200 with
 // the grant and the lease the node granted; 410 reservation_gone when
 // lapsed, released or lost. leaseSecs 0 asks for the hub's default.

@@ -153,7 +153,9 @@ func FuzzDecodeReservationRequest(f *testing.F) {
 }
 
 func FuzzDecodeOutcomeRequest(f *testing.F) {
-	fuzzDecode[client.OutcomeRequest](f, `{"admission":"a1","outcome":"job"}`, `{"admission":"a1","outcome":"whatever"}`)
+	fuzzDecode[client.OutcomeRequest](f, `{"admission":"a1","outcome":"job"}`, `{"admission":"a1","outcome":"whatever"}`,
+		`{"admission":"a1","outcome":"empty","next":{"runner":"r1","queue":true,"request_id":"00112233445566778899aabbccddeeff","placement":`+seedPlacement+`}}`,
+		`{"admission":"a1","outcome":"empty","next":null}`)
 }
 
 func FuzzDecodeRenewRequest(f *testing.F) {

@@ -39,6 +39,15 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request, p Principal, body 
 	if err := decode(body, &req, false); err != nil {
 		return err
 	}
+	if err := checkReservation(req); err != nil {
+		return err
+	}
+	return a.reserveOnce(r.Context(), w, p, req, store.Sum(body))
+}
+
+// checkReservation checks a reservation request's fields beyond its
+// JSON: a POST /v1/reservations body or an outcome's next.
+func checkReservation(req client.ReservationRequest) error {
 	if err := client.ValidateRequestID(req.RequestID); err != nil {
 		return &Error{Code: client.CodeInvalid, Msg: err.Error()}
 	}
@@ -51,8 +60,13 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request, p Principal, body 
 	if req.LeaseSecs < 0 || req.WaitSecs < 0 {
 		return Errorf(client.CodeInvalid, "lease_secs and wait_secs must not be negative")
 	}
-	ctx := r.Context()
-	sum := store.Sum(body)
+	return nil
+}
+
+// reserveOnce makes the reservation req asks for, once per request_id:
+// sum is the SHA-256 of req's JSON as sent, which a retry must repeat
+// (API-42, API-44). It writes 201 or 202, or returns the error.
+func (a *API) reserveOnce(ctx context.Context, w http.ResponseWriter, p Principal, req client.ReservationRequest, sum store.Hash) error {
 	if ans, err := a.cfg.Store.GetAnswer(ctx, p.ID, req.RequestID, a.clk.Now()); err == nil {
 		if ans.BodyHash != sum {
 			return Errorf(client.CodeConflict, "request_id %s was used with another body", req.RequestID)
@@ -127,6 +141,15 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request, p Principal, _ []byt
 // outcome serves POST /v1/reservations/{admission}/outcome (API-05,
 // API-27, API-28): 204 (also for a repeat of the same outcome), 400 when
 // the body names another admission, 404 unknown, 409 per state.
+//
+// A body with next asks, once the outcome is taken, for the runner's next
+// reservation as POST /v1/reservations would, under next's own
+// request_id: 201 grant or 202 ticket. The outcome comes first and alone
+// decides the error: a refused outcome makes no reservation, and a
+// reservation that fails after the outcome was taken is answered 204
+// (logged), so the relay knows its outcome landed and sends next as a
+// POST of its own, which answers the reservation's error. next is hashed
+// as its JSON stood in the body, which is what that POST's body is.
 func (a *API) outcome(w http.ResponseWriter, r *http.Request, p Principal, body []byte) error {
 	var req client.OutcomeRequest
 	if err := decode(body, &req, false); err != nil {
@@ -138,7 +161,29 @@ func (a *API) outcome(w http.ResponseWriter, r *http.Request, p Principal, body 
 	if adm := r.PathValue("admission"); req.Admission != adm {
 		return Errorf(client.CodeInvalid, "body names admission %q, path %q", req.Admission, adm)
 	}
-	return noContent(w, a.cfg.Backend.Outcome(r.Context(), p, req.Admission, req.Outcome))
+	if req.Next != nil {
+		if err := checkReservation(*req.Next); err != nil {
+			return err
+		}
+	}
+	ctx := r.Context()
+	if err := a.cfg.Backend.Outcome(ctx, p, req.Admission, req.Outcome); err != nil || req.Next == nil {
+		return noContent(w, err)
+	}
+	var raw struct {
+		Next json.RawMessage `json:"next"`
+	}
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return &Error{Code: client.CodeInternal, Msg: "outcome body unreadable a second time", Err: err}
+	}
+	// reserveOnce writes its answer or returns an error having written
+	// nothing.
+	if err := a.reserveOnce(ctx, w, p, *req.Next, store.Sum(raw.Next)); err != nil {
+		a.log.Info("outcome taken; its next reservation failed and is left to the relay's own request",
+			logkey.Admission, req.Admission, logkey.RequestID, req.Next.RequestID, logkey.Err, err)
+		w.WriteHeader(http.StatusNoContent)
+	}
+	return nil
 }
 
 // renew serves POST /v1/reservations/{id}/renew (API-06, API-29): 200

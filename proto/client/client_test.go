@@ -147,12 +147,13 @@ func TestNegotiateVersion(t *testing.T) {
 		want          int
 		hint          string
 	}{
-		{RelayHubVersions, RelayClientVersions, 3, ""},
+		{RelayHubVersions, RelayClientVersions, 4, ""},
+		{RelayHubVersions, VersionRange{2, 3}, 3, ""},
 		{RelayHubVersions, VersionRange{2, 2}, 2, ""},
-		{RelayHubVersions, VersionRange{2, 9}, 3, ""},
+		{RelayHubVersions, VersionRange{2, 9}, 4, ""},
 		{RelayHubVersions, VersionRange{1, 1}, 1, ""},
 		{RelayClientVersions, VersionRange{1, 1}, 0, "peer is too old"},
-		{RelayHubVersions, VersionRange{4, 5}, 0, "this side is too old"},
+		{RelayHubVersions, VersionRange{5, 6}, 0, "this side is too old"},
 		{RelayHubVersions, VersionRange{3, 2}, 0, "invalid range"},
 		{RelayHubVersions, VersionRange{0, 3}, 0, "invalid range"},
 	} {

@@ -35,10 +35,12 @@
 //   - 2 (2026-11-30): request_concurrency in the report, request_admissions
 //     and job_admissions in heartbeats;
 //   - 3 (2026-11-30): hub→relay update frames; their size and signature
-//     and the report's allow were added later as optional fields (OPS-04).
+//     and the report's allow were added later as optional fields (OPS-04);
+//   - 4 (2026-12-03): no new frames; the hub takes OutcomeRequest.Next, so
+//     a relay asks for its next reservation in the outcome of the last.
 //
-// The hub speaks [RelayHubVersions] (1..3) and vk-gitlab
-// [RelayClientVersions] (2..3); [NegotiateVersion] picks the highest common
+// The hub speaks [RelayHubVersions] (1..4) and vk-gitlab
+// [RelayClientVersions] (2..4); [NegotiateVersion] picks the highest common
 // version or names both ranges in its error.
 //
 // This package imports the standard library and proto/job only.

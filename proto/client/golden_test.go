@@ -73,6 +73,8 @@ func TestGoldenBodies(t *testing.T) {
 	for _, o := range []Outcome{OutcomeJob, OutcomeEmpty, OutcomeError, OutcomeReleased} {
 		check(t, "outcome_request_"+string(o), OutcomeRequest{Admission: "adm-7", Outcome: o})
 	}
+	check(t, "outcome_request_next", OutcomeRequest{Admission: "adm-7", Outcome: OutcomeEmpty,
+		Next: &ReservationRequest{Runner: "ci", Queue: true, RequestID: requestID, Placement: placement, LeaseSecs: 90}})
 	check(t, "job_submission", JobSubmission{Runner: "ci", Admission: "adm-7", RequestID: requestID, Placement: placement, Reservation: "res-9", PlaceWithinSecs: 300, Spec: sampleSpec()})
 	check(t, "job_submission_gitlab_queue", JobSubmission{Runner: "ci", Admission: "adm-7", RequestID: requestID, Placement: placement,
 		Reservation: "res-9", PlaceWithinSecs: 300, Spec: sampleSpec(), Queue: &GitLabQueue{TimeInQueueSecs: 12.5, Size: 40, Depth: 3}})
@@ -114,7 +116,7 @@ func TestGoldenRelaySession(t *testing.T) {
 	at := time.Date(2026, 11, 30, 2, 30, 0, 0, time.UTC)
 	checkRelay(t, "relay_hello", RelayFrame{Msg: &RelayHello{Versions: RelayClientVersions, Relay: "relay-1", Release: "0.4.1"}})
 	checkRelay(t, "relay_welcome", RelayFrame{Msg: &RelayWelcome{Version: 3, Handle: "rs-5f2a", HeartbeatSecs: 10}})
-	checkRelay(t, "relay_error_version", RelayFrame{Msg: &RelayError{Code: RelayErrorVersion, Message: "relay session: protocol version mismatch: we speak 2..3, peer speaks 1..1", Versions: &RelayHubVersions}})
+	checkRelay(t, "relay_error_version", RelayFrame{Msg: &RelayError{Code: RelayErrorVersion, Message: "relay session: protocol version mismatch: we speak 2..4, peer speaks 1..1", Versions: &RelayHubVersions}})
 	checkRelay(t, "relay_keepalive", RelayFrame{Msg: &RelayKeepalive{}})
 	checkRelay(t, "relay_report", RelayFrame{Seq: 1, Msg: &RelayReport{
 		Release: "0.4.1", Host: "relay1.example.com", SystemID: "s_0123456789ab", Concurrent: 10,

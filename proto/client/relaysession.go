@@ -16,8 +16,13 @@ const (
 	RelayVersionAdmissions = 2
 	// RelayVersionUpdates (3) adds hub→relay update frames.
 	RelayVersionUpdates = 3
+	// RelayVersionNext (4) says the hub takes a next reservation request
+	// in an outcome's body (OutcomeRequest.Next). The session's frames are
+	// those of version 3: the version tells the relay what the client API
+	// of the hub it is talking to understands.
+	RelayVersionNext = 4
 	// RelayVersion is the newest relay session version implemented.
-	RelayVersion = RelayVersionUpdates
+	RelayVersion = RelayVersionNext
 )
 
 // Relay session version ranges (RSESS-10, DECISIONS 3).

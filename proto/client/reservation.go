@@ -91,13 +91,29 @@ type OutcomeRequest struct {
 	Admission string `json:"admission"`
 	// Outcome is exactly one of job, empty, error, released. Required.
 	Outcome Outcome `json:"outcome"`
+	// Next, when set, is the runner's next reservation request, made by
+	// the same answer once the outcome is taken: 201 with its grant or
+	// 202 with its ticket instead of 204, so an empty answer from GitLab
+	// costs no separate POST /v1/reservations. It must queue, and it is
+	// idempotent by its own request_id exactly as that POST is (API-44):
+	// a retried outcome with the same Next answers the same ticket. An
+	// outcome the hub refuses makes no reservation; one it takes while the
+	// reservation fails is answered 204, and the relay then sends Next as
+	// a POST of its own, with the same request_id, which answers the
+	// error. Only hubs of relay session version 4 or newer know the field
+	// (older ones refuse it 400 invalid).
+	Next *ReservationRequest `json:"next,omitempty"`
 }
 
-// Validate checks the admission is set and the outcome one of the four;
-// errors wrap ErrInvalid.
+// Validate checks the admission is set, the outcome one of the four and
+// Next, when set, queued; errors wrap ErrInvalid. The hub checks Next's
+// other fields as it checks a POST /v1/reservations body.
 func (r OutcomeRequest) Validate() error {
 	if r.Admission == "" {
 		return fmt.Errorf("%w: outcome: admission missing", ErrInvalid)
+	}
+	if r.Next != nil && !r.Next.Queue {
+		return fmt.Errorf("%w: outcome: the next reservation request must queue", ErrInvalid)
 	}
 	switch r.Outcome {
 	case OutcomeJob, OutcomeEmpty, OutcomeError, OutcomeReleased:
