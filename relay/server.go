@@ -53,9 +53,10 @@ type Server struct {
 
 	upd       *updater                // nil unless [hub] allow lists update
 	restart   atomic.Pointer[Restart] // set once an update was installed
-	runCtx    context.Context         // Run's context: ended by SIGTERM or an update
-	cancelRun context.CancelFunc      // ends Run's context (an update)
-	stopJobs  context.CancelFunc      // ends the jobs' context at once
+	session   atomic.Pointer[hubsession.Client]
+	runCtx    context.Context    // Run's context: ended by SIGTERM or an update
+	cancelRun context.CancelFunc // ends Run's context (an update)
+	stopJobs  context.CancelFunc // ends the jobs' context at once
 
 	bg   sync.WaitGroup // the goroutines Run started
 	undo []func()       // cleanups of the steps run so far, in order
@@ -274,8 +275,17 @@ func (s *Server) newManager() error {
 	var err error
 	s.mgr, err = loop.New(loop.Config{Hub: hub, Retrier: retrier, GitLab: s.gl, SystemID: s.systemID, HubURL: s.enrol.HubURL,
 		Runners: s.runners, Concurrent: s.cfg.Concurrent, Gate: s.gate, Clock: s.opt.Clock, Log: s.log,
-		PlaceWithinSecs: s.opt.PlaceWithinSecs, Observer: s.met.observer(), OnChange: s.onChange})
+		PlaceWithinSecs: s.opt.PlaceWithinSecs, Observer: s.met.observer(), OnChange: s.onChange, HubVersion: s.hubVersion})
 	return err
+}
+
+// hubVersion is the relay session version negotiated with the hub, 0
+// while there is no session.
+func (s *Server) hubVersion() int {
+	if c := s.session.Load(); c != nil {
+		return c.Version()
+	}
+	return 0
 }
 
 // serveMetrics serves /metrics on metrics_listen, when set, until Run ends.
@@ -347,6 +357,7 @@ func (s *Server) startSession(bg context.Context) error {
 		return err
 	}
 	h.sess = sess
+	s.session.Store(sess)
 	s.bg.Go(func() { sess.Run(bg) })
 	s.bg.Go(func() {
 		for {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/gitlabfake"
 	"github.com/vk-ci/vk/internal/realhub"
 	"github.com/vk-ci/vk/internal/testlog"
@@ -53,6 +54,16 @@ func (h *stallHub) Outcome(ctx context.Context, admission string, o client.Outco
 		return &client.StatusError{Status: http.StatusNotFound, Body: client.Error{Code: client.CodeNotFound, Error: "no such admission"}}
 	}
 	return h.Tap.Outcome(ctx, admission, o)
+}
+
+func (h *stallHub) OutcomeNext(ctx context.Context, admission string, o client.Outcome, next client.ReservationRequest) (hubclient.Reserved, error) {
+	if ok, err := h.stall(ctx, client.RouteOutcome); ok {
+		return hubclient.Reserved{}, err
+	}
+	if h.lostOutcomes {
+		return hubclient.Reserved{}, &client.StatusError{Status: http.StatusNotFound, Body: client.Error{Code: client.CodeNotFound, Error: "no such admission"}}
+	}
+	return h.Tap.OutcomeNext(ctx, admission, o, next)
 }
 
 func (h *stallHub) Release(ctx context.Context, id string) error {

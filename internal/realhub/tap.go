@@ -59,6 +59,9 @@ type Tap struct {
 	Output map[string][]byte
 	// Tickets are the tickets queued and not yet granted or cancelled.
 	Tickets map[string]bool
+	// NextAnswered counts the outcomes the hub took that carried a next
+	// reservation request (OutcomeNext).
+	NextAnswered int
 	// OnSubmit, when set, runs before a submission is forwarded.
 	OnSubmit func(client.JobSubmission)
 	// Rewrite, when set, edits a submission before it is forwarded (and
@@ -199,13 +202,32 @@ func (t *Tap) Outcome(ctx context.Context, admission string, o client.Outcome) e
 		return err
 	}
 	err := t.hub.Outcome(ctx, admission, o)
-	t.done(client.RouteOutcome, err, func() {
-		t.Outcomes[admission] = append(t.Outcomes[admission], o)
-		if g, ok := t.Grants[admission]; ok && o != client.OutcomeJob {
-			t.Released[g.Reservation] = true
-		}
-	})
+	t.done(client.RouteOutcome, err, func() { t.outcomeTaken(admission, o) })
 	return err
+}
+
+// OutcomeNext forwards to the hub, counted under RouteOutcome; the
+// outcome is recorded as Outcome records it, and next's answer as
+// Reserve's is.
+func (t *Tap) OutcomeNext(ctx context.Context, admission string, o client.Outcome, next client.ReservationRequest) (hubclient.Reserved, error) {
+	if err := t.enter(client.RouteOutcome); err != nil {
+		return hubclient.Reserved{}, err
+	}
+	r, err := t.hub.OutcomeNext(ctx, admission, o, next)
+	t.done(client.RouteOutcome, err, func() {
+		t.outcomeTaken(admission, o)
+		t.NextAnswered++
+		t.reserved(r)
+	})
+	return r, err
+}
+
+// outcomeTaken records an outcome the hub took; t.Mu is held.
+func (t *Tap) outcomeTaken(admission string, o client.Outcome) {
+	t.Outcomes[admission] = append(t.Outcomes[admission], o)
+	if g, ok := t.Grants[admission]; ok && o != client.OutcomeJob {
+		t.Released[g.Reservation] = true
+	}
 }
 
 // SubmitJob forwards to the hub.

@@ -39,6 +39,11 @@ type env struct {
 	gate  *Gate
 	proj  gitlabfake.Project
 
+	// hubVersion is the relay session version the managers are told was
+	// negotiated; newEnv sets the newest (an outcome carries the next
+	// reservation request).
+	hubVersion int
+
 	mu      sync.Mutex
 	changes int
 	cur     *Manager // guarded by mu; the session's heartbeats are its
@@ -80,7 +85,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	real := realhub.Start(t, o.hub)
 	e := &env{t: t, clk: clk, gl: gl, real: real, dir: t.TempDir(), sig: t.TempDir(), gate: &Gate{}, proj: proj,
-		kick: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), hubVersion: client.RelayVersion}
 	e.enrol = real.JoinRelay(t.TempDir(), "relay-test")
 	hcfg := e.enrol.Config()
 	hcfg.Clock, hcfg.Log = clk, testlog.New(t)
@@ -151,7 +156,7 @@ func (e *env) managerVia(hub Hub, limit, concurrent int) *Manager {
 		Runners: []Runner{{Name: "r1", Token: tok, Limit: limit, Store: e.store, Placement: testPlacement,
 			Translate: translate.Runner{ServerURL: e.gl.URL(), RunnerID: 1, ShortToken: gitlab.ShortToken(tok)}}},
 		Concurrent: concurrent, Gate: e.gate, Clock: e.clk, Log: testlog.New(e.t),
-		OnChange: e.onChange,
+		OnChange: e.onChange, HubVersion: func() int { return e.hubVersion },
 	})
 	if err != nil {
 		e.t.Fatal(err)

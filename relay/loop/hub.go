@@ -19,6 +19,7 @@ type Hub interface {
 	Renew(ctx context.Context, id string, leaseSecs int) (client.ReservationGrant, error)
 	Release(ctx context.Context, id string) error
 	Outcome(ctx context.Context, admission string, o client.Outcome) error
+	OutcomeNext(ctx context.Context, admission string, o client.Outcome, next client.ReservationRequest) (hubclient.Reserved, error)
 	SubmitJob(ctx context.Context, sub client.JobSubmission) (client.JobView, error)
 	GetJob(ctx context.Context, id string, after uint64, wait time.Duration) (client.JobView, error)
 	ReadOutput(ctx context.Context, id string, offset int64, wait time.Duration) (hubclient.Output, error)

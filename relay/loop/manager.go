@@ -89,6 +89,10 @@ type Config struct {
 	// Observer hears when jobs start and are reported, for metrics; nil
 	// means none.
 	Observer JobObserver
+	// HubVersion returns the relay session version negotiated with the
+	// hub, 0 while no session is up; from client.RelayVersionNext on, an
+	// outcome carries the loop's next reservation request. nil means 0.
+	HubVersion func() int
 }
 
 // Manager runs the request loops of every runner and the jobs they take,

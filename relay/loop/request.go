@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/vk-ci/vk/hubclient"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/relay/gitlab"
@@ -21,19 +22,31 @@ import (
 func (m *Manager) requestLoop(ctx, jobCtx context.Context, r *runnerState, n int) {
 	log := m.runnerLog(r).With("loop", n)
 	failures := 0
+	var next *nextReservation // asked for in the last outcome, if it was
 	for ctx.Err() == nil {
+		if next != nil && !m.proceeds(r) {
+			// The gate closed or another loop's request went out since
+			// the outcome: hold no room while waiting.
+			m.dropNext(next, log)
+			next = nil
+		}
 		if err := m.cfg.Gate.Wait(ctx); err != nil {
+			m.dropNext(next, log)
 			return
 		}
 		if err := r.awaitPoller(ctx); err != nil {
+			m.dropNext(next, log)
 			return
 		}
-		g, reqID, sent, err := m.reserve(ctx, r, log)
+		g, reqID, sent, err := m.reserve(ctx, r, log, next)
 		if err != nil {
 			return // ctx ended
 		}
-		wait, stop := m.useGrant(ctx, jobCtx, r, grant{g, reqID}, sent, log, &failures)
+		var wait time.Duration
+		var stop bool
+		wait, next, stop = m.useGrant(ctx, jobCtx, r, grant{g, reqID}, sent, log, &failures)
 		if stop {
+			m.dropNext(next, log)
 			return
 		}
 		if wait > 0 && m.sleep(ctx, wait) != nil {
@@ -48,23 +61,51 @@ type grant struct {
 	requestID string
 }
 
+// nextReservation is a reservation request sent in an outcome
+// (client.OutcomeRequest.Next) and what the hub answered it: a grant, a
+// ticket, or neither when the hub did not queue it, which the next
+// reserve then sends itself under the same request_id (API-44), so a
+// ticket the hub made without its answer arriving is found, not doubled.
+type nextReservation struct {
+	req  client.ReservationRequest
+	res  hubclient.Reserved
+	sent time.Time // when the outcome that answered res was sent (ARB-31)
+}
+
+// newReservation is a fresh reservation request of r's.
+func newReservation(r *runnerState) client.ReservationRequest {
+	return client.ReservationRequest{Runner: r.Name, Queue: true, RequestID: client.NewRequestID(), Placement: r.Placement, LeaseSecs: LeaseSecs}
+}
+
 // reserve queues a reservation and polls its ticket until granted (ARB-02):
-// a ticket answered 410 is queued again. It returns the grant, its request's
-// request_id, and when the request that produced it was sent (ARB-31).
-func (m *Manager) reserve(ctx context.Context, r *runnerState, log *slog.Logger) (*client.ReservationGrant, string, time.Time, error) {
+// a ticket answered 410 is queued again. next, when set, is what the last
+// outcome asked for and got, used instead of a new request. It returns the
+// grant, its request's request_id, and when the request that produced it
+// was sent (ARB-31).
+func (m *Manager) reserve(ctx context.Context, r *runnerState, log *slog.Logger, next *nextReservation) (*client.ReservationGrant, string, time.Time, error) {
 	for {
-		req := client.ReservationRequest{Runner: r.Name, Queue: true, RequestID: client.NewRequestID(), Placement: r.Placement, LeaseSecs: LeaseSecs}
+		req := newReservation(r)
 		var res struct {
 			g    *client.ReservationGrant
 			t    string
 			sent time.Time
 		}
-		err := m.retry.Do(ctx, "reserve", func(ctx context.Context) error {
-			res.sent = m.clk.Now()
-			rv, err := m.cfg.Hub.Reserve(ctx, req)
-			res.g, res.t = rv.Grant, rv.Ticket
-			return err
-		})
+		var err error
+		switch {
+		case next != nil && (next.res.Grant != nil || next.res.Ticket != ""):
+			req, res.g, res.t, res.sent = next.req, next.res.Grant, next.res.Ticket, next.sent
+		case next != nil:
+			req = next.req
+			fallthrough
+		default:
+			err = m.retry.Do(ctx, "reserve", func(ctx context.Context) error {
+				res.sent = m.clk.Now()
+				rv, err := m.cfg.Hub.Reserve(ctx, req)
+				res.g, res.t = rv.Grant, rv.Ticket
+				return err
+			})
+		}
+		next = nil
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, "", time.Time{}, ctx.Err()
@@ -126,9 +167,10 @@ func (m *Manager) pollTicket(ctx context.Context, ticket string) (*client.Reserv
 }
 
 // useGrant takes a slot, claims the grant, asks GitLab and reports the
-// outcome. It returns how long to wait before queueing again, and whether
-// the loop must stop (token refused, or ctx ended).
-func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant, sent time.Time, log *slog.Logger, failures *int) (time.Duration, bool) {
+// outcome. It returns how long to wait before queueing again, the next
+// reservation when the outcome asked for it, and whether the loop must
+// stop (token refused, or ctx ended).
+func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant, sent time.Time, log *slog.Logger, failures *int) (time.Duration, *nextReservation, bool) {
 	log = log.With(logkey.Admission, g.Admission, logkey.Reservation, g.Reservation)
 	deadline := sent.Add(time.Duration(g.LeaseSecs) * time.Second)
 	// Take a slot under concurrent and the runner's limit, else give the
@@ -143,26 +185,37 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		case <-freed:
 		case <-ctx.Done():
 		}
-		return 0, ctx.Err() != nil
+		return 0, nil, ctx.Err() != nil
 	}
 	// An outcome the hub took ends the admission and releases its
 	// reservation there (ARB-34): the relay releases it itself only when
 	// the outcome did not get through, so an empty answer from GitLab
-	// costs one hub request fewer.
-	giveBack := func(o client.Outcome) {
-		if !m.reportOutcome(g.Admission, o, log) {
+	// costs one hub request fewer. With ask, and when the loop goes around at once, the outcome also
+	// asks for the loop's next reservation (relay session version 4): an
+	// empty answer then costs the hub a ticket poll, a claim and one
+	// outcome, not a new POST besides.
+	giveBack := func(o client.Outcome, ask bool) *nextReservation {
+		var taken bool
+		var next *nextReservation
+		if ask {
+			taken, next = m.reportOutcomeNext(r, g.Admission, o, log)
+		} else {
+			taken = m.reportOutcome(g.Admission, o, log)
+		}
+		if !taken {
 			m.release(g.Reservation)
 		}
 		r.setRequest(g.Admission, false)
 		m.slots.Release(r.Name)
 		m.changed()
+		return next
 	}
 	// The server may have lost its approval meanwhile (RSESS-07), and a
 	// grant whose lease ran out by our own count is not worth claiming
 	// (ARB-31).
 	if !m.cfg.Gate.Open() || !m.clk.Now().Before(deadline) || ctx.Err() != nil {
-		giveBack(client.OutcomeReleased)
-		return 0, ctx.Err() != nil
+		giveBack(client.OutcomeReleased, false)
+		return 0, nil, ctx.Err() != nil
 	}
 	// List the admission in the heartbeat first, then claim (ARB-26).
 	r.setRequest(g.Admission, true)
@@ -172,14 +225,14 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		r.setRequest(g.Admission, false)
 		m.slots.Release(r.Name)
 		m.changed()
-		return 0, ctx.Err() != nil
+		return 0, nil, ctx.Err() != nil
 	}
 	poll, ok := r.startRequest()
 	if !ok {
 		// Another loop's request is long-polling GitLab already: it
 		// hears of a new job as soon as this one would.
-		giveBack(client.OutcomeReleased)
-		return 0, false
+		giveBack(client.OutcomeReleased, false)
+		return 0, nil, false
 	}
 	out, reservation := m.requestJob(ctx, r, g, sent, log)
 	r.endRequest(poll, out)
@@ -188,15 +241,14 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 	switch out.Kind {
 	case gitlab.RequestJobReceived, gitlab.RequestUndecodable:
 		*failures = 0
-		m.tookJob(jobCtx, r, g, reservation, out, log)
-		return 0, false
+		return 0, m.tookJob(jobCtx, r, g, reservation, out, log), false
 	case gitlab.RequestNoJob:
 		*failures = 0
-		giveBack(noJobOutcome(out)) // slot and room go back (RELAY-10)
-		return 0, false
+		next := giveBack(noJobOutcome(out), true) // slot and room go back (RELAY-10)
+		return 0, next, false
 	case gitlab.RequestTokenRefused:
 		log.Error("GitLab refused the runner token (403); this runner stops asking for jobs", "token", gitlab.ShortToken(r.Token))
-		giveBack(client.OutcomeError)
+		giveBack(client.OutcomeError, false)
 		r.mu.Lock()
 		r.refused = true
 		stop := r.stop
@@ -205,21 +257,21 @@ func (m *Manager) useGrant(ctx, jobCtx context.Context, r *runnerState, g grant,
 		if stop != nil {
 			stop()
 		}
-		return 0, true
+		return 0, nil, true
 	case gitlab.RequestThrottled:
-		giveBack(client.OutcomeError)
+		giveBack(client.OutcomeError, false)
 		wait := out.RetryAfter
 		if wait <= 0 {
 			wait = m.retry.Delay(*failures, 0)
 		}
 		*failures++
-		return wait, false
+		return wait, nil, false
 	default:
 		log.Warn("job request failed", "status", out.Status)
-		giveBack(client.OutcomeError)
+		giveBack(client.OutcomeError, false)
 		wait := m.retry.Delay(*failures, 0)
 		*failures++
-		return wait, false
+		return wait, nil, false
 	}
 }
 
@@ -288,8 +340,10 @@ func (m *Manager) requestJob(ctx context.Context, r *runnerState, g grant, sent 
 }
 
 // tookJob handles a 201: record the job before anything else (RELAY-07),
-// report the outcome, and start its handler (RELAY-11).
-func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reservation string, out gitlab.RequestOutcome, log *slog.Logger) {
+// report the outcome, and start its handler (RELAY-11). The loop goes
+// around at once, so the outcome asks for its next reservation when it
+// can (reportOutcomeNext), which tookJob returns.
+func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reservation string, out gitlab.RequestOutcome, log *slog.Logger) *nextReservation {
 	now := m.clk.Now().UTC()
 	j := state.Job{
 		Admission:        g.Admission,
@@ -331,7 +385,7 @@ func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reser
 		r.setRequest(g.Admission, false)
 		m.slots.Release(r.Name)
 		m.changed()
-		return
+		return nil
 	}
 	log = log.With(logkey.GitLabJobID, j.GitLabID)
 	if err := r.Store.Put(j); err != nil {
@@ -345,9 +399,11 @@ func (m *Manager) tookJob(jobCtx context.Context, r *runnerState, g grant, reser
 	m.startJob(jobCtx, r, j, false)
 	r.setRequest(g.Admission, false)
 	m.changed()
-	if !m.reportOutcome(g.Admission, outcome, log) && outcome != client.OutcomeJob {
+	taken, next := m.reportOutcomeNext(r, g.Admission, outcome, log)
+	if !taken && outcome != client.OutcomeJob {
 		m.release(g.Reservation)
 	}
+	return next
 }
 
 // reportOutcome reports an admission's outcome until the hub takes it or
@@ -376,6 +432,73 @@ func (m *Manager) reportOutcome(admission string, o client.Outcome, log *slog.Lo
 		return false
 	}
 	return true
+}
+
+// reportOutcomeNext reports an admission's outcome as reportOutcome does
+// and, when r's loop goes around at once (proceeds) and the hub is of
+// relay session version 4 or newer, sends a new reservation request of
+// r's in it. It returns whether the hub took the outcome (or had decided
+// the admission's end already), and the request sent with the hub's
+// answer to it: a grant, a ticket, or neither (the hub did not queue it,
+// or the outcome went alone), so the next reserve sends it under the same
+// request_id. To an older hub the outcome goes alone and next is nil; to
+// one that refuses next 400 (an older instance behind the same name
+// during an upgrade) it goes alone after that answer.
+func (m *Manager) reportOutcomeNext(r *runnerState, admission string, o client.Outcome, log *slog.Logger) (bool, *nextReservation) {
+	if m.cfg.HubVersion == nil || m.cfg.HubVersion() < client.RelayVersionNext || !m.proceeds(r) {
+		return m.reportOutcome(admission, o, log), nil
+	}
+	req := newReservation(r)
+	next := &nextReservation{req: req}
+	ctx, cancel := m.lingering(10 * time.Minute)
+	defer cancel()
+	alone := false
+	err := m.retry.DoUntilAccepted(ctx, "outcome", func(ctx context.Context) error {
+		next.sent = m.clk.Now()
+		res, err := m.cfg.Hub.OutcomeNext(ctx, admission, o, req)
+		var se *client.StatusError
+		if errors.As(err, &se) {
+			switch se.Status {
+			case http.StatusConflict, http.StatusGone:
+				return nil // final answers: the hub decided already, and queued nothing
+			case http.StatusBadRequest:
+				alone = true
+				return nil
+			}
+		}
+		next.res = res
+		return err
+	})
+	switch {
+	case alone:
+		log.Debug("the hub refused the outcome with its next reservation; reporting it alone")
+		return m.reportOutcome(admission, o, log), next
+	case err != nil:
+		log.Info("outcome not taken", "outcome", o, logkey.Err, err)
+		return false, next
+	}
+	return true, next
+}
+
+// proceeds reports whether a loop of r that reserves now goes on at once,
+// rather than waiting on the gate or on another loop's long poll.
+func (m *Manager) proceeds(r *runnerState) bool {
+	return m.cfg.Gate.Open() && !r.pollerBusy()
+}
+
+// dropNext gives back what next holds, unclaimed: a ticket is cancelled
+// (API-24 releases its reservation, offered or granted), a grant reported
+// released. nil, or a next the hub did not queue, holds nothing.
+func (m *Manager) dropNext(next *nextReservation, log *slog.Logger) {
+	switch {
+	case next == nil:
+	case next.res.Grant != nil:
+		m.reportOutcome(next.res.Grant.Admission, client.OutcomeReleased, log)
+	case next.res.Ticket != "":
+		ctx, cancel := m.lingering(10 * time.Second)
+		_ = m.cfg.Hub.CancelTicket(ctx, next.res.Ticket)
+		cancel()
+	}
 }
 
 // release gives a reservation back (API-30); best effort, the hub also
@@ -471,7 +594,7 @@ func noJobOutcome(out gitlab.RequestOutcome) client.Outcome {
 func (r *runnerState) awaitPoller(ctx context.Context) error {
 	for {
 		r.mu.Lock()
-		if r.polling == 0 || !r.longPolls || !r.idleAnswer {
+		if !r.pollerBusyLocked() {
 			r.mu.Unlock()
 			return nil
 		}
@@ -483,6 +606,17 @@ func (r *runnerState) awaitPoller(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// pollerBusy reports whether awaitPoller would wait now.
+func (r *runnerState) pollerBusy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pollerBusyLocked()
+}
+
+func (r *runnerState) pollerBusyLocked() bool {
+	return r.polling > 0 && r.longPolls && r.idleAnswer
 }
 
 // startRequest is called before a loop sends its GitLab request. poll
