@@ -132,7 +132,7 @@ func TestSwitchProxyForwardsTheMintedToken(t *testing.T) {
 	}
 	b, _ := vmnetAgent(t, RegistryConfig{URL: reg.URL(), Username: "vk-node", Password: Secret("node-password"), GuestCredential: GuestCredentialJob}, NetModeSwitch)
 	spec := b.microvmSpec(&job.CiJob{}, &dispatch.Start{Job: "j1",
-		Cache: &dispatch.CacheRegistry{Repository: tok.Repository, Token: tok.Bearer, ExpiresInSecs: 600}})
+		Cache: &dispatch.CacheRegistry{Repository: tok.Repository, Token: tok.Bearer, ExpiresInSecs: 600}}, vmnetT0)
 	srv := httptest.NewServer(spec.Registry)
 	defer srv.Close()
 	// The guest's view: registry.vk:80 is the proxy.
