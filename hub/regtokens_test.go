@@ -3,24 +3,15 @@ package hub
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/opencontainers/go-digest"
-	"github.com/opencontainers/image-spec/specs-go"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/vk-ci/vk/hub/regtoken"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
-	"oras.land/oras-go/v2/registry/remote"
-	"oras.land/oras-go/v2/registry/remote/auth"
-	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
 // nodeUpWith plays node "n1" as [harness.nodeUp] does, reporting
@@ -36,41 +27,15 @@ func (h *harness) nodeUpWith(registry string) {
 }
 
 // pushAs pushes a one-layer artifact tagged v1 to repository name on
-// reg with bearer token tok, and reads its manifest back.
-func pushAs(ctx context.Context, reg *registrytest.Registry, name, tok string) error {
-	r, err := remote.NewRepository(reg.Addr + "/" + name)
-	if err != nil {
+// reg with bearer token tok, and reads it back.
+func pushAs(t *testing.T, reg *registrytest.Registry, name, tok string) error {
+	t.Helper()
+	r := reg.Repository(t, name, tok)
+	if err := registrytest.PushArtifact(t.Context(), r, "v1", []byte("cache layer")); err != nil {
 		return err
 	}
-	r.PlainHTTP = true
-	r.SetReferrersCapability(false)
-	r.Client = &auth.Client{Client: http.DefaultClient, Credential: auth.StaticCredential(reg.Addr, auth.Credential{AccessToken: tok})}
-	body := []byte("cache layer")
-	blob := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(body), Size: int64(len(body))}
-	if err := r.Push(ctx, blob, bytes.NewReader(body)); err != nil {
-		return err
-	}
-	cfg := ocispec.DescriptorEmptyJSON
-	if err := r.Push(ctx, cfg, bytes.NewReader(cfg.Data)); err != nil {
-		return err
-	}
-	man, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
-		Config: cfg, Layers: []ocispec.Descriptor{blob}})
-	mdesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(man), Size: int64(len(man))}
-	if err := r.PushReference(ctx, mdesc, bytes.NewReader(man), "v1"); err != nil {
-		return err
-	}
-	_, rc, err := r.FetchReference(ctx, "v1")
-	if err == nil {
-		rc.Close()
-	}
+	_, err := registrytest.PullArtifact(t.Context(), r, "v1")
 	return err
-}
-
-// registryRefused reports whether err is the registry's own 401 or 403.
-func registryRefused(err error) bool {
-	var er *errcode.ErrorResponse
-	return errors.As(err, &er) && (er.StatusCode == http.StatusUnauthorized || er.StatusCode == http.StatusForbidden)
 }
 
 // A job placed on a node whose reported registry is one of the hub's
@@ -82,8 +47,7 @@ func registryRefused(err error) bool {
 //
 // spec: XFER-13, XFER-16, XFER-17
 func TestStartCarriesMintedRegistryToken(t *testing.T) {
-	keyFile, certFile := registrytest.SigningKey(t)
-	reg := registrytest.NewWithTokenAuth(t, registrytest.TokenAuth{Service: "vk-registry", Issuer: "vk-hub", RootCertBundle: certFile})
+	reg, keyFile, certFile := registrytest.NewWithSigningKey(t, "vk-registry", "vk-hub")
 	h := newHarness(t, func(c *Config) {
 		c.Registries = []regtoken.Config{{URL: reg.URL(), Service: "vk-registry", Issuer: "vk-hub", KeyFile: keyFile, CertFile: certFile}}
 	})
@@ -101,11 +65,10 @@ func TestStartCarriesMintedRegistryToken(t *testing.T) {
 	if want := int((time.Hour + regtoken.LifetimeMargin) / time.Second); st.Cache.ExpiresInSecs != want {
 		t.Errorf("Cache.ExpiresInSecs = %d, want the job's hour plus the margin, %d", st.Cache.ExpiresInSecs, want)
 	}
-	ctx := t.Context()
-	if err := pushAs(ctx, reg, st.Cache.Repository, st.Cache.Token); err != nil {
+	if err := pushAs(t, reg, st.Cache.Repository, st.Cache.Token); err != nil {
 		t.Fatalf("push to the job's repository with its token: %v\n%s", err, reg.Log())
 	}
-	if err := pushAs(ctx, reg, "ci-cache/gitlab.example.com/43/unprotected", st.Cache.Token); !registryRefused(err) {
+	if err := pushAs(t, reg, "ci-cache/gitlab.example.com/43/unprotected", st.Cache.Token); !registrytest.Refused(err) {
 		t.Errorf("push to another project's repository = %v, want the registry's 401/403", err)
 	}
 

@@ -84,7 +84,7 @@ func TestAutoProbe(t *testing.T) {
 			if rep.Executor != tc.want {
 				t.Errorf("inventory executor = %q, want %q", rep.Executor, tc.want)
 			}
-			_, name, _ := a.be.choose(&job.CiJob{}, nil)
+			_, name, _ := a.be.choose(&job.CiJob{}, nil, time.Time{})
 			if name != tc.want {
 				t.Errorf("a job without an image gets the %s backend, want %s", name, tc.want)
 			}

@@ -45,7 +45,7 @@ type backends struct {
 	// (vmnet.go).
 	netMode      string
 	netModes     []string // [executor.microvm] net_modes: a job's VK_NET_MODE may name one
-	registry     func(*dispatch.Start) jobRegistry
+	registry     func(s *dispatch.Start, received time.Time) jobRegistry
 	defaultImage string // [executor] default_image
 	// imageOnHost: auto without a container backend runs image jobs on
 	// the host (image_fallback = "host").
@@ -216,10 +216,11 @@ func jobImage(j *job.CiJob) string {
 // an executor whose Prepare fails with the reason, so the stage runner
 // ends it configuration (FAIL-05) with the reason in the trace. s is
 // j's start (nil when unknown), for what the job's own registry token
-// gives it.
-func (b *backends) choose(j *job.CiJob, s *dispatch.Start) (exec.Executor, string, []string) {
+// gives it, and received when the node received it, which the token's
+// lifetime counts from.
+func (b *backends) choose(j *job.CiJob, s *dispatch.Start, received time.Time) (exec.Executor, string, []string) {
 	if b.microvm != nil {
-		return b.chooseMicroVM(j, s)
+		return b.chooseMicroVM(j, s, received)
 	}
 	if b.chooser == nil {
 		var warns []string

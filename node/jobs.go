@@ -37,6 +37,11 @@ type jobRun struct {
 	size    exec.Size
 	guest   *dispatch.Guest
 	reserve exec.Size // the envelope the stage runner defaults to
+	// received is when the node received start: the lifetime of the job's
+	// registry token counts from it, for its cache stages (cache) and its
+	// guest registry proxy alike (XFER-13). Zero for a recovered job,
+	// which never runs again.
+	received time.Time
 	// cache is the start's own cache repository and token with its
 	// expiry counted from the start's receipt (XFER-13); nil without.
 	cache *stage.CacheRegistry
@@ -79,6 +84,7 @@ func (jr *jobRun) signalCancel() {
 
 // onStart admits, journals and runs a job (NSESS-07, NODE-06..09).
 func (a *Agent) onStart(m *dispatch.Start) {
+	received := a.clk.Now()
 	refuse := func(r dispatch.RefusalReason, msg string) {
 		a.send(&dispatch.JobUpdate{Job: m.Job, State: dispatch.JobRefused, Reason: r, Message: msg})
 		a.log.Info("start refused", logkey.JobID, m.Job, "reason", r, "message", msg)
@@ -131,8 +137,8 @@ func (a *Agent) onStart(m *dispatch.Start) {
 		return
 	}
 	jr := newJobRun(m.Job, sp)
-	jr.start = m
-	jr.cache = a.cacheRegistry(m)
+	jr.start, jr.received = m, received
+	jr.cache = cacheRegistry(m, received)
 	granted := rep.Granted
 	jr.reserve = exec.Size{CPUs: int(granted.CPUs), MemMiB: granted.MemBytes >> 20}
 	jr.size = a.sizeJob(m.Spec.GitLabCI, jr.reserve)
@@ -225,7 +231,7 @@ func (a *Agent) run(jr *jobRun) {
 		return
 	}
 	w := &spoolWriter{a: a, jr: jr}
-	ex, exName, warns := a.be.choose(jr.start.Spec.GitLabCI, jr.start)
+	ex, exName, warns := a.be.choose(jr.start.Spec.GitLabCI, jr.start, jr.received)
 	var src egressSource
 	if _, refused := ex.(refuseExecutor); exName == BackendOCI && !refused {
 		// The job's own network namespace: its counters are the job's
@@ -470,18 +476,24 @@ func (a *Agent) stageStarted(jr *jobRun, name string) {
 
 // cacheRegistry is start s's own cache repository and registry token
 // (XFER-13), nil when it carries none; the token's lifetime counts from
-// now, the start's receipt (no wall-clock time crosses the wire). The
-// repository's validity and the token's expiry are checked by each
+// received, the start's receipt (no wall-clock time crosses the wire).
+// The repository's validity and the token's expiry are checked by each
 // cache stage, which skips with a warning (XFER-14).
-func (a *Agent) cacheRegistry(s *dispatch.Start) *stage.CacheRegistry {
+func cacheRegistry(s *dispatch.Start, received time.Time) *stage.CacheRegistry {
 	if s == nil || s.Cache == nil {
 		return nil
 	}
-	c := &stage.CacheRegistry{Repository: s.Cache.Repository, Token: s.Cache.Token}
-	if s.Cache.ExpiresInSecs > 0 {
-		c.Expires = a.clk.Now().Add(time.Duration(s.Cache.ExpiresInSecs) * time.Second)
+	return &stage.CacheRegistry{Repository: s.Cache.Repository, Token: s.Cache.Token, Expires: tokenExpiry(s.Cache, received)}
+}
+
+// tokenExpiry is when the job registry token of c stops working: its
+// lifetime after received, the start's receipt; zero (never) without a
+// lifetime.
+func tokenExpiry(c *dispatch.CacheRegistry, received time.Time) time.Time {
+	if c.ExpiresInSecs <= 0 {
+		return time.Time{}
 	}
-	return c
+	return received.Add(time.Duration(c.ExpiresInSecs) * time.Second)
 }
 
 // withoutCaches is why a start runs without caches, or "": under

@@ -238,19 +238,20 @@ func (a *Agent) startMicroVM(b *backends, mc microvm.Config) error {
 }
 
 // chooseMicroVM is the microvm backend's executor for j (of start s, nil
-// when unknown).
-func (b *backends) chooseMicroVM(j *job.CiJob, s *dispatch.Start) (exec.Executor, string, []string) {
+// when unknown, received at received).
+func (b *backends) chooseMicroVM(j *job.CiJob, s *dispatch.Start, received time.Time) (exec.Executor, string, []string) {
 	if _, err := b.jobNetMode(j); err != nil {
 		return refuseExecutor{err}, BackendMicroVM, nil
 	}
-	return b.microvm.For(b.microvmSpec(j, s)), BackendMicroVM, nil
+	return b.microvm.For(b.microvmSpec(j, s, received)), BackendMicroVM, nil
 }
 
-// microvmSpec is what the microvm backend runs j (of start s) with: its
-// image (or the node's default image) as the guest's root, else the
-// initramfs; its services as VMs beside it; and under net_mode "switch"
-// the job's guest registry proxy and its steps' namespaces (XFER-23).
-func (b *backends) microvmSpec(j *job.CiJob, s *dispatch.Start) microvm.Spec {
+// microvmSpec is what the microvm backend runs j (of start s, received
+// at received) with: its image (or the node's default image) as the
+// guest's root, else the initramfs; its services as VMs beside it; and
+// under net_mode "switch" the job's guest registry proxy and its steps'
+// namespaces (XFER-23).
+func (b *backends) microvmSpec(j *job.CiJob, s *dispatch.Start, received time.Time) microvm.Spec {
 	var spec microvm.Spec
 	if j.Image != nil {
 		spec.Image = *j.Image
@@ -269,7 +270,7 @@ func (b *backends) microvmSpec(j *job.CiJob, s *dispatch.Start) microvm.Spec {
 	}
 	spec.NetMode, _ = b.jobNetMode(j) // chooseMicroVM refused a job asking for a mode not allowed
 	if regproxy.Enabled(spec.NetMode) && b.registry != nil {
-		r := b.registry(s)
+		r := b.registry(s, received)
 		spec.Registry, spec.RegistryNamespaces = r.proxy, r.namespaces
 	}
 	return spec

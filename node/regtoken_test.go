@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io/fs"
 	"net"
 	"net/http"
@@ -14,14 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/vk-ci/vk/hub/regtoken"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"github.com/vk-ci/vk/proto/dispatch"
 	"github.com/vk-ci/vk/proto/job"
 	"oras.land/oras-go/v2/registry/remote"
-	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
 // startCache is startWith for a start carrying cache registry c.
@@ -33,6 +29,19 @@ func startCache(t *testing.T, h *testHub, id, res string, spec job.JobSpec, c *d
 		t.Fatalf("offer: %+v", rep)
 	}
 	h.send(&dispatch.Start{Job: id, Reservation: res, Envelope: env1, Spec: spec, Cache: c})
+}
+
+// mintingRegistry starts the real docker-registry under token
+// authentication and returns it with the hub's minter of tokens it
+// accepts.
+func mintingRegistry(t *testing.T) (*registrytest.Registry, *regtoken.Minter) {
+	t.Helper()
+	reg, keyFile, certFile := registrytest.NewWithSigningKey(t, "vk-registry", "vk-hub")
+	m, err := regtoken.New([]regtoken.Config{{URL: reg.URL(), Service: "vk-registry", Issuer: "vk-hub", KeyFile: keyFile, CertFile: certFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, m
 }
 
 // A start carrying a cache repository and a token the hub minted keeps
@@ -47,12 +56,7 @@ func startCache(t *testing.T, h *testHub, id, res string, spec job.JobSpec, c *d
 //
 // spec: XFER-13, XFER-14, XFER-16
 func TestStartCacheRegistryKeepsCachesWithTheJobsToken(t *testing.T) {
-	keyFile, certFile := registrytest.SigningKey(t)
-	reg := registrytest.NewWithTokenAuth(t, registrytest.TokenAuth{Service: "vk-registry", Issuer: "vk-hub", RootCertBundle: certFile})
-	m, err := regtoken.New([]regtoken.Config{{URL: reg.URL(), Service: "vk-registry", Issuer: "vk-hub", KeyFile: keyFile, CertFile: certFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := mintingRegistry(t)
 	stateDir := t.TempDir()
 	h, _ := connected(t, func(c *Config) {
 		c.Node.StateDir = stateDir
@@ -120,35 +124,23 @@ func TestStartCacheRegistryKeepsCachesWithTheJobsToken(t *testing.T) {
 //
 // spec: XFER-18, XFER-20
 func TestSwitchProxyForwardsTheMintedToken(t *testing.T) {
-	keyFile, certFile := registrytest.SigningKey(t)
-	reg := registrytest.NewWithTokenAuth(t, registrytest.TokenAuth{Service: "vk-registry", Issuer: "vk-hub", RootCertBundle: certFile})
-	m, err := regtoken.New([]regtoken.Config{{URL: reg.URL(), Service: "vk-registry", Issuer: "vk-hub", KeyFile: keyFile, CertFile: certFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := mintingRegistry(t)
 	tok, err := m.Mint(time.Now(), reg.URL(), regtoken.Job{ID: "j1", GitLabURL: "https://gitlab.example.com", ProjectID: 12, Protected: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := vmnetAgent(t, RegistryConfig{URL: reg.URL(), Username: "vk-node", Password: Secret("node-password"), GuestCredential: GuestCredentialJob}, NetModeSwitch)
 	spec := b.microvmSpec(&job.CiJob{}, &dispatch.Start{Job: "j1",
-		Cache: &dispatch.CacheRegistry{Repository: tok.Repository, Token: tok.Bearer, ExpiresInSecs: 600}})
+		Cache: &dispatch.CacheRegistry{Repository: tok.Repository, Token: tok.Bearer, ExpiresInSecs: 600}}, vmnetT0)
 	srv := httptest.NewServer(spec.Registry)
 	defer srv.Close()
 	// The guest's view: registry.vk:80 is the proxy.
 	guest := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, srv.Listener.Addr().String())
 	}}}
-	repo := func(name string) *remote.Repository {
-		r, err := remote.NewRepository("registry.vk/" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.PlainHTTP, r.Client = true, guest
-		return r
-	}
+	repo := func(name string) *remote.Repository { return registrytest.Repo(t, "registry.vk/"+name, guest) }
 	body := []byte("a cache layer pushed through registry.vk")
-	blob := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(body), Size: int64(len(body))}
+	blob := registrytest.Blob(body)
 	ctx := t.Context()
 	if err := repo(tok.Repository).Push(ctx, blob, bytes.NewReader(body)); err != nil {
 		t.Fatalf("push through the proxy to the job's repository: %v\n%s", err, reg.Log())
@@ -157,8 +149,7 @@ func TestSwitchProxyForwardsTheMintedToken(t *testing.T) {
 		t.Errorf("the pushed blob through the proxy: exists %v, %v", ok, err)
 	}
 	err = repo("ci-cache/gitlab.example.com/13/protected").Push(ctx, blob, bytes.NewReader(body))
-	var er *errcode.ErrorResponse
-	if !errors.As(err, &er) || er.StatusCode != http.StatusUnauthorized {
+	if registrytest.Status(err) != http.StatusUnauthorized {
 		t.Errorf("push through the proxy to another project's repository = %v, want the registry's 401", err)
 	}
 }

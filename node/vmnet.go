@@ -43,7 +43,9 @@ func (m MicroVMConfig) netMode() string {
 func (a *Agent) wireVMNet(b *backends) {
 	b.netMode = a.cfg.Executor.MicroVM.netMode()
 	b.netModes = a.cfg.Executor.MicroVM.NetModes
-	b.registry = func(s *dispatch.Start) jobRegistry { return jobProxy(a.cfg.Registry, s, a.clk, a.log) }
+	b.registry = func(s *dispatch.Start, received time.Time) jobRegistry {
+		return jobProxy(a.cfg.Registry, s, received, a.clk, a.log)
+	}
 }
 
 // jobRegistry is what a job's VM gets on its switch network: its guest
@@ -60,22 +62,24 @@ type jobRegistry struct {
 // given to it, under either guest_credential mode (XFER-18). A start
 // without a token gets a proxy refusing everything (XFER-19), and so does
 // a node without a usable [registry] url. The token's lifetime counts from
-// now (the start's receipt, near enough: the executor is chosen as the
-// job starts). The steps' namespaces are the token's one grant, its cache
-// repository, read and write; the start carries no finer list.
-func jobProxy(reg RegistryConfig, s *dispatch.Start, clk clock.Clock, log *slog.Logger) jobRegistry {
+// received, when the node received the start, as for the job's cache
+// stages; not from when the executor is chosen, which is later by as
+// long as the job waited for its size on the ledger. No lifetime starts
+// afresh: a redelivered start is answered from the journal and never run
+// again, and a job the node was running when it stopped ends interrupted
+// when it restarts, so no proxy is built for a start of an earlier run
+// (which is why the journal keeps no receipt time). The steps' namespaces
+// are the token's one grant, its cache repository, read and write; the
+// start carries no finer list.
+func jobProxy(reg RegistryConfig, s *dispatch.Start, received time.Time, clk clock.Clock, log *slog.Logger) jobRegistry {
 	if s != nil {
 		log = log.With(logkey.JobID, s.Job)
 	}
 	if s == nil || s.Cache == nil || s.Cache.Token == "" {
 		return jobRegistry{proxy: regproxy.Refusing(regproxy.ErrNoToken, log)}
 	}
-	var expires time.Time
-	if s.Cache.ExpiresInSecs > 0 {
-		expires = clk.Now().Add(time.Duration(s.Cache.ExpiresInSecs) * time.Second)
-	}
 	p, err := regproxy.New(regproxy.Config{Upstream: reg.URL, Token: regproxy.Token(s.Cache.Token),
-		Expires: expires, Clock: clk, Log: log})
+		Expires: tokenExpiry(s.Cache, received), Clock: clk, Log: log})
 	if err != nil {
 		log.Warn("the job's registry proxy refuses everything", logkey.Err, err)
 		return jobRegistry{proxy: regproxy.Refusing(err, log)}

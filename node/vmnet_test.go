@@ -28,15 +28,20 @@ func manifestAnswer(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, `{"schemaVersion":2}`)
 }
 
+// vmnetT0 is when the fake clocks of the vmnet tests start, and when
+// their starts are received unless a test says otherwise.
+var vmnetT0 = time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+
 // vmnetAgent is an agent with cfg's [registry] and [executor.microvm]
-// net_mode, its clock fake, and backends wired as the microvm backend
-// wires them (no VM is booted: the test reads the Spec the node builds).
+// net_mode, its clock fake (at vmnetT0), and backends wired as the
+// microvm backend wires them (no VM is booted: the test reads the Spec
+// the node builds).
 func vmnetAgent(t *testing.T, reg RegistryConfig, netMode string) (*backends, *clock.Fake) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Registry = reg
 	cfg.Executor.MicroVM.NetMode = netMode
-	clk := clock.NewFake(time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC))
+	clk := clock.NewFake(vmnetT0)
 	a := &Agent{cfg: cfg, clk: clk, log: testlog.New(t)}
 	b := &backends{}
 	a.wireVMNet(b)
@@ -70,7 +75,7 @@ func TestMicroVMSpecNetMode(t *testing.T) {
 	}{{"", NetModeNone, false}, {NetModeNone, NetModeNone, false}, {NetModeSwitch, NetModeSwitch, true}} {
 		t.Run("net_mode="+tt.key, func(t *testing.T) {
 			b, _ := vmnetAgent(t, RegistryConfig{URL: "https://registry.example.com", GuestCredential: GuestCredentialJob}, tt.key)
-			spec := b.microvmSpec(&job.CiJob{}, start)
+			spec := b.microvmSpec(&job.CiJob{}, start, vmnetT0)
 			if spec.NetMode != tt.want {
 				t.Errorf("NetMode %q, want %q", spec.NetMode, tt.want)
 			}
@@ -104,7 +109,7 @@ func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
 
 			const repo = "ci-cache/gitlab.example.com/12"
 			start := &dispatch.Start{Job: "j1", Cache: &dispatch.CacheRegistry{Repository: repo, Token: "job-token", ExpiresInSecs: 600}}
-			spec := b.microvmSpec(&job.CiJob{}, start)
+			spec := b.microvmSpec(&job.CiJob{}, start, vmnetT0)
 			if code, body := pull(t, spec.Registry, repo); code != http.StatusOK {
 				t.Fatalf("pull with a token: %d %s", code, body)
 			}
@@ -131,7 +136,7 @@ func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
 				"empty token":       {Job: "j3", Cache: &dispatch.CacheRegistry{Repository: repo}},
 				"unknown start":     nil,
 			} {
-				spec := b.microvmSpec(&job.CiJob{}, s)
+				spec := b.microvmSpec(&job.CiJob{}, s, vmnetT0)
 				if code, body := pull(t, spec.Registry, repo); code != http.StatusForbidden || !strings.Contains(body, "no registry token") {
 					t.Errorf("%s: pull %d %s, want 403 no registry token", name, code, body)
 				}
@@ -143,6 +148,50 @@ func TestSwitchProxyInjectsTheJobsToken(t *testing.T) {
 				t.Errorf("the registry saw %d requests, want only the first pull's: %q", n, up.requests())
 			}
 		})
+	}
+}
+
+// The lifetime of a job's registry token counts from the start's
+// receipt, not from when the job's executor is chosen: a start received
+// at T whose guest registry proxy is built D later (the job waited for
+// its size on the ledger) gets a proxy that forwards before T+lifetime
+// and refuses as expired from then on, although T+D+lifetime is still
+// ahead; the job's cache stages get the same expiry.
+func TestSwitchProxyTokenLifetimeFromReceipt(t *testing.T) {
+	up := &authLog{answer: manifestAnswer}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	b, clk := vmnetAgent(t, RegistryConfig{URL: srv.URL, GuestCredential: GuestCredentialJob}, NetModeSwitch)
+	const (
+		repo     = "ci-cache/gitlab.example.com/12"
+		lifetime = 600 * time.Second
+		wait     = 300 * time.Second // from the receipt to the executor's choice
+	)
+	start := &dispatch.Start{Job: "j1", Cache: &dispatch.CacheRegistry{Repository: repo, Token: "job-token", ExpiresInSecs: int(lifetime / time.Second)}}
+	received := clk.Now()
+	if c := cacheRegistry(start, received); !c.Expires.Equal(received.Add(lifetime)) {
+		t.Errorf("the cache stages' token expiry %v, want the receipt plus the lifetime, %v", c.Expires, received.Add(lifetime))
+	}
+
+	clk.Advance(wait)
+	spec := b.microvmSpec(&job.CiJob{}, start, received)
+	if code, body := pull(t, spec.Registry, repo); code != http.StatusOK {
+		t.Fatalf("pull %v after the receipt: %d %s", wait, code, body)
+	}
+	clk.Advance(lifetime - wait - time.Second)
+	if code, body := pull(t, spec.Registry, repo); code != http.StatusOK {
+		t.Fatalf("pull a second before the receipt plus the lifetime: %d %s", code, body)
+	}
+	clk.Advance(time.Second)
+	if code, body := pull(t, spec.Registry, repo); code != http.StatusForbidden || !strings.Contains(body, "expired") {
+		t.Errorf("pull at the receipt plus the lifetime: %d %s, want 403 expired", code, body)
+	}
+	clk.Advance(wait - 2*time.Second)
+	if code, body := pull(t, spec.Registry, repo); code != http.StatusForbidden || !strings.Contains(body, "expired") {
+		t.Errorf("pull just before the proxy's build plus the lifetime: %d %s, want 403 expired", code, body)
+	}
+	if n := len(up.requests()); n != 2 {
+		t.Errorf("the registry saw %d requests, want the two before the expiry: %q", n, up.requests())
 	}
 }
 
@@ -230,14 +279,14 @@ func TestJobChoosesItsNetMode(t *testing.T) {
 			cfg.Registry = reg
 			cfg.Executor.MicroVM.NetMode, cfg.Executor.MicroVM.NetModes = tt.node, tt.allowed
 			b := &backends{}
-			(&Agent{cfg: cfg, clk: clock.NewFake(time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)), log: testlog.New(t)}).wireVMNet(b)
+			(&Agent{cfg: cfg, clk: clock.NewFake(vmnetT0), log: testlog.New(t)}).wireVMNet(b)
 			j := asking(tt.asked)
 			mode, err := b.jobNetMode(j)
 			if tt.want == "" {
 				if !errors.Is(err, exec.ErrConfiguration) || !strings.Contains(err.Error(), NetModeVar+"=\""+tt.asked+"\"") {
 					t.Fatalf("VK_NET_MODE=%q on a node allowing %q: err %v, want a configuration error naming it", tt.asked, tt.allowed, err)
 				}
-				if ex, _, _ := b.chooseMicroVM(j, start); !isRefusal(ex) {
+				if ex, _, _ := b.chooseMicroVM(j, start, vmnetT0); !isRefusal(ex) {
 					t.Errorf("the job was not refused: executor %T", ex)
 				}
 				return
@@ -245,7 +294,7 @@ func TestJobChoosesItsNetMode(t *testing.T) {
 			if err != nil || mode != tt.want {
 				t.Fatalf("VK_NET_MODE=%q: mode %q err %v, want %q", tt.asked, mode, err, tt.want)
 			}
-			spec := b.microvmSpec(j, start)
+			spec := b.microvmSpec(j, start, vmnetT0)
 			if spec.NetMode != tt.want || (spec.Registry != nil) != (tt.want == NetModeSwitch) {
 				t.Errorf("spec: mode %q, proxy %v; want %q with a proxy only under switch", spec.NetMode, spec.Registry != nil, tt.want)
 			}

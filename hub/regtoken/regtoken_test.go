@@ -2,7 +2,6 @@ package regtoken
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -22,15 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opencontainers/go-digest"
-	"github.com/opencontainers/image-spec/specs-go"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/vk-ci/vk/internal/cacherepo"
 	"github.com/vk-ci/vk/internal/registrytest"
 	"oras.land/oras-go/v2/errdef"
-	"oras.land/oras-go/v2/registry/remote"
-	"oras.land/oras-go/v2/registry/remote/auth"
-	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
 const (
@@ -43,72 +36,12 @@ const (
 // Minter for it.
 func tokenRegistry(t *testing.T, prefix string) (*registrytest.Registry, *Minter) {
 	t.Helper()
-	keyFile, certFile := registrytest.SigningKey(t)
-	reg := registrytest.NewWithTokenAuth(t, registrytest.TokenAuth{Service: testService, Issuer: testIssuer, RootCertBundle: certFile})
+	reg, keyFile, certFile := registrytest.NewWithSigningKey(t, testService, testIssuer)
 	m, err := New([]Config{{URL: reg.URL(), Service: testService, Issuer: testIssuer, KeyFile: keyFile, CertFile: certFile, RepositoryPrefix: prefix}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return reg, m
-}
-
-// repoWith is repository name on reg, reached with bearer token tok.
-func repoWith(t *testing.T, reg *registrytest.Registry, name, tok string) *remote.Repository {
-	t.Helper()
-	r, err := remote.NewRepository(reg.Addr + "/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.PlainHTTP = true
-	r.SetReferrersCapability(false)
-	r.Client = &auth.Client{Client: http.DefaultClient, Credential: auth.StaticCredential(reg.Addr, auth.Credential{AccessToken: tok})}
-	return r
-}
-
-// push uploads a blob and tags a manifest naming it; pull resolves the
-// tag and reads the blob back.
-func push(ctx context.Context, r *remote.Repository, body []byte) error {
-	blob := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(body), Size: int64(len(body))}
-	if err := r.Push(ctx, blob, bytes.NewReader(body)); err != nil {
-		return err
-	}
-	cfg := ocispec.DescriptorEmptyJSON
-	if err := r.Push(ctx, cfg, bytes.NewReader(cfg.Data)); err != nil {
-		return err
-	}
-	man, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
-		ArtifactType: "application/vnd.vk.test", Config: cfg, Layers: []ocispec.Descriptor{blob}})
-	mdesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(man), Size: int64(len(man))}
-	return r.PushReference(ctx, mdesc, bytes.NewReader(man), "v1")
-}
-
-func pull(ctx context.Context, r *remote.Repository) ([]byte, error) {
-	_, rc, err := r.FetchReference(ctx, "v1")
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	var man ocispec.Manifest
-	if err := json.NewDecoder(rc).Decode(&man); err != nil {
-		return nil, err
-	}
-	brc, err := r.Fetch(ctx, man.Layers[0])
-	if err != nil {
-		return nil, err
-	}
-	defer brc.Close()
-	var b bytes.Buffer
-	_, err = b.ReadFrom(brc)
-	return b.Bytes(), err
-}
-
-// status is the HTTP status of a registry's refusal, 0 for another error.
-func status(err error) int {
-	var er *errcode.ErrorResponse
-	if errors.As(err, &er) {
-		return er.StatusCode
-	}
-	return 0
 }
 
 // A token the hub minted lets the job push and pull its own cache
@@ -132,12 +65,12 @@ func TestMintedTokenGrantsOnlyTheJobsRepository(t *testing.T) {
 	if want := time.Hour + LifetimeMargin; tok.Lifetime != want {
 		t.Errorf("Lifetime = %v, want %v", tok.Lifetime, want)
 	}
-	own := repoWith(t, reg, tok.Repository, tok.Bearer)
+	own := reg.Repository(t, tok.Repository, tok.Bearer)
 	body := []byte("the job's cache layer")
-	if err := push(ctx, own, body); err != nil {
+	if err := registrytest.PushArtifact(ctx, own, "v1", body); err != nil {
 		t.Fatalf("push to the job's own repository: %v\n%s", err, reg.Log())
 	}
-	if got, err := pull(ctx, own); err != nil || !bytes.Equal(got, body) {
+	if got, err := registrytest.PullArtifact(ctx, own, "v1"); err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("pull from the job's own repository = %q, %v; want %q", got, err, body)
 	}
 
@@ -147,9 +80,9 @@ func TestMintedTokenGrantsOnlyTheJobsRepository(t *testing.T) {
 		"the project's own root": "tenants/acme/ci-cache/gitlab.example.com/sub/42",
 	}
 	for what, name := range others {
-		err := push(ctx, repoWith(t, reg, name, tok.Bearer), body)
-		if s := status(err); s != http.StatusUnauthorized && s != http.StatusForbidden {
-			t.Errorf("push to %s (%s) = %v (status %d), want the registry's 401 or 403", what, name, err, s)
+		err := registrytest.PushArtifact(ctx, reg.Repository(t, name, tok.Bearer), "v1", body)
+		if !registrytest.Refused(err) {
+			t.Errorf("push to %s (%s) = %v (status %d), want the registry's 401 or 403", what, name, err, registrytest.Status(err))
 		}
 	}
 
@@ -161,7 +94,7 @@ func TestMintedTokenGrantsOnlyTheJobsRepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pull(ctx, repoWith(t, reg, old.Repository, old.Bearer)); status(err) != http.StatusUnauthorized {
+	if _, err := registrytest.PullArtifact(ctx, reg.Repository(t, old.Repository, old.Bearer), "v1"); registrytest.Status(err) != http.StatusUnauthorized {
 		t.Errorf("pull with an expired token = %v, want 401", err)
 	}
 
@@ -172,7 +105,7 @@ func TestMintedTokenGrantsOnlyTheJobsRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged, _ := stranger.Mint(time.Now(), reg.URL(), job)
-	if _, err := pull(ctx, repoWith(t, reg, forged.Repository, forged.Bearer)); status(err) != http.StatusUnauthorized {
+	if _, err := registrytest.PullArtifact(ctx, reg.Repository(t, forged.Repository, forged.Bearer), "v1"); registrytest.Status(err) != http.StatusUnauthorized {
 		t.Errorf("pull with a token of an untrusted key = %v, want 401", err)
 	}
 }
@@ -199,7 +132,7 @@ func TestRSAKeyTokenAccepted(t *testing.T) {
 	if tok.Repository != "ci-cache/gitlab.com/7/unprotected" {
 		t.Errorf("Repository = %q", tok.Repository)
 	}
-	if _, err := pull(t.Context(), repoWith(t, reg, tok.Repository, tok.Bearer)); !errors.Is(err, errdef.ErrNotFound) {
+	if _, err := registrytest.PullArtifact(t.Context(), reg.Repository(t, tok.Repository, tok.Bearer), "v1"); !errors.Is(err, errdef.ErrNotFound) {
 		t.Errorf("pull of a missing tag with an RS256 token = %v, want not found (the token accepted)", err)
 	}
 }

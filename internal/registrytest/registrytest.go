@@ -7,6 +7,11 @@
 // The process is stopped by PID in t.Cleanup. [Registry.Stop] and
 // [Registry.Start] let a test take the registry down and bring it back on
 // the same address with the same data, to exercise client retries.
+//
+// The client side is oras: [Registry.Repository] (or [Repo]) is a
+// repository reached with a bearer token, [PushArtifact] and
+// [PullArtifact] push and read back a one-layer artifact, and [Status]
+// is the registry's refusal in an error.
 package registrytest
 
 import (

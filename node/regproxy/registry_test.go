@@ -38,14 +38,7 @@ func registryFront(t *testing.T) *front {
 
 func guestRepo(t *testing.T, g *guest, name string) *remote.Repository {
 	t.Helper()
-	repo, err := remote.NewRepository(Host + "/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo.PlainHTTP = true
-	repo.Client = g.Client // the guest has no credential of its own
-	repo.SetReferrersCapability(false)
-	return repo
+	return registrytest.Repo(t, Host+"/"+name, g.Client) // the guest has no credential of its own
 }
 
 // spec: XFER-18, XFER-20
