@@ -207,6 +207,22 @@ type recordingHub struct {
 func (h recordingHub) Reserve(ctx context.Context, req client.ReservationRequest) (hubclient.Reserved, error) {
 	call := h.r.now()
 	res, err := h.Hub.Reserve(ctx, req)
+	h.reserved(call, res, err)
+	return res, err
+}
+
+// OutcomeNext records what the outcome's next reservation request was
+// answered, as Reserve does (the outcome itself is not modelled).
+func (h recordingHub) OutcomeNext(ctx context.Context, admission string, o client.Outcome, next client.ReservationRequest) (hubclient.Reserved, error) {
+	call := h.r.now()
+	res, err := h.Hub.OutcomeNext(ctx, admission, o, next)
+	h.reserved(call, res, err)
+	return res, err
+}
+
+// reserved records a reservation request's answer: a grant, or a ticket
+// queued.
+func (h recordingHub) reserved(call int64, res hubclient.Reserved, err error) {
 	switch {
 	case err != nil:
 	case res.Grant != nil:
@@ -214,7 +230,6 @@ func (h recordingHub) Reserve(ctx context.Context, req client.ReservationRequest
 	case res.Ticket != "":
 		h.r.add(0, call, opTicket, "tk:"+res.Ticket, apiOut{})
 	}
-	return res, err
 }
 
 func (h recordingHub) PollTicket(ctx context.Context, ticket string, wait time.Duration) (hubclient.Reserved, error) {
