@@ -124,6 +124,20 @@ func (s *Server) Requests() []Request {
 	return slices.Clone(s.requests)
 }
 
+// routeStatus is a request's route and the status it was answered.
+type routeStatus struct {
+	route  Route
+	status int
+}
+
+// Answered returns how many requests on route were answered status since
+// the server started, counting those the bounded log dropped.
+func (s *Server) Answered(route Route, status int) int {
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
+	return s.answered[routeStatus{route, status}]
+}
+
 // RequestsTo returns the logged requests on route, oldest first.
 func (s *Server) RequestsTo(route Route) []Request {
 	var out []Request
@@ -214,6 +228,10 @@ func (s *Server) wrap(route Route, h http.HandlerFunc) http.HandlerFunc {
 			rec.Status = sw.status
 			s.reqMu.Lock()
 			s.requests = append(s.requests, rec)
+			if s.answered == nil {
+				s.answered = map[routeStatus]int{}
+			}
+			s.answered[routeStatus{rec.Route, rec.Status}]++
 			if keep := s.maxRequestLog(); len(s.requests) > keep {
 				s.requests = slices.Delete(s.requests, 0, len(s.requests)-keep)
 			}

@@ -85,7 +85,8 @@ type Options struct {
 	// AcceptTimeout bounds MismatchPending; 0 means 5 minutes (Rails' ACCEPT_TIMEOUT).
 	AcceptTimeout time.Duration
 	// MaxRequestLog bounds the request log kept for [Server.Requests]
-	// (oldest dropped first); 0 means 10000.
+	// (oldest dropped first); 0 means 10000. [Server.Answered] counts
+	// every request regardless.
 	MaxRequestLog int
 	// DataDir holds the bare git repositories; "" means a temp dir removed by Close.
 	DataDir string
@@ -130,8 +131,11 @@ type Server struct {
 	srv, objSrv *http.Server
 	started     bool
 
-	reqMu    sync.Mutex // guards requests; may be taken with mu held, never the reverse
+	reqMu    sync.Mutex // guards requests and answered; may be taken with mu held, never the reverse
 	requests []Request
+	// answered counts every request by route and status, the log's
+	// dropped ones too.
+	answered map[routeStatus]int
 
 	// holdHook, when set (tests only), runs when a job request starts
 	// being held by the long poll. Guarded by mu.

@@ -521,6 +521,10 @@ func TestRequestLogBounded(t *testing.T) {
 	if len(rs) != 3 || string(rs[0].Body) != `{"token":"t2"}` {
 		t.Fatalf("log = %d entries, first %q; want the last 3", len(rs), rs[0].Body)
 	}
+	// The counts are not bounded by the log.
+	if n := s.Answered(rs[0].Route, rs[0].Status); n != 5 {
+		t.Errorf("Answered(%s, %d) = %d, want 5", rs[0].Route, rs[0].Status, n)
+	}
 }
 
 func TestWaitJobState(t *testing.T) {
