@@ -64,9 +64,13 @@ type MicroVMConfig struct {
 	WaitForServicesTimeout int `toml:"wait_for_services_timeout"`
 }
 
-// Bounds of the service VMs' keys: below 128 MiB the stock guest kernel
-// with the initramfs (busybox, modules, vk-agent) leaves a service next
-// to nothing, and QEMU's microvm machine is sized for a handful of vCPUs.
+// Bounds of the service VMs' keys. Memory, measured with Debian's 6.1
+// guest kernel and a busybox image (go test ./node/exec/microvm -run
+// TestServiceMemFloor -microvm.memfloor, docs/node.md): 96 MiB and less
+// do not boot (the kernel panics unpacking the initramfs), 112 MiB boots
+// with about 10 MiB left for the service, 128 MiB with about 28 MiB. So
+// 128 is the least a service can use. QEMU's microvm machine is sized
+// for a handful of vCPUs.
 const (
 	minServiceMemMiB = 128
 	maxServiceCPUs   = 64

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,23 +31,7 @@ import (
 // destroys both VMs and the network.
 // spec: STAGE-07
 func TestServiceVMReachedByAlias(t *testing.T) {
-	if err := Available("", ""); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	if err := AvailableImages(); err != nil {
-		need.Missingf(t, "%v", err)
-	}
-	reg := registrytest.New(t)
-	layer := ocitest.Layer(t, append(ocitest.BaseFiles(t),
-		ocitest.File{Name: "entry", Mode: 0o755, Body: "#!/bin/sh\necho \"entrypoint as $(id -u)\"\nexec \"$@\"\n"}))
-	ocitest.Push(t, reg.Addr, "test/vm:v1", ocitest.Host(), map[string]any{
-		"Env": []string{"PATH=/bin"}, "User": "builder", "Entrypoint": []string{"/entry"},
-	}, layer)
-	store, err := imagestore.New(imagestore.Config{Root: filepath.Join(t.TempDir(), "images"),
-		Rules: imagestore.Rules{Registry: reg.Addr, PlainHTTP: []string{reg.Addr}}, Log: testlog.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := serviceImageStore(t)
 	e, err := New(Config{Root: filepath.Join(t.TempDir(), "vms"), Agent: buildAgent(t), Accel: AccelTCG,
 		BootTimeout: tcgBootTimeout, Images: store, DiskMiB: 64, ServiceMemMiB: 192, Log: testlog.New(t)})
 	if err != nil {
@@ -106,7 +91,81 @@ func TestServiceVMReachedByAlias(t *testing.T) {
 	}
 }
 
-// A service that exited is reported in gitlab-runner's words, with its
+// serviceImageStore pushes test/vm:v1 to a real registry: busybox, a
+// builder user, and an entrypoint that announces itself and execs its
+// arguments; it returns an image store pulling from that registry. It
+// skips (fails under CI=true) without QEMU, a guest kernel or the image
+// tools.
+func serviceImageStore(t *testing.T) *imagestore.Store {
+	t.Helper()
+	if err := Available("", ""); err != nil {
+		need.Missingf(t, "%v", err)
+	}
+	if err := AvailableImages(); err != nil {
+		need.Missingf(t, "%v", err)
+	}
+	reg := registrytest.New(t)
+	layer := ocitest.Layer(t, append(ocitest.BaseFiles(t),
+		ocitest.File{Name: "entry", Mode: 0o755, Body: "#!/bin/sh\necho \"entrypoint as $(id -u)\"\nexec \"$@\"\n"}))
+	ocitest.Push(t, reg.Addr, "test/vm:v1", ocitest.Host(), map[string]any{
+		"Env": []string{"PATH=/bin"}, "User": "builder", "Entrypoint": []string{"/entry"},
+	}, layer)
+	store, err := imagestore.New(imagestore.Config{Root: filepath.Join(t.TempDir(), "images"),
+		Rules: imagestore.Rules{Registry: reg.Addr, PlainHTTP: []string{reg.Addr}}, Log: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+var memFloor = flag.Bool("microvm.memfloor", false, "measure the smallest service VM that boots and serves (TestServiceMemFloor; a few minutes under TCG)")
+
+// TestServiceMemFloor is a measurement, off by default (-microvm.memfloor):
+// for each service_mem_mib it boots a service VM from test/vm:v1 beside a
+// 256 MiB job VM, the service serving its own /proc/meminfo over HTTP,
+// and logs whether the job read it and how much memory the service's
+// guest had left. docs/node.md keeps the figures beside the floor. It
+// fails if a service of 128 MiB, the least the node's config accepts
+// (node's minServiceMemMiB), does not boot and serve.
+func TestServiceMemFloor(t *testing.T) {
+	if !*memFloor {
+		t.Skip("a measurement: run with -microvm.memfloor")
+	}
+	store := serviceImageStore(t)
+	agent := buildAgent(t)
+	const floor = 128
+	served := map[int64]bool{}
+	for _, mib := range []int64{64, 96, 112, floor, 160} {
+		e, err := New(Config{Root: filepath.Join(t.TempDir(), "vms"), Agent: agent, Accel: AccelTCG,
+			BootTimeout: 2 * time.Minute, Images: store, DiskMiB: 64, ServiceMemMiB: mib, Log: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := Spec{Image: job.Image{Name: "test/vm:v1"}, Services: []job.Image{{
+			Name: "test/vm:v1", Alias: "web",
+			Command: []string{"sh", "-c", `mkdir -p /tmp/srv && grep -E 'MemTotal|MemAvailable' /proc/meminfo > /tmp/srv/index.html && exec httpd -f -p 8080 -h /tmp/srv`},
+			Ports:   []job.Port{{Number: 8080}},
+		}}}
+		began := time.Now()
+		ji, err := e.For(spec).Prepare(context.Background(), exec.PrepareRequest{ID: "floor", Size: exec.Size{MemMiB: 256, CPUs: 1}})
+		if err != nil {
+			t.Logf("service_mem_mib %d: prepare failed after %v: %v", mib, time.Since(began).Round(time.Second), err)
+			continue
+		}
+		j := ji.(*Job)
+		var out, errb bytes.Buffer
+		res, err := j.Run(context.Background(), exec.Script{Name: "s", Body: `wget -q -O - http://web:8080/`}, &out, &errb)
+		t.Logf("service_mem_mib %d: prepared in %v; job read exit %d err %v: %q %q; service failures %q", mib,
+			time.Since(began).Round(time.Second), res.ExitCode, err, out.String(), errb.String(), j.ServiceFailures())
+		served[mib] = err == nil && res.ExitCode == 0 && strings.Contains(out.String(), "MemAvailable:")
+		j.Cleanup(context.Background())
+	}
+	if !served[floor] {
+		t.Errorf("a %d MiB service VM, the floor the node accepts, did not boot and serve", floor)
+	}
+}
+
+// A service that exited is reported in gitlab-runner's words// A service that exited is reported in gitlab-runner's words, with its
 // exit code and its last output, both by Prepare's health check and by
 // ServiceFailures later.
 func TestServiceExitReportedInRunnerWords(t *testing.T) {
