@@ -2,7 +2,6 @@ package hub
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -49,15 +48,7 @@ func benchEmptyPoll(b *testing.B, carry bool) {
 		call := func(want int, out any, method, path string, body any) bool {
 			requests.Add(1)
 			code, resp, _ := h.call(method, path, body)
-			if code != want {
-				b.Errorf("%s %s = %d %s, want %d", method, path, code, resp, want)
-				return false
-			}
-			if out != nil && json.Unmarshal(resp, out) != nil {
-				b.Errorf("%s %s: undecodable %s", method, path, resp)
-				return false
-			}
-			return true
+			return answered(b, code, resp, want, out, method, path)
 		}
 		newReq := func() client.ReservationRequest {
 			return client.ReservationRequest{Runner: runner, Queue: true, RequestID: client.NewRequestID(), Placement: testPlacement}

@@ -90,6 +90,20 @@ func (l *latencies) report(b *testing.B) {
 	}
 }
 
+// answered checks a benchmark request's answer: status want, and the
+// body decoded into out unless out is nil. It reports a mismatch on b.
+func answered(b *testing.B, code int, resp []byte, want int, out any, method, path string) bool {
+	if code != want {
+		b.Errorf("%s %s = %d %s, want %d", method, path, code, resp, want)
+		return false
+	}
+	if out != nil && json.Unmarshal(resp, out) != nil {
+		b.Errorf("%s %s: undecodable %s", method, path, resp)
+		return false
+	}
+	return true
+}
+
 // BenchmarkLifecycle runs full client-API job lifecycles from 8
 // concurrent loops (one runner each) against the real hub over TLS 1.3
 // with signed requests, one connection per request (AUTH-14), bbolt store:
@@ -144,15 +158,7 @@ func benchLifecycle(b *testing.B, mode string) {
 			t0 := time.Now()
 			code, resp, _ := h.call(method, path, body)
 			local[step] = append(local[step], time.Since(t0))
-			if code != want {
-				b.Errorf("%s %s = %d %s, want %d", method, path, code, resp, want)
-				return false
-			}
-			if out != nil && json.Unmarshal(resp, out) != nil {
-				b.Errorf("%s %s: undecodable %s", method, path, resp)
-				return false
-			}
-			return true
+			return answered(b, code, resp, want, out, method, path)
 		}
 		for pb.Next() {
 			var tk client.ReservationTicket
