@@ -1,14 +1,12 @@
 package hub
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
 
 	"github.com/vk-ci/vk/proto/client"
-	"github.com/vk-ci/vk/proto/dispatch"
 )
 
 // BenchmarkEmptyPoll runs the hub's side of empty GitLab answers from 8
@@ -33,12 +31,8 @@ func BenchmarkEmptyPoll(b *testing.B) {
 func benchEmptyPoll(b *testing.B, carry bool) {
 	h := newHarness(b)
 	benchConn(b, h, "kept")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	node := &lifecycleNode{h: h, frames: make(chan dispatch.Message, 1<<16)}
-	go node.run(ctx)
 	const loops = 8
-	benchFleet(b, h, node, loops)
+	lifecycleFleet(b, h, loops)
 
 	var runners, requests atomic.Int64
 	b.SetParallelism(loops / 2) // GOMAXPROCS 2 × 4 = 8 loops

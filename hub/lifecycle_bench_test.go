@@ -59,6 +59,16 @@ func (n *lifecycleNode) run(ctx context.Context) {
 	}
 }
 
+// lifecycleFleet connects a lifecycleNode, running until b ends, and a
+// relay of loops runners to h.
+func lifecycleFleet(b *testing.B, h *harness, loops int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	node := &lifecycleNode{h: h, frames: make(chan dispatch.Message, 1<<16)}
+	go node.run(ctx)
+	benchFleet(b, h, node, loops)
+}
+
 // lifecycleSteps name the client-API requests of a lifecycle, in order.
 var lifecycleSteps = []string{"reserve", "ticket", "claim", "outcome", "submit", "follow", "output", "settle"}
 
@@ -138,12 +148,8 @@ func benchLifecycle(b *testing.B, mode string) {
 		h.hc = &http.Client{Transport: &reqsign.Transport{Key: h.key, Principal: h.relay, TLSConfig: tcfg, Now: h.clk.Now}}
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	node := &lifecycleNode{h: h, frames: make(chan dispatch.Message, 1<<16)}
-	go node.run(ctx)
 	const loops = 8
-	benchFleet(b, h, node, loops)
+	lifecycleFleet(b, h, loops)
 
 	lat := &latencies{by: map[string][]time.Duration{}}
 	var next, gitlabJob atomic.Int64
