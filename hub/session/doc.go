@@ -12,7 +12,7 @@
 // upgraded. The first frame must be the peer's hello naming the same
 // principal. Versions are negotiated from ranges (DECISIONS 3): the hub
 // speaks [dispatch.HubVersions] (3..6) to nodes, so a node offering at most
-// 2 is refused (NSESS-03), and 1..3 to relays (RSESS-10), a version-1
+// 2 is refused (NSESS-03), and 1..4 to relays (RSESS-10), a version-1
 // relay being accepted but refused new work ([RelaySession.NewWorkAllowed],
 // RSESS-11). A refusal sends an error frame of code "version" whose
 // message names both ranges and whose versions field is the hub's range,

@@ -134,7 +134,7 @@ func CheckRelayLimits(r *client.RelayReport) error {
 
 // RelayServer serves /v1/gitlab/session (RSESS-*): it authenticates the
 // upgrade with the relay's key, negotiates the version (the hub speaks
-// cfg.RelayVersions, 1..3 by default), welcomes the relay and pumps frames
+// cfg.RelayVersions, 1..4 by default), welcomes the relay and pumps frames
 // between it and a RelayHandler. One session per relay: a new one
 // replaces the old. Create it with NewRelayServer.
 type RelayServer struct {
@@ -164,7 +164,7 @@ func (*RelayServer) decodeHello(b []byte) (*client.RelayHello, bool, error) {
 
 func (*RelayServer) names(h *client.RelayHello) (string, string) { return h.Relay, h.Release }
 
-// negotiate: the hub speaks cfg.RelayVersions (1..3) to relays
+// negotiate: the hub speaks cfg.RelayVersions (1..4) to relays
 // (RSESS-10); a version-1 relay is accepted but refused new work
 // (RSESS-11).
 func (srv *RelayServer) negotiate(h *client.RelayHello) (int, error) {

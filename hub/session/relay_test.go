@@ -67,7 +67,7 @@ func runners(n, rc int) []client.RunnerReport {
 }
 
 // spec: RSESS-01, RSESS-07, RSESS-10
-// A relay session: negotiated at 3, report and heartbeat delivered in
+// A relay session: negotiated at the newest version both speak, report and heartbeat delivered in
 // order, server status sent back with a seq.
 func TestRelaySessionExchange(t *testing.T) {
 	h := startHub(t, Config{})
@@ -76,12 +76,12 @@ func TestRelaySessionExchange(t *testing.T) {
 	r := dialRelay(t, h, "relay-1", key)
 	r.send(client.RelayFrame{Msg: client.RelayHello{Versions: client.RelayClientVersions, Relay: "relay-1"}})
 	w, ok := r.mustRecv().Msg.(*client.RelayWelcome)
-	if !ok || w.Version != 3 || w.HeartbeatSecs != DefaultRelayHeartbeatSecs || w.Handle == "" {
+	if !ok || w.Version != client.RelayVersion || w.HeartbeatSecs != DefaultRelayHeartbeatSecs || w.Handle == "" {
 		t.Fatalf("welcome = %+v", w)
 	}
 	s := h.rec.next(t, "up").rs
 	if !s.NewWorkAllowed() {
-		t.Fatal("v3 relay refused new work")
+		t.Fatal("current relay refused new work")
 	}
 	r.send(client.RelayFrame{Seq: 1, Msg: client.RelayReport{Concurrent: 4, Runners: runners(64, 128)}})
 	r.send(client.RelayFrame{Seq: 2, Msg: client.RelayHeartbeat{Runners: []client.RunnerHeartbeat{{Name: "r0", State: client.RunnerServerPending}}}})
@@ -138,9 +138,10 @@ func TestRelayLimits(t *testing.T) {
 }
 
 // spec: RSESS-10, RSESS-11, RSESS-12
-// The hub speaks 1..3: a version-1 relay keeps a session but is refused
-// new work; a relay with no common version is refused naming both
-// ranges; a hub speaking only 1 refuses vk-gitlab's 2..3.
+// The hub speaks 1 to the newest version: a version-1 relay keeps a
+// session but is refused new work; a relay with no common version is
+// refused naming both ranges; a hub speaking only 1 refuses vk-gitlab's
+// range.
 func TestRelayVersions(t *testing.T) {
 	h := startHub(t, Config{})
 	key := testKey(3)
@@ -163,10 +164,13 @@ func TestRelayVersions(t *testing.T) {
 	}
 
 	r2 := dialRelay(t, h, "relay-1", key)
-	r2.send(client.RelayFrame{Msg: client.RelayHello{Versions: client.VersionRange{Min: 4, Max: 5}, Relay: "relay-1"}})
+	future := client.VersionRange{Min: client.RelayVersion + 1, Max: client.RelayVersion + 2}
+	r2.send(client.RelayFrame{Msg: client.RelayHello{Versions: future, Relay: "relay-1"}})
 	e, ok := r2.mustRecv().Msg.(*client.RelayError)
-	if !ok || e.Code != client.RelayErrorVersion || !strings.Contains(e.Message, "1..3") || !strings.Contains(e.Message, "4..5") {
-		t.Fatalf("refusal = %+v, want version error naming 1..3 and 4..5", e)
+	hubRange := fmt.Sprintf("1..%d", client.RelayVersion)
+	relayRange := fmt.Sprintf("%d..%d", future.Min, future.Max)
+	if !ok || e.Code != client.RelayErrorVersion || !strings.Contains(e.Message, hubRange) || !strings.Contains(e.Message, relayRange) {
+		t.Fatalf("refusal = %+v, want version error naming %s and %s", e, hubRange, relayRange)
 	}
 
 	old := startHub(t, Config{RelayVersions: client.VersionRange{Min: 1, Max: 1}})
