@@ -154,8 +154,10 @@ func (r *historyRecorder) run(ctx context.Context, readers int) {
 }
 
 // check runs porcupine over the history; a checker timeout is a failure.
-// It returns the operations checked and the checker's time.
-func (r *historyRecorder) check(t *testing.T) (int, time.Duration) {
+// It returns the operations checked and the checker's time. The whole
+// history goes into ev when the check fails or -soak.keep is set, with a
+// visualization of each object the model refuses.
+func (r *historyRecorder) check(t *testing.T, ev *soakEvidence) (int, time.Duration) {
 	r.mu.Lock()
 	ops := r.ops
 	r.mu.Unlock()
@@ -171,13 +173,27 @@ func (r *historyRecorder) check(t *testing.T) (int, time.Duration) {
 		bad := illegalKeys(ops)
 		t.Errorf("the client-API history is not linearizable against the model: %s", bad)
 		for _, part := range apiModel.Partition(ops) {
-			if k := part[0].Input.(apiIn).Key; len(bad) > 0 && k == bad[0] {
+			k := part[0].Input.(apiIn).Key
+			if !slices.Contains(bad, k) {
+				continue
+			}
+			if k == bad[0] {
 				slices.SortFunc(part, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
 				for _, op := range part[:min(len(part), 60)] {
 					t.Logf("  %s: client %d [%v, %v] %s", k, op.ClientId, time.Duration(op.Call), time.Duration(op.Return),
 						apiModel.DescribeOperation(op.Input, op.Output))
 				}
 			}
+			if path, err := ev.visualize(k, part); err != nil {
+				t.Errorf("visualizing %s: %v", k, err)
+			} else {
+				t.Logf("%s's operations, visualized: %s", k, path)
+			}
+		}
+	}
+	if t.Failed() || *soakKeep != "" {
+		if err := ev.writeHistory(ops); err != nil {
+			t.Errorf("writing the history: %v", err)
 		}
 	}
 	return len(ops), took

@@ -245,6 +245,7 @@ func (s *haSoak) faults(rng *rand.Rand, deadline time.Time) <-chan struct{} {
 func TestHASoak(t *testing.T) {
 	seed := soakSchedule(t, "HA soak", "HASoak -soak=5m")
 	rng := rand.New(rand.NewPCG(seed, 0))
+	ev := keepSoakEvidence(t, seed)
 	bin := buildHub(t)
 	pg := pgtest.Start(t)
 	dsn := pg.NewSchema(t)
@@ -256,6 +257,7 @@ func TestHASoak(t *testing.T) {
 		nodes[i] = testfleet.NodeSpec{MaxConcurrency: 5}
 	}
 	f := newFleet(t, testfleet.Options{
+		Log:          ev.logger(t),
 		HubBinary:    bin,
 		Nodes:        nodes,
 		Tenants:      []testfleet.TenantSpec{{Concurrent: 40, RequestConcurrency: 8}},
@@ -302,6 +304,6 @@ func TestHASoak(t *testing.T) {
 	r := s.report(tn, rec, pls)
 	stopRec()
 	<-recorded
-	r.ops, r.checker = rec.check(t)
+	r.ops, r.checker = rec.check(t, ev)
 	t.Log(r)
 }
