@@ -15,14 +15,16 @@ import "context"
 //     removed);
 //   - before caches are saved and artifacts uploaded, PullTree writes the
 //     guest's guestPath, as the job left it, into an empty host directory
-//     the transfers then read.
+//     the transfers then read; with only, just those paths below
+//     guestPath (relative to it) and the directories above them, which is
+//     all the transfers' patterns can select (fileset.Roots).
 //
 // Paths in the guest are absolute, as scripts see them. Both calls treat
 // what the guest sends as hostile: nothing in the stream is placed
 // outside hostDir.
 type GuestTree interface {
 	PushTree(ctx context.Context, hostDir, guestPath string) error
-	PullTree(ctx context.Context, guestPath, hostDir string) error
+	PullTree(ctx context.Context, guestPath, hostDir string, only []string) error
 	// StagingDir returns a new empty host directory for one transfer,
 	// removed by Cleanup if the caller does not remove it first.
 	StagingDir(name string) (string, error)

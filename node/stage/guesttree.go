@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"github.com/vk-ci/vk/node/exec"
+	"github.com/vk-ci/vk/node/xfer/fileset"
+	"github.com/vk-ci/vk/proto/job"
 )
 
 // A backend whose job tree the host cannot reach ([exec.GuestTree], the
@@ -14,8 +16,10 @@ import (
 // empty staging directory of its own, whose content is then pushed into
 // the guest; the transfers that read it (archive_cache, upload_artifacts)
 // read one copy of the tree as the job left it, pulled once after the
-// scripts. Every other backend's transfers work on [exec.Job.HostPath] of
-// the project directory, as before.
+// scripts, and only as much of it as the job's cache and artifact paths
+// can select ([pullRoots]): a job keeping build/out.bin does not copy its
+// .git and sources out of the VM. Every other backend's transfers work
+// on [exec.Job.HostPath] of the project directory, as before.
 
 // intoProject runs fn, a host-side transfer writing into the project
 // directory, on the directory it writes.
@@ -50,13 +54,30 @@ func (x *run) fromProject(ctx context.Context, fn func(dir string) error) error 
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrSystem, err)
 		}
-		if err := gt.PullTree(ctx, x.projectDir, dir); err != nil {
-			os.RemoveAll(dir)
-			return fmt.Errorf("%w: %w", ErrSystem, err)
+		if roots, all := pullRoots(x.job); all || len(roots) > 0 {
+			if err := gt.PullTree(ctx, x.projectDir, dir, roots); err != nil {
+				os.RemoveAll(dir)
+				return fmt.Errorf("%w: %w", ErrSystem, err)
+			}
 		}
 		x.pulled = dir
 	}
 	return fn(x.pulled)
+}
+
+// pullRoots returns the paths of the project directory that the job's
+// caches and artifacts can select, whether or not they apply to this
+// outcome (one pull serves both); all is true when they can select
+// anywhere (a leading wildcard, the whole tree, untracked files).
+func pullRoots(j *job.CiJob) (roots []string, all bool) {
+	var specs []fileset.Spec
+	for _, c := range j.Caches {
+		specs = append(specs, fileset.Spec{Paths: c.Paths, Untracked: c.Untracked})
+	}
+	for _, a := range j.Artifacts {
+		specs = append(specs, fileset.Spec{Paths: a.Paths, Exclude: a.Exclude, Untracked: a.Untracked})
+	}
+	return fileset.Roots(specs...)
 }
 
 // guestMkdir makes the project directory in a guest the host cannot

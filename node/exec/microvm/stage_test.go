@@ -3,13 +3,16 @@ package microvm
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/exec/process"
 	"github.com/vk-ci/vk/node/stage"
+	"github.com/vk-ci/vk/node/trace"
 	"github.com/vk-ci/vk/node/xfer"
 	"github.com/vk-ci/vk/proto/job"
 )
@@ -110,12 +114,13 @@ func stepOutput(tr string) string {
 // spec: STAGE-04, STAGE-06, XFER-24
 func TestStageRunnerJobInVM(t *testing.T) {
 	repo, sha := gitRepo(t)
+	var pulled []string // what upload_artifacts read on the last run
 	runJob := func(t *testing.T, name string, ex exec.Executor) (stage.Result, string, map[string]string) {
 		sink := &artifactSink{files: map[string]string{}}
 		gl := httptest.NewServer(sink)
 		defer gl.Close()
-		r, err := stage.New(stage.Config{Executor: ex, ExecutorName: name,
-			Transfers: xfer.Stage{T: xfer.New(xfer.Config{TempDir: t.TempDir()})}})
+		xf := &treeLister{Transfers: xfer.Stage{T: xfer.New(xfer.Config{TempDir: t.TempDir()})}, seen: &pulled}
+		r, err := stage.New(stage.Config{Executor: ex, ExecutorName: name, Transfers: xf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,10 +179,33 @@ func TestStageRunnerJobInVM(t *testing.T) {
 	if files["out/result.txt"] != "built\n" {
 		t.Errorf("artifact from the VM: %v\n%s", files, tr)
 	}
+	// Only what the artifact's paths can select came out of the guest:
+	// not the checkout (README, build.sh, .git).
+	if !slices.Equal(pulled, []string{"out", "out/result.txt"}) {
+		t.Errorf("the tree pulled out of the VM for upload_artifacts holds %q, want only out/", pulled)
+	}
 	if !strings.Contains(tr, "Using the microvm executor") || !strings.HasSuffix(strings.TrimSpace(tr), "Job failed: exit status 3\x1b[0;m") {
 		t.Errorf("trace:\n%s", tr)
 	}
 	if res.Usage.CPU <= 0 || res.Usage.PeakMemBytes <= 0 {
 		t.Errorf("usage %+v: want the VM's CPU and peak memory", res.Usage)
 	}
+}
+
+// treeLister is the stage's transfers, listing the tree upload_artifacts
+// reads into *seen.
+type treeLister struct {
+	stage.Transfers
+	seen *[]string
+}
+
+func (l *treeLister) UploadArtifacts(ctx context.Context, j *job.CiJob, dir string, failed bool, tr *trace.Trace) ([]stage.ArtifactOutcome, error) {
+	*l.seen = nil
+	filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if rel, _ := filepath.Rel(dir, p); err == nil && rel != "." {
+			*l.seen = append(*l.seen, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	return l.Transfers.UploadArtifacts(ctx, j, dir, failed, tr)
 }

@@ -63,8 +63,9 @@ func (j *Job) PushTree(ctx context.Context, hostDir, guestPath string) error {
 }
 
 // PullTree streams the guest's guestPath, as the job left it, into
-// hostDir through the agent's archive.
-func (j *Job) PullTree(ctx context.Context, guestPath, hostDir string) error {
+// hostDir through the agent's archive; only, when not empty, narrows it
+// to those paths below guestPath ([vmproto.PathRequest.Only]).
+func (j *Job) PullTree(ctx context.Context, guestPath, hostDir string, only []string) error {
 	rel, err := guestRel(guestPath)
 	if err != nil {
 		return err
@@ -82,7 +83,7 @@ func (j *Job) PullTree(ctx context.Context, guestPath, hostDir string) error {
 		pr.CloseWithError(err) // a failed extraction stops the archive's writes
 		done <- err
 	}()
-	err = j.client.Archive(ctx, rel, pw)
+	err = j.client.ArchiveOnly(ctx, rel, only, pw)
 	pw.CloseWithError(err)
 	if rerr := <-done; err == nil {
 		err = rerr

@@ -102,7 +102,7 @@ func (a *agent) handle(f Frame) error {
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()
-				err := archive(a.cfg.Root, m.Path, streamWriter{a.w, KindData, f.Stream})
+				err := archive(a.cfg.Root, m.Path, m.Only, streamWriter{a.w, KindData, f.Stream})
 				_ = a.w.send(Control(KindEnd, f.Stream, End{Error: errString(err)}))
 			}()
 			return nil

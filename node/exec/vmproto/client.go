@@ -221,12 +221,19 @@ func (p *Proc) Wait(ctx context.Context) (Exit, error) {
 // connection is closed: Archive and Extract are not abandoned half way on
 // a connection that goes on.
 func (c *Client) Archive(ctx context.Context, path string, w io.Writer) error {
+	return c.ArchiveOnly(ctx, path, nil, w)
+}
+
+// ArchiveOnly is [Client.Archive] narrowed to the paths only names
+// below path and the directories above them ([PathRequest.Only]); nil
+// only archives the whole of path.
+func (c *Client) ArchiveOnly(ctx context.Context, path string, only []string, w io.Writer) error {
 	s := &stream{data: w, end: make(chan End, 1)}
 	id, err := c.open(s)
 	if err != nil {
 		return err
 	}
-	if err := c.w.send(Control(KindArchive, id, PathRequest{Path: path})); err != nil {
+	if err := c.w.send(Control(KindArchive, id, PathRequest{Path: path, Only: only})); err != nil {
 		c.close(id)
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}

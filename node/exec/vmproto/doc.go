@@ -15,7 +15,7 @@
 //	hello {version}                    hello {version, error?}
 //	run {script, shell, env, dir}      stdout…, stderr…, exit {code, signal, error}
 //	signal {number}                    (the script's process group is signalled)
-//	archive {path}                     data… (a tar stream), end {error}
+//	archive {path, only?}              data… (a tar stream), end {error}
 //	extract {path}, data…, end         end {error}
 //
 // The hello comes first: the host names [Version]; an agent of another
@@ -26,7 +26,10 @@
 // after a bounded wait). Archive and extract work on paths of the job
 // tree through an os.Root, so nothing the job put in the tree (a
 // symbolic link, a tar entry named ../x) makes the agent read or write
-// outside it; no archiver is needed in the job's image (XFER-24).
+// outside it; no archiver is needed in the job's image (XFER-24). An
+// archive's only narrows it to some paths and the directories above
+// them; the version stays 2, since an agent that ignores it sends the
+// whole path, which holds what was asked.
 //
 // # Trust
 //

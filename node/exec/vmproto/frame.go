@@ -188,6 +188,12 @@ type Exit struct {
 // separated, no "..", "" or "." for the whole tree).
 type PathRequest struct {
 	Path string `json:"path"`
+	// Only, for an archive, narrows it to these paths below Path (each
+	// relative to Path, as the archive's names are) and the directories
+	// above them; a path the tree does not hold adds nothing. Empty: the
+	// whole of Path. An agent that predates it sends the whole of Path,
+	// which holds what was asked.
+	Only []string `json:"only,omitempty"`
 	// UID and GID, for an extract, own what it creates: the path itself,
 	// the directories made on the way to it and every entry (the job's
 	// user, so its scripts can change the tree). Both zero leaves root

@@ -6,7 +6,7 @@ import "io"
 // regular files and symbolic links of root/rel, named relative to rel),
 // for the host side of an extract: the node sends a host tree into the
 // guest with it.
-func WriteTree(root, rel string, w io.Writer) error { return archive(root, rel, w) }
+func WriteTree(root, rel string, w io.Writer) error { return archive(root, rel, nil, w) }
 
 // ReadTree unpacks a tar stream into root/rel as the agent's extract does:
 // through an os.Root, refusing names and links that would leave it and

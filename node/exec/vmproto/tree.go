@@ -25,13 +25,25 @@ func cleanRel(p string) (string, error) {
 }
 
 // archive writes a tar stream of root/rel to w: directories, regular
-// files and symbolic links (as links), named relative to rel. Every
-// access goes through an os.Root of the job tree, so a symbolic link the
-// job made cannot make the agent read outside it.
-func archive(root, rel string, w io.Writer) error {
+// files and symbolic links (as links), named relative to rel; with only,
+// just the entries on or below those paths (relative to rel) and the
+// directories above them. Every access goes through an os.Root of the
+// job tree, so a symbolic link the job made cannot make the agent read
+// outside it; the walk never follows one, so a narrowed archive holds
+// what the whole one holds at those paths.
+func archive(root, rel string, only []string, w io.Writer) error {
 	rel, err := cleanRel(rel)
 	if err != nil {
 		return err
+	}
+	for i, o := range only {
+		if only[i], err = cleanRel(o); err != nil {
+			return err
+		}
+		if only[i] == "." {
+			only = nil // the whole tree
+			break
+		}
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
@@ -58,6 +70,12 @@ func archive(root, rel string, w io.Writer) error {
 		}
 		if rel == "." {
 			name = p
+		}
+		if len(only) > 0 && p != rel && !onOrAbove(name, only) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
 		}
 		var link string
 		if info.Mode()&fs.ModeSymlink != 0 {
@@ -94,6 +112,17 @@ func archive(root, rel string, w io.Writer) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// onOrAbove reports whether name is one of paths, below one, or a
+// directory above one.
+func onOrAbove(name string, paths []string) bool {
+	for _, p := range paths {
+		if name == p || strings.HasPrefix(name, p+"/") || strings.HasPrefix(p, name+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // extract unpacks the tar stream r into root/rel, creating rel. Entries

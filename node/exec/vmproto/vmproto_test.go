@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -263,6 +264,55 @@ func TestArchiveAndExtractRoundTrip(t *testing.T) {
 	h, err := tar.NewReader(&tarball).Next()
 	if err != nil || h.Name != "a.txt" {
 		t.Errorf("single file entry = %v, %v", h, err)
+	}
+}
+
+// An archive narrowed with Only holds the entries on or below those
+// paths and the directories above them, never follows a symbolic link
+// on the way, and adds nothing for a path the tree does not hold.
+func TestArchiveOnly(t *testing.T) {
+	c, root := agentPair(t)
+	writeTree(t, filepath.Join(root, "out"))
+	if err := os.Symlink("sub", filepath.Join(root, "out", "lnkdir")); err != nil {
+		t.Fatal(err)
+	}
+	names := func(only []string) ([]string, error) {
+		var tarball bytes.Buffer
+		if err := c.ArchiveOnly(context.Background(), "out", only, &tarball); err != nil {
+			return nil, err
+		}
+		var out []string
+		tr := tar.NewReader(&tarball)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return out, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, h.Name)
+		}
+	}
+	for _, tc := range []struct {
+		only []string
+		want []string
+	}{
+		{[]string{"sub/deep", "missing/x"}, []string{"sub/", "sub/deep/", "sub/deep/b"}},
+		{[]string{"sub/run.sh", "a.txt"}, []string{"a.txt", "sub/", "sub/run.sh"}},
+		{[]string{"lnkdir/run.sh"}, []string{"lnkdir"}}, // the link, not what it points at
+		{[]string{"sub/deep", "."}, []string{"a.txt", "lnkdir", "sub/", "sub/deep/", "sub/deep/b", "sub/link", "sub/run.sh"}},
+	} {
+		got, err := names(tc.only)
+		if err != nil {
+			t.Fatalf("only %q: %v", tc.only, err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("only %q: entries %q, want %q", tc.only, got, tc.want)
+		}
+	}
+	if _, err := names([]string{"../etc"}); err == nil || !strings.Contains(err.Error(), "outside the job tree") {
+		t.Errorf("only ../etc: %v, want a refusal naming the job tree", err)
 	}
 }
 

@@ -172,3 +172,96 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
+
+func TestRoots(t *testing.T) {
+	tests := []struct {
+		name  string
+		specs []Spec
+		roots []string
+		all   bool
+	}{
+		{"nothing", nil, nil, false},
+		{"literal paths", []Spec{{Paths: []string{"build/out.bin", "dist/"}}}, []string{"build/out.bin", "dist"}, false},
+		{"up to the wildcard", []Spec{{Paths: []string{"build/**/*.o", "logs/*.log", "a/b?/c"}}}, []string{"a", "build", "logs"}, false},
+		{"one below another", []Spec{{Paths: []string{"a/b/c"}}, {Paths: []string{"a", "a-b/x", "a/b"}}}, []string{"a", "a-b/x"}, false},
+		{"cleaned", []Spec{{Paths: []string{"./x/../y/", "\\z\\w"}}}, []string{"y", "z/w"}, false},
+		{"outside the tree", []Spec{{Paths: []string{"../etc", "keep"}}}, []string{"keep"}, false},
+		{"wildcard first", []Spec{{Paths: []string{"keep"}}, {Paths: []string{"*.log"}}}, nil, true},
+		{"the whole tree", []Spec{{Paths: []string{"."}}}, nil, true},
+		{"untracked", []Spec{{Paths: []string{"keep"}}, {Untracked: true}}, nil, true},
+		{"excludes do not widen", []Spec{{Paths: []string{"a"}, Exclude: []string{"**"}}}, []string{"a"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			roots, all := Roots(tc.specs...)
+			if d := cmp.Diff(tc.roots, roots); d != "" || all != tc.all {
+				t.Errorf("Roots = %q, %v; want %q, %v", roots, all, tc.roots, tc.all)
+			}
+		})
+	}
+}
+
+// underRoots reports whether rel belongs in a tree narrowed to roots: on
+// or below one, or a directory above one (the agent's rule).
+func underRoots(rel string, roots []string) bool {
+	for _, r := range roots {
+		if rel == r || strings.HasPrefix(rel, r+"/") || strings.HasPrefix(r, rel+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Collect on a tree narrowed to Roots selects what it selects on the
+// whole tree, with the same warnings.
+func TestRootsSelectAsTheWholeTree(t *testing.T) {
+	seg := rapid.SampledFrom([]string{"a", "b", "ab", "c.go"})
+	pseg := rapid.SampledFrom([]string{"a", "b", "ab", "c.go", "*", "*.go", "a?", "**"})
+	rapid.Check(t, func(rt *rapid.T) {
+		files := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) string {
+			return strings.Join(rapid.SliceOfN(seg, 1, 4).Draw(t, "f"), "/")
+		}), 1, 8).Draw(rt, "files")
+		whole, narrow := t.TempDir(), t.TempDir()
+		for _, f := range files {
+			// A file may not sit where another needs a directory.
+			if os.MkdirAll(filepath.Join(whole, filepath.Dir(f)), 0o755) != nil || os.WriteFile(filepath.Join(whole, f), []byte(f), 0o644) != nil {
+				continue
+			}
+		}
+		var specs []Spec
+		for range rapid.IntRange(1, 3).Draw(rt, "specs") {
+			pats := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) string {
+				return strings.Join(rapid.SliceOfN(pseg, 1, 3).Draw(t, "p"), "/")
+			}), 1, 3).Draw(rt, "paths")
+			specs = append(specs, Spec{Paths: pats})
+		}
+		roots, all := Roots(specs...)
+		if all {
+			return
+		}
+		filepath.WalkDir(whole, func(p string, d os.DirEntry, err error) error {
+			rel, _ := filepath.Rel(whole, p)
+			if err != nil || rel == "." || !underRoots(filepath.ToSlash(rel), roots) {
+				return err
+			}
+			if d.IsDir() {
+				return os.MkdirAll(filepath.Join(narrow, rel), 0o755)
+			}
+			b, _ := os.ReadFile(p)
+			return os.WriteFile(filepath.Join(narrow, rel), b, 0o644)
+		})
+		for _, s := range specs {
+			wantE, wantW, err1 := Collect(context.Background(), whole, s)
+			gotE, gotW, err2 := Collect(context.Background(), narrow, s)
+			if err1 != nil || err2 != nil {
+				rt.Fatalf("Collect: %v, %v", err1, err2)
+			}
+			if d := cmp.Diff(paths(wantE), paths(gotE)); d != "" {
+				rt.Fatalf("spec %q, roots %q: entries (-whole +narrowed):\n%s", s.Paths, roots, d)
+			}
+			if d := cmp.Diff(wantW, gotW); d != "" {
+				rt.Fatalf("spec %q, roots %q: warnings (-whole +narrowed):\n%s", s.Paths, roots, d)
+			}
+		}
+	})
+}

@@ -21,6 +21,7 @@ package fileset
 import (
 	"errors"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -86,4 +87,45 @@ func MatchPrefix(pattern, name string) bool {
 		}
 	}
 	return true
+}
+
+// Roots returns the paths below which specs can select anything: each
+// path pattern's leading segments up to the first one with a wildcard,
+// without repeats and without a root below another. all is true when some
+// spec can select anywhere in the tree: a pattern naming the whole tree or
+// starting with a wildcard, or untracked files. A tree holding only the
+// roots (and the directories above them) gives [Collect] the same entries
+// and warnings for specs as the whole tree does; the microvm backend
+// pulls only that much out of a guest.
+func Roots(specs ...Spec) (roots []string, all bool) {
+	for _, s := range specs {
+		if s.Untracked {
+			return nil, true
+		}
+		for _, p := range s.Paths {
+			if strings.HasPrefix(path.Clean(strings.ReplaceAll(p, "\\", "/")), "..") {
+				continue // outside the tree: Collect skips it with a warning
+			}
+			var lit []string
+			for _, seg := range strings.Split(cleanPattern(p), "/") {
+				if seg == "" || strings.ContainsAny(seg, "*?[") {
+					break
+				}
+				lit = append(lit, seg)
+			}
+			if len(lit) == 0 {
+				return nil, true
+			}
+			roots = append(roots, strings.Join(lit, "/"))
+		}
+	}
+	slices.Sort(roots)
+	uniq := slices.Compact(roots)
+	var out []string
+	for _, r := range uniq {
+		if !slices.ContainsFunc(uniq, func(q string) bool { return strings.HasPrefix(r, q+"/") }) {
+			out = append(out, r)
+		}
+	}
+	return out, false
 }
