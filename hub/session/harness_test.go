@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -141,6 +142,25 @@ func startHub(t testing.TB, cfg Config) *hub {
 		h.relays.Close()
 	})
 	return h
+}
+
+// unregistered fails t unless the principal's session leaves the
+// registry within 5 s. An ended session leaves it just after its Down is
+// announced (server.ServeHTTP), so a test that saw the Down waits the
+// few instructions between the two; a session that stays fails.
+func (h *hub) unregistered(t testing.TB, kind Kind, id string) {
+	t.Helper()
+	registered := func() bool { return h.nodes.Session(id) != nil }
+	if kind == KindRelay {
+		registered = func() bool { return h.relays.Session(id) != nil }
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for registered() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ended %s session of %s is still registered after 5 s", kind, id)
+		}
+		runtime.Gosched()
+	}
 }
 
 // cutAll closes every accepted TCP connection under the hub's feet.

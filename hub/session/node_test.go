@@ -230,9 +230,7 @@ func TestNodeOversizeFrame(t *testing.T) {
 	if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
 		t.Fatalf("node sees %v, want close 1009", err)
 	}
-	if h.nodes.Session("n1") != nil {
-		t.Fatal("ended session still registered")
-	}
+	h.unregistered(t, KindNode, "n1")
 }
 
 // spec: NSESS-02, NSESS-24
@@ -451,9 +449,7 @@ func TestNodeSessionEndRemoved(t *testing.T) {
 	if down := h.rec.next(t, "down"); !errors.Is(down.err, ErrEnded) {
 		t.Fatalf("down = %v", down.err)
 	}
-	if h.nodes.Session("n1") != nil {
-		t.Fatal("ended session still registered")
-	}
+	h.unregistered(t, KindNode, "n1")
 	if _, err := dialNode(t, h, "n1", key); !errors.Is(err, wsconn.ErrUnauthorized) {
 		t.Fatalf("dial after removal = %v, want 401", err)
 	}

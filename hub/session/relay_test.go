@@ -130,9 +130,7 @@ func TestRelayLimits(t *testing.T) {
 			if down := h.rec.next(t, "down"); !errors.Is(down.err, ErrLimits) {
 				t.Fatalf("down = %v", down.err)
 			}
-			if h.relays.Session("relay-1") != nil {
-				t.Fatal("session still registered")
-			}
+			h.unregistered(t, KindRelay, "relay-1")
 		})
 	}
 }

@@ -127,8 +127,9 @@ func TestRelaySessionDropped(t *testing.T) {
 	if s.Ended() == nil {
 		t.Fatal("relay session still live after its connection dropped")
 	}
-	if h.relays.Session("relay-1") != nil || h.relays.Len() != 0 {
-		t.Fatal("dropped relay session still registered")
+	h.unregistered(t, KindRelay, "relay-1")
+	if h.relays.Len() != 0 {
+		t.Fatal("dropped relay session still counted")
 	}
 	if err := s.Send(client.ServerStatus{Status: client.ApprovalApproved}); !errors.Is(err, ErrEnded) {
 		t.Fatalf("Send after drop = %v, want ErrEnded", err)
@@ -153,9 +154,7 @@ func TestRelaySessionEnd(t *testing.T) {
 	if down := h.rec.next(t, "down"); down.rs != s || !errors.Is(down.err, ErrEnded) {
 		t.Fatalf("down = %v", down.err)
 	}
-	if h.relays.Session("relay-1") != nil {
-		t.Fatal("ended relay session still registered")
-	}
+	h.unregistered(t, KindRelay, "relay-1")
 }
 
 // spec: RSESS-01
