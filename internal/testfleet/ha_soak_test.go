@@ -17,6 +17,7 @@ import (
 	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/internal/testfleet"
+	"github.com/vk-ci/vk/internal/testfleet/fleettest"
 	"github.com/vk-ci/vk/relay/loop"
 )
 
@@ -247,6 +248,7 @@ func TestHASoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	ev := keepSoakEvidence(t, seed)
 	bin := buildHub(t)
+	vk := fleettest.BuildVK(t)
 	pg := pgtest.Start(t)
 	dsn := pg.NewSchema(t)
 	_, schema, _ := strings.Cut(dsn, "search_path=")
@@ -254,7 +256,7 @@ func TestHASoak(t *testing.T) {
 	rec := newHistoryRecorder()
 	nodes := make([]testfleet.NodeSpec, 4)
 	for i := range nodes {
-		nodes[i] = testfleet.NodeSpec{MaxConcurrency: 5}
+		nodes[i] = testfleet.NodeSpec{MaxConcurrency: 5, Binary: vk}
 	}
 	f := newFleet(t, testfleet.Options{
 		Log:          ev.logger(t),
