@@ -24,6 +24,11 @@ const (
 	waitNoteEvery = time.Minute
 )
 
+// WaitNoteText begins every wait line's text, so a reader of a trace (a
+// test comparing it with the node's output) can tell the relay's lines
+// from the job's.
+const WaitNoteText = "Waiting for a node of the fleet: "
+
 // waitNote is what the tracer wrote about the job's wait.
 type waitNote struct {
 	since time.Time // when the relay started following the job
@@ -38,7 +43,7 @@ type waitNote struct {
 func waitText(w *client.JobWait) string {
 	why := strings.TrimPrefix(w.Reason, "waiting: ")
 	var b strings.Builder
-	b.WriteString("Waiting for a node of the fleet: " + why)
+	b.WriteString(WaitNoteText + why)
 	if w.Waiting > 0 {
 		fmt.Fprintf(&b, " (position %d of %d", w.Ahead+1, w.Waiting)
 		if w.EstimatedSecs != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/vk-ci/vk/internal/need"
 	"github.com/vk-ci/vk/internal/testfleet"
 	"github.com/vk-ci/vk/internal/testlog"
+	"github.com/vk-ci/vk/relay/loop"
 )
 
 // NeedBinaries skips t (fails it under CI=true) when a real component it
@@ -115,13 +116,35 @@ func CheckTraces(t testing.TB, ctx context.Context, tn *testfleet.Tenant, pl git
 			t.Errorf("%s/%s: hub output: ok=%v err=%v", tn.Spec.Name, name, ok, err)
 			continue
 		}
-		if !bytes.Equal(got, want) {
+		if !TraceMatches(got, want) {
 			t.Errorf("%s/%s (#%d): GitLab trace (%d bytes) differs from the hub's output (%d bytes); first difference at byte %d",
 				tn.Spec.Name, name, id, len(got), len(want), FirstDiff(got, want))
 		}
 		total += len(got)
 	}
 	return total
+}
+
+// TraceMatches reports whether GitLab's trace got is the hub's output
+// want, byte for byte, allowing only the relay's wait lines before it:
+// while a job taken from GitLab waits for a node, the relay writes lines
+// beginning [loop.WaitNoteText] at the head of its trace (relay/loop,
+// waitnote.go), which are not the node's output. A trace is then those
+// whole lines and the output after them.
+func TraceMatches(got, want []byte) bool {
+	if bytes.Equal(got, want) {
+		return true
+	}
+	preface, ok := bytes.CutSuffix(got, want)
+	if !ok || !bytes.HasSuffix(preface, []byte("\n")) {
+		return false
+	}
+	for _, line := range bytes.SplitAfter(preface, []byte("\n")) {
+		if len(line) > 0 && !bytes.Contains(line, []byte(loop.WaitNoteText)) {
+			return false
+		}
+	}
+	return true
 }
 
 // FirstDiff is the offset of the first byte where a and b differ (the
