@@ -20,6 +20,7 @@ type soakReport struct {
 	faults                 map[string]int
 	failover               []time.Duration
 	fenced                 int64 // writes the deposed leaders' stores refused
+	revived                int   // instances restarted after exiting by themselves
 	ops                    int
 	checker                time.Duration
 }
@@ -35,9 +36,9 @@ func (r soakReport) String() string {
 		mean = sum / time.Duration(len(r.failover))
 	}
 	return fmt.Sprintf("HA soak report: jobs %d, lost %d, run twice %d, not in any journal %d, bad traces %d, handed out by GitLab %d; faults %v; "+
-		"failovers %d (mean %v, worst %v); fenced writes refused %d; client-API operations checked %d in %v",
+		"failovers %d (mean %v, worst %v); fenced writes refused %d; instances restarted after exiting by themselves %d; client-API operations checked %d in %v",
 		r.jobs, r.lost, r.twice, r.unrun, r.bad, r.handed, r.faults, len(r.failover), mean.Round(time.Millisecond),
-		worst.Round(time.Millisecond), r.fenced, r.ops, r.checker.Round(time.Millisecond))
+		worst.Round(time.Millisecond), r.fenced, r.revived, r.ops, r.checker.Round(time.Millisecond))
 }
 
 // journalRuns counts, per GitLab job, the runs the nodes' journals
@@ -118,7 +119,7 @@ func (s *haSoak) report(tn *testfleet.Tenant, rec *historyRecorder, pls []gitlab
 		t.Errorf("GitLab handed out %d jobs for %d", r.handed, r.jobs)
 	}
 	s.mu.Lock()
-	r.faults, r.failover = s.injected, s.failover
+	r.faults, r.failover, r.revived = s.injected, s.failover, s.revived
 	s.mu.Unlock()
 	r.fenced = s.f.Hub().FencedRefused() + s.f.Standby().FencedRefused()
 	return r

@@ -47,6 +47,7 @@ type haSoak struct {
 	mu       sync.Mutex
 	injected map[string]int  // faults by kind; guarded by mu
 	failover []time.Duration // guarded by mu
+	revived  int             // instances restarted after exiting by themselves; guarded by mu
 }
 
 // leads returns h's epoch when it says it leads.
@@ -179,8 +180,39 @@ func (s *haSoak) killStandby() error {
 	return s.waitLeader(lead)
 }
 
-// fault injects one random fault.
+// revive restarts as a standby, as its supervisor would, an instance
+// whose process ended by itself: a leader whose renewals fail for a
+// TTL (a database restart or cut that outlasts them) stops leading and
+// exits non-zero (docs/ha.md). Without it the next leader kill left no
+// instance at all.
+func (s *haSoak) revive() error {
+	for _, h := range []*testfleet.Hub{s.f.Hub(), s.f.Standby()} {
+		exited := h.Exited()
+		if exited == nil {
+			continue // killed by a fault, which restarts it itself
+		}
+		select {
+		case <-exited:
+		default:
+			continue
+		}
+		s.t.Logf("%s exited by itself; restarting it as a standby", h.Config().Store.Instance)
+		if err := h.RestartAsStandby(s.ctx); err != nil {
+			return fmt.Errorf("restarting %s, which exited by itself: %w", h.Config().Store.Instance, err)
+		}
+		s.mu.Lock()
+		s.revived++
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// fault injects one random fault, after reviving an instance that
+// exited by itself since the last.
 func (s *haSoak) fault(rng *rand.Rand) error {
+	if err := s.revive(); err != nil {
+		return err
+	}
 	switch k := []string{"leader-kill", "leader-kill", "leader-pause", "standby-kill", "db-cut", "pg-restart"}[rng.IntN(6)]; k {
 	case "leader-kill":
 		return s.killLeader()
