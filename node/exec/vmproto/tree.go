@@ -9,6 +9,8 @@ import (
 	"os"
 	"path"
 	"strings"
+
+	"github.com/vk-ci/vk/node/xfer/fileset"
 )
 
 // cleanRel checks a path of the job tree as the protocol gives it:
@@ -36,14 +38,17 @@ func archive(root, rel string, only []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for i, o := range only {
-		if only[i], err = cleanRel(o); err != nil {
+	roots := make([]string, 0, len(only))
+	for _, o := range only {
+		c, err := cleanRel(o)
+		if err != nil {
 			return err
 		}
-		if only[i] == "." {
-			only = nil // the whole tree
+		if c == "." {
+			roots = nil // the whole tree
 			break
 		}
+		roots = append(roots, c)
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
@@ -71,7 +76,7 @@ func archive(root, rel string, only []string, w io.Writer) error {
 		if rel == "." {
 			name = p
 		}
-		if len(only) > 0 && p != rel && !onOrAbove(name, only) {
+		if len(roots) > 0 && p != rel && !fileset.OnRoots(name, roots) {
 			if d.IsDir() {
 				return fs.SkipDir
 			}
@@ -112,17 +117,6 @@ func archive(root, rel string, only []string, w io.Writer) error {
 		return err
 	}
 	return tw.Close()
-}
-
-// onOrAbove reports whether name is one of paths, below one, or a
-// directory above one.
-func onOrAbove(name string, paths []string) bool {
-	for _, p := range paths {
-		if name == p || strings.HasPrefix(name, p+"/") || strings.HasPrefix(p, name+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 // extract unpacks the tar stream r into root/rel, creating rel. Entries

@@ -70,7 +70,7 @@ func Collect(ctx context.Context, root string, spec Spec) ([]Entry, []string, er
 func compilePatterns(spec Spec) (pats []string, all bool, warnings []string, err error) {
 	for _, p := range spec.Paths {
 		c := cleanPattern(p)
-		if strings.HasPrefix(path.Clean(strings.ReplaceAll(p, "\\", "/")), "..") {
+		if outsideTree(p) {
 			warnings = append(warnings, fmt.Sprintf("%s: not a subpath of the project directory, skipped", p))
 			continue
 		}

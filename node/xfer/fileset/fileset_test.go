@@ -201,17 +201,6 @@ func TestRoots(t *testing.T) {
 	}
 }
 
-// underRoots reports whether rel belongs in a tree narrowed to roots: on
-// or below one, or a directory above one (the agent's rule).
-func underRoots(rel string, roots []string) bool {
-	for _, r := range roots {
-		if rel == r || strings.HasPrefix(rel, r+"/") || strings.HasPrefix(r, rel+"/") {
-			return true
-		}
-	}
-	return false
-}
-
 // Collect on a tree narrowed to Roots selects what it selects on the
 // whole tree, with the same warnings.
 func TestRootsSelectAsTheWholeTree(t *testing.T) {
@@ -241,7 +230,7 @@ func TestRootsSelectAsTheWholeTree(t *testing.T) {
 		}
 		filepath.WalkDir(whole, func(p string, d os.DirEntry, err error) error {
 			rel, _ := filepath.Rel(whole, p)
-			if err != nil || rel == "." || !underRoots(filepath.ToSlash(rel), roots) {
+			if err != nil || rel == "." || !OnRoots(filepath.ToSlash(rel), roots) {
 				return err
 			}
 			if d.IsDir() {

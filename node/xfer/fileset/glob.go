@@ -103,8 +103,8 @@ func Roots(specs ...Spec) (roots []string, all bool) {
 			return nil, true
 		}
 		for _, p := range s.Paths {
-			if strings.HasPrefix(path.Clean(strings.ReplaceAll(p, "\\", "/")), "..") {
-				continue // outside the tree: Collect skips it with a warning
+			if outsideTree(p) {
+				continue // Collect skips it with a warning
 			}
 			var lit []string
 			for _, seg := range strings.Split(cleanPattern(p), "/") {
@@ -128,4 +128,22 @@ func Roots(specs ...Spec) (roots []string, all bool) {
 		}
 	}
 	return out, false
+}
+
+// OnRoots reports whether the slash-separated relative path rel belongs
+// in a tree narrowed to roots: it is one of them, below one, or a
+// directory above one. The microvm guest agent archives exactly these
+// entries when asked for roots (vmproto's archive only).
+func OnRoots(rel string, roots []string) bool {
+	for _, r := range roots {
+		if rel == r || strings.HasPrefix(rel, r+"/") || strings.HasPrefix(r, rel+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// outsideTree reports whether path pattern p climbs out of the tree.
+func outsideTree(p string) bool {
+	return strings.HasPrefix(path.Clean(strings.ReplaceAll(p, "\\", "/")), "..")
 }
