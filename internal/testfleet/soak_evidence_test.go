@@ -79,9 +79,18 @@ func (e *soakEvidence) writeHistory(ops []porcupine.Operation) error {
 		return err
 	}
 	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w) // one object and a newline per Encode
 	for _, op := range ops {
-		fmt.Fprintf(w, "{\"client\":%d,\"call\":%d,\"return\":%d,\"op\":%q}\n", op.ClientId, op.Call, op.Return,
-			apiModel.DescribeOperation(op.Input, op.Output))
+		line := struct {
+			Client int    `json:"client"`
+			Call   int64  `json:"call"`
+			Return int64  `json:"return"`
+			Op     string `json:"op"`
+		}{op.ClientId, op.Call, op.Return, apiModel.DescribeOperation(op.Input, op.Output)}
+		if err := enc.Encode(line); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
