@@ -182,6 +182,7 @@ type jobRec struct {
 	spec   *job.JobSpec // full spec, secrets included; nil once a node accepted it (AUTH-07)
 	name   string       // the GitLab job's name, for the core's runtime statistics (BS-23)
 	stored *writeDone   // the finished record's write; nil before finishJob
+	saved  *writeDone   // the last write of rec; nil when rec came from the store or its creation
 	outLen int64
 	result *client.JobResult
 	wake   chan struct{}

@@ -28,8 +28,11 @@ func (d *Driver) Submit(ctx context.Context, p api.Principal, sub client.JobSubm
 		return client.JobView{}, nil, &api.Error{Code: client.CodeInvalid, Msg: "spec does not encode", Err: err}
 	}
 	r := &submitReq{principal: p.ID, sub: sub, redacted: redacted, ans: ans}
-	err = d.call(ctx, r)
-	return r.view, r.recorded, err
+	if err = d.call(ctx, r); err != nil || r.saved == nil {
+		return r.view, r.recorded, err
+	}
+	v, err := d.durableView(ctx, r.view, r.saved)
+	return v, r.recorded, err
 }
 
 type submitReq struct {
@@ -40,10 +43,14 @@ type submitReq struct {
 	ans       store.Answer // the answer to store with a new job
 	view      client.JobView
 	recorded  *store.Answer // ans completed and stored; nil when no job was made
+	saved     *writeDone    // the write of view's revision, for an existing job
 }
 
 func (r *submitReq) run(d *Driver) {
 	r.view, r.recorded, r.err = d.submit(r.principal, r.sub, r.redacted, r.ans)
+	if j := d.job(r.view.ID); r.err == nil && r.recorded == nil && j != nil {
+		r.saved = j.saved // the same submission again: an existing job's view
+	}
 	var ae *api.Error
 	if errors.As(r.err, &ae) && ae.Code.Status() >= 400 && ae.Code.Status() < 500 {
 		d.endAdmission(r.principal, r.sub.Admission)
@@ -244,7 +251,25 @@ func (d *Driver) Job(ctx context.Context, p api.Principal, id string, after uint
 			return d.settledView(ctx, p, id)
 		}
 		if r.view.Revision > after || wait <= 0 {
-			return r.view, nil
+			v, err := d.durableView(ctx, r.view, r.saved)
+			if err != nil || v.Revision > after || wait <= 0 {
+				return v, err
+			}
+			// The newer revision's write failed and the store holds one
+			// the caller has seen: look again in a second (the write is
+			// made again, or the next revision comes).
+			again := d.now().Add(time.Second)
+			if deadline.Before(again) {
+				again = deadline
+			}
+			woken, werr := d.wait(ctx, r.wake, again)
+			if werr != nil {
+				return client.JobView{}, werr
+			}
+			if !woken && !d.now().Before(deadline) {
+				wait = 0
+			}
+			continue
 		}
 		woken, werr := d.wait(ctx, r.wake, deadline)
 		if werr != nil {
@@ -278,6 +303,7 @@ type jobReq struct {
 	held          bool
 	view          client.JobView
 	wake          <-chan struct{}
+	saved         *writeDone   // the write of view's revision (see Driver.durableView)
 	durable       <-chan error // a settle's record write
 }
 
@@ -307,7 +333,7 @@ func (r *jobReq) run(d *Driver) {
 	case jobCancel:
 		d.cancelJob(j, r.mode)
 	}
-	r.view, r.wake = d.liveView(j), j.wake
+	r.view, r.wake, r.saved = d.liveView(j), j.wake, j.saved
 }
 
 // settlingJob is a settled job whose settled record is not durable yet:
@@ -315,8 +341,9 @@ func (r *jobReq) run(d *Driver) {
 // queued before the settle's), so its view comes from memory until
 // done closes.
 type settlingJob struct {
-	j  *jobRec
-	wd *writeDone // the settle's record write
+	j     *jobRec
+	wd    *writeDone // the settle's record write
+	final *writeDone // the write of the finished revision its views show
 }
 
 // pruneSettling forgets the settling jobs whose settled record is
@@ -357,7 +384,35 @@ func (r *jobReq) settling(d *Driver) {
 		r.durable = ch
 		return
 	}
-	r.view, r.wake = sj.j.view(), sj.wd.done
+	r.view, r.wake, r.saved = sj.j.view(), sj.wd.done, sj.final
+}
+
+// durableView is view once saved, the write of its revision, is durable
+// (at once when saved is nil), so that no client ever reads a revision
+// the store may not hold: a new leader, like this hub restarted, restores
+// the store's revision, and a view answered before its write would go
+// back in state (finished, then running again). When the write failed,
+// the view is the store's record of the job, the newest durable one
+// (found by the HA soak's history check; TestViewOnlyOnceDurable).
+func (d *Driver) durableView(ctx context.Context, view client.JobView, saved *writeDone) (client.JobView, error) {
+	if saved == nil {
+		return view, nil
+	}
+	select {
+	case <-saved.done:
+	case <-ctx.Done():
+		return client.JobView{}, ctx.Err()
+	}
+	if saved.err == nil {
+		return view, nil
+	}
+	rec, err := d.st.GetJob(ctx, view.ID)
+	if err != nil {
+		return client.JobView{}, &api.Error{Code: client.CodeUnavailable, Msg: "the job's record is not readable; retry", Err: err}
+	}
+	v := viewOfRecord(rec)
+	v.OutputLen = max(v.OutputLen, view.OutputLen) // output is durable before it counts
+	return v, nil
 }
 
 // settledView reads a job the driver no longer holds (settled) from the
@@ -396,7 +451,7 @@ func (d *Driver) Cancel(ctx context.Context, p api.Principal, id string, mode cl
 	if !r.held {
 		return d.settledView(ctx, p, id)
 	}
-	return r.view, nil
+	return d.durableView(ctx, r.view, r.saved)
 }
 
 func (d *Driver) cancelJob(j *jobRec, mode client.CancelMode) {
@@ -447,6 +502,7 @@ func (d *Driver) settleJob(j *jobRec, principal string) (durable <-chan error, e
 	id := j.rec.ID
 	d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.Drop(ctx, id) })
 	j.rec.Settled = true
+	final := j.saved // the write of the revision settling views show
 	saved := d.saveJob(j, false)
 	d.exec(d.step(sched.JobSettled{Job: j.sid}))
 	d.dropJob(j)
@@ -456,7 +512,7 @@ func (d *Driver) settleJob(j *jobRec, principal string) (durable <-chan error, e
 	if d.settling == nil {
 		d.settling = map[string]*settlingJob{}
 	}
-	d.settling[id] = &settlingJob{j: j, wd: wd}
+	d.settling[id] = &settlingJob{j: j, wd: wd, final: final}
 	ch := make(chan error, 1)
 	go func() {
 		wd.err = <-saved

@@ -50,7 +50,9 @@ func (d *Driver) raiseFloor(id uint64) {
 
 // saveJob queues a write of the job record (see recWriter) and, when
 // bump, moves its revision and wakes its long polls (API-36). The
-// returned channel says when the write is durable.
+// returned channel says when the write is durable. The write is also
+// kept as j.saved, the write of the record's current revision: its view
+// is answered only once that write is durable ([Driver.durableView]).
 func (d *Driver) saveJob(j *jobRec, bump bool) <-chan error {
 	if bump {
 		j.rec.Revision++
@@ -62,7 +64,14 @@ func (d *Driver) saveJob(j *jobRec, bump bool) <-chan error {
 		close(j.wake)
 		j.wake = make(chan struct{})
 	}
-	return ch
+	wd, fwd := &writeDone{done: make(chan struct{})}, make(chan error, 1)
+	j.saved = wd
+	go func() {
+		wd.err = <-ch
+		close(wd.done)
+		fwd <- wd.err
+	}()
+	return fwd
 }
 
 // finishJob records a job's result (once) and marks its output complete;

@@ -46,7 +46,7 @@ var keptMaps = map[string]string{
 // ticket's grant or claim, an admission's reservation or node).
 var keptFields = map[string][]string{
 	"ticketRec": {"id", "owner", "runner", "wake", "queued"},
-	"jobRec":    {"sid", "rec", "spec", "name", "stored", "outLen", "result", "wake"},
+	"jobRec":    {"sid", "rec", "spec", "name", "stored", "saved", "outLen", "result", "wake"},
 }
 
 // driverCounters are the Driver's integer fields: IDs it mints and
