@@ -57,6 +57,7 @@ import (
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/connlimit"
 	"github.com/vk-ci/vk/internal/logkey"
+	"github.com/vk-ci/vk/proto/client"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
 
@@ -342,6 +343,9 @@ func (s *Server) serve(context.Context) error {
 	s.everyInstance(base)
 	base.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if mux := s.leaderMux.Load(); mux != nil {
+			if s.lease != nil && r.URL.Path != client.RouteRelaySession {
+				w = &leaseGated{ResponseWriter: w, held: s.lease.l.Held}
+			}
 			mux.ServeHTTP(w, r)
 			return
 		}

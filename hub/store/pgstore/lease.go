@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,9 @@ type Lease struct {
 	cfg  LeaseConfig
 	clk  clock.Clock
 	log  *slog.Logger
+	// until is the local deadline of the lease Run holds, nil while it
+	// holds none: see [Lease.Held].
+	until atomic.Pointer[time.Time]
 }
 
 // NewLease returns the lease on the database pool talks to (the lease row
@@ -67,6 +71,26 @@ func NewLease(pool *pgxpool.Pool, cfg LeaseConfig) *Lease {
 
 // TTL is the lease's lifetime.
 func (l *Lease) TTL() time.Duration { return l.cfg.TTL }
+
+// Held reports whether the lease [Lease.Run] took is still this
+// instance's by its local deadline, now. It reads the clock, not the
+// renewing goroutine's verdict: a process that was paused (SIGSTOP, a
+// long GC, a stalled VM) past its deadline sees false at once on waking,
+// before that goroutine has run. A leader checks it before it answers
+// what it read from its own memory, since a newer leader may have changed
+// it since (docs/ha.md, "A paused leader answers nothing").
+func (l *Lease) Held() bool {
+	d := l.until.Load()
+	return d != nil && l.clk.Now().Before(*d)
+}
+
+func (l *Lease) setUntil(d time.Time) {
+	if d.IsZero() {
+		l.until.Store(nil)
+		return
+	}
+	l.until.Store(&d)
+}
 
 // margin is how much earlier than the TTL the holder gives up.
 func (l *Lease) margin() time.Duration { return l.cfg.TTL / 10 }
@@ -142,6 +166,7 @@ func (l *Lease) Run(ctx context.Context, lead func(ctx context.Context, epoch ui
 		if err != nil {
 			return // ctx ended
 		}
+		l.setUntil(deadline)
 		l.log.Info("lease: leading", "epoch", epoch, "holder", l.cfg.Holder)
 		if l.cfg.OnChange != nil {
 			l.cfg.OnChange(epoch, true)
@@ -153,6 +178,7 @@ func (l *Lease) Run(ctx context.Context, lead func(ctx context.Context, epoch ui
 			lead(leadCtx, epoch)
 		}()
 		why := l.hold(ctx, epoch, deadline)
+		l.setUntil(time.Time{})
 		l.log.Warn("lease: stopped leading", "epoch", epoch, "why", why)
 		if l.cfg.OnChange != nil {
 			l.cfg.OnChange(epoch, false)
@@ -211,6 +237,7 @@ func (l *Lease) hold(ctx context.Context, epoch uint64, deadline time.Time) stri
 			return "renew refused: another instance holds the lease"
 		case err == nil:
 			deadline, next = d, l.clk.Now().Add(every)
+			l.setUntil(deadline)
 		default:
 			if ctx.Err() != nil {
 				return "shutting down"

@@ -12,6 +12,7 @@ import (
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/pgstore"
 	"github.com/vk-ci/vk/hub/store/storetest"
+	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/pgtest"
 	"github.com/vk-ci/vk/internal/testlog"
 )
@@ -341,5 +342,52 @@ func TestCreateJobAnsweredFenced(t *testing.T) {
 	}
 	if _, err := st.GetAnswer(t.Context(), a.Principal, a.RequestID, storetest.T0); err != nil {
 		t.Fatalf("the leader's answer: %v", err)
+	}
+}
+
+// A leader must not answer from its memory once its lease may have
+// expired, and a paused process learns that late: its renewing goroutine
+// runs only after it wakes. Held reads the local clock against the
+// deadline instead, so it is false the moment the deadline has passed,
+// before the lease's own goroutine has noticed (here the fake clock jumps
+// past it, as the real one does across a SIGSTOP), and false before the
+// lease was ever taken.
+//
+// spec: BS-10, BS-11
+func TestLeaseHeldEndsAtLocalDeadline(t *testing.T) {
+	srv := pgtest.Start(t)
+	st, err := pgstore.Open(t.Context(), srv.NewSchema(t), pgstore.Options{Fenced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	clk := clock.NewFake(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	ttl := 5 * time.Second
+	l := pgstore.NewLease(st.Pool(), pgstore.LeaseConfig{Holder: "a", TTL: ttl, Clock: clk})
+	if l.Held() {
+		t.Fatal("held before Run took the lease")
+	}
+	leading := make(chan uint64, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Run(ctx, func(lctx context.Context, epoch uint64) {
+			leading <- epoch
+			<-lctx.Done()
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-leading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never took the lease")
+	}
+	if !l.Held() {
+		t.Fatal("not held right after taking the lease")
+	}
+	clk.Advance(ttl) // past the local deadline (TTL less a tenth)
+	if l.Held() {
+		t.Fatal("still held with the clock past the local deadline")
 	}
 }
