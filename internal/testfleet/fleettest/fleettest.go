@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -105,24 +106,40 @@ func Timeout(t testing.TB, d time.Duration) context.Context {
 // skipped, and returns how many bytes were compared.
 func CheckTraces(t testing.TB, ctx context.Context, tn *testfleet.Tenant, pl gitlabfake.Pipeline) int {
 	t.Helper()
-	total := 0
+	bad, total := TraceMismatches(ctx, tn, pl)
+	for _, m := range bad {
+		t.Error(m.What)
+	}
+	return total
+}
+
+// Mismatch is a job whose GitLab trace is not the hub's output.
+type Mismatch struct {
+	Job  int64  // GitLab's job ID
+	What string // the difference, in words
+}
+
+// TraceMismatches compares every job's GitLab trace of pl with the hub's
+// output ([TraceMatches]) and lists the jobs that differ (or whose output
+// the hub cannot read), and how many trace bytes it compared.
+func TraceMismatches(ctx context.Context, tn *testfleet.Tenant, pl gitlabfake.Pipeline) (bad []Mismatch, total int) {
 	for name, id := range pl.Jobs {
 		if tn.GitLab.JobState(id) == gitlabfake.StateSkipped {
 			continue
 		}
 		got := tn.GitLab.Trace(id)
 		want, ok, err := tn.HubOutput(ctx, id)
-		if err != nil || !ok {
-			t.Errorf("%s/%s: hub output: ok=%v err=%v", tn.Spec.Name, name, ok, err)
+		switch {
+		case err != nil || !ok:
+			bad = append(bad, Mismatch{id, fmt.Sprintf("%s/%s (#%d): hub output: ok=%v err=%v", tn.Spec.Name, name, id, ok, err)})
 			continue
-		}
-		if !TraceMatches(got, want) {
-			t.Errorf("%s/%s (#%d): GitLab trace (%d bytes) differs from the hub's output (%d bytes); first difference at byte %d",
-				tn.Spec.Name, name, id, len(got), len(want), FirstDiff(got, want))
+		case !TraceMatches(got, want):
+			bad = append(bad, Mismatch{id, fmt.Sprintf("%s/%s (#%d): GitLab trace (%d bytes) differs from the hub's output (%d bytes); first difference at byte %d",
+				tn.Spec.Name, name, id, len(got), len(want), FirstDiff(got, want))})
 		}
 		total += len(got)
 	}
-	return total
+	return bad, total
 }
 
 // TraceMatches reports whether GitLab's trace got is the hub's output
