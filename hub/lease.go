@@ -230,11 +230,16 @@ func (s *Server) currentLeader(ctx context.Context) (url string, epoch uint64) {
 // connection, so nothing is proxied).
 func (s *Server) serveStandby(w http.ResponseWriter, r *http.Request) {
 	u, _ := s.currentLeader(r.Context())
+	writeUnavailable(w, "this hub instance is a standby: send requests to the leader", u)
+}
+
+// writeUnavailable answers 503 unavailable, retry in a second, naming the
+// leader when it is known.
+func writeUnavailable(w http.ResponseWriter, msg, leader string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After", "1")
 	w.WriteHeader(http.StatusServiceUnavailable)
-	json.NewEncoder(w).Encode(client.Error{Error: "this hub instance is a standby: send requests to the leader",
-		Code: client.CodeUnavailable, RetryAfterSecs: 1, Leader: u})
+	json.NewEncoder(w).Encode(client.Error{Error: msg, Code: client.CodeUnavailable, RetryAfterSecs: 1, Leader: leader})
 }
 
 // Health is the body of GET /healthz.

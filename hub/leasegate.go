@@ -1,11 +1,6 @@
 package hub
 
-import (
-	"encoding/json"
-	"net/http"
-
-	"github.com/vk-ci/vk/proto/client"
-)
+import "net/http"
 
 // leaseGated is the response writer of a leader's client-API request
 // under a lease. When the handler starts its answer, the lease is checked
@@ -35,13 +30,8 @@ func (g *leaseGated) WriteHeader(code int) {
 		return
 	}
 	g.refused = true
-	h := g.ResponseWriter.Header()
-	clear(h)
-	h.Set("Content-Type", "application/json")
-	h.Set("Retry-After", "1")
-	g.ResponseWriter.WriteHeader(http.StatusServiceUnavailable)
-	json.NewEncoder(g.ResponseWriter).Encode(client.Error{Code: client.CodeUnavailable, RetryAfterSecs: 1,
-		Error: "this hub instance's leader lease may have expired: send requests to the leader"})
+	clear(g.ResponseWriter.Header())
+	writeUnavailable(g.ResponseWriter, "this hub instance's leader lease may have expired: send requests to the leader", "")
 }
 
 func (g *leaseGated) Write(b []byte) (int, error) {
