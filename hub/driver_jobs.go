@@ -503,23 +503,15 @@ func (d *Driver) settleJob(j *jobRec, principal string) (durable <-chan error, e
 	d.w.doKey("out:"+id, func(ctx context.Context) error { return d.out.Drop(ctx, id) })
 	j.rec.Settled = true
 	final := j.saved // the write of the revision settling views show
-	saved := d.saveJob(j, false)
+	durable = d.saveJob(j, false)
 	d.exec(d.step(sched.JobSettled{Job: j.sid}))
 	d.dropJob(j)
 	// Until the settled record is durable, views come from memory: the
 	// store may still hold a revision older than one a client read.
-	wd := &writeDone{done: make(chan struct{})}
 	if d.settling == nil {
 		d.settling = map[string]*settlingJob{}
 	}
-	d.settling[id] = &settlingJob{j: j, wd: wd, final: final}
-	ch := make(chan error, 1)
-	go func() {
-		wd.err = <-saved
-		close(wd.done)
-		ch <- wd.err
-	}()
-	durable = ch
+	d.settling[id] = &settlingJob{j: j, wd: j.saved, final: final} // j.saved: the settle's write
 	if _, ok := parseAdmission(j.rec.Admission); ok {
 		adm := j.rec.Admission
 		d.w.doKey("adm:"+adm, func(ctx context.Context) error { return d.st.DeleteAdmission(ctx, adm) })
