@@ -375,3 +375,44 @@ func TestTakeoverPastDeadTransaction(t *testing.T) {
 		t.Errorf("takeover took %v, want at most %v", took, limit)
 	}
 }
+
+// A leader cut off from the database stops (it lost the lease) and its
+// shutdown then ends within a bound although the database still does
+// not answer, so that its process exits and its supervisor can start it
+// again as a standby. Before the store's close was bounded, pgx's
+// goodbye on each pooled connection waited 15 s for the silent database,
+// one connection after another (a minute in the HA soak's run 17).
+//
+// spec: BS-11
+func TestShutdownWithDatabaseUnreachable(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewSchema(t)
+	_, schema, _ := strings.Cut(dsn, "search_path=")
+	const ttlMillis = 1500
+	proxy := pgtest.NewProxy(t, srv.Addr())
+	a := startHA(t, haConfig(t, "hub-a", pgtest.DSNAt(proxy.Addr(), "postgres")+" search_path="+schema, ttlMillis))
+	waitLeading(t, a, 10*time.Second)
+	proxy.Blackhole(true)
+	defer proxy.Blackhole(false)
+	select {
+	case <-a.done:
+	case <-time.After(5 * ttlMillis * time.Millisecond):
+		t.Fatal("hub-a still leading 5 TTLs after losing its database")
+	}
+	stopped := make(chan error, 1)
+	t0 := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		stopped <- a.Shutdown(ctx)
+	}()
+	// The grace (2 s) plus the store's CloseWait, with a loaded machine's
+	// slack; unbounded, it is 15 s per pooled connection.
+	limit := 2*time.Second + pgstore.CloseWait + 5*time.Second
+	select {
+	case err := <-stopped:
+		t.Logf("hub-a shut down %v after it was asked, its database unreachable: %v", time.Since(t0).Round(time.Millisecond), err)
+	case <-time.After(limit):
+		t.Fatalf("hub-a's shutdown has not returned %v after it was asked, its database unreachable", limit)
+	}
+}

@@ -121,6 +121,8 @@ type Store struct {
 	refused atomic.Int64
 	closed  atomic.Bool
 	once    sync.Once
+	// closeErr is Close's result, set once inside once.
+	closeErr error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -356,11 +358,34 @@ func nanos(t time.Time) int64 {
 }
 
 // Close implements [store.Store.Close]: it closes the pool (waiting for
-// calls in flight). Closing twice is not an error.
+// calls in flight), for at most [CloseWait]. Past that it returns
+// [ErrCloseTimedOut] and leaves the pool closing on its own goroutine:
+// pgx says goodbye to the database on each connection and, when the
+// database is unreachable, waits up to 15 s per connection for it, one
+// connection after another, which held a hub cut off from its database
+// in its shutdown for a minute instead of letting its process exit.
+// Closing twice is not an error.
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
-		s.pool.Close()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.pool.Close()
+		}()
+		select {
+		case <-done:
+		case <-time.After(CloseWait):
+			s.closeErr = ErrCloseTimedOut
+		}
 	})
-	return nil
+	return s.closeErr
 }
+
+// CloseWait bounds how long [Store.Close] waits for the pool to close.
+const CloseWait = 3 * time.Second
+
+// ErrCloseTimedOut is [Store.Close]'s error when the pool did not close
+// within [CloseWait] (the database unreachable): the connections are
+// abandoned, and end with the process.
+var ErrCloseTimedOut = errors.New("pgstore: closing the database connections: gave up after " + CloseWait.String() + " (the database does not answer)")

@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
@@ -140,5 +141,53 @@ func TestOpenPrefix(t *testing.T) {
 	defer s.Close()
 	if _, ok := s.(*pgstore.Store); !ok {
 		t.Fatalf("store.Open(postgres:…) = %T, want *pgstore.Store", s)
+	}
+}
+
+// Closing the store while the database does not answer gives up after
+// CloseWait with ErrCloseTimedOut, instead of waiting out pgx's goodbye
+// on each connection (15 s each, one after another), so that a hub cut
+// off from its database still exits. Closing again answers the same.
+//
+// spec: BS-11
+func TestCloseWithDatabaseUnreachable(t *testing.T) {
+	srv := pgtest.Start(t)
+	p := pgtest.NewProxy(t, srv.Addr())
+	st, err := pgstore.Open(t.Context(), pgtest.DSNAt(p.Addr(), "postgres")+tail(srv, t), pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Several connections in the pool, each of which will wait.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if _, err := st.GetMeta(t.Context(), "nothing"); err != nil && !errors.Is(err, store.ErrNotFound) {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	p.Blackhole(true)
+	defer p.Blackhole(false)
+	// A call that times out on the silent database (as a lease renew
+	// does) leaves its connection mid-exchange.
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := st.GetMeta(ctx, "nothing"); err == nil {
+		t.Fatal("a read from the black-holed database answered")
+	}
+	t0 := time.Now()
+	err = st.Close()
+	took := time.Since(t0)
+	if !errors.Is(err, pgstore.ErrCloseTimedOut) {
+		t.Fatalf("Close with the database unreachable: %v, want ErrCloseTimedOut", err)
+	}
+	// Without the bound it takes 15 s per connection; CloseWait plus a
+	// loaded machine's slack is far below one of them.
+	if limit := pgstore.CloseWait + 5*time.Second; took > limit {
+		t.Errorf("Close took %v, want at most %v", took, limit)
+	}
+	if err := st.Close(); !errors.Is(err, pgstore.ErrCloseTimedOut) {
+		t.Errorf("second Close: %v, want the first's error", err)
 	}
 }
