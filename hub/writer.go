@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/boltstore"
@@ -33,6 +34,7 @@ type recWriter struct {
 		AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	}
 	ctx    context.Context
+	cancel context.CancelFunc // gives up the writes in flight (close, past drainWait)
 	log    *slog.Logger
 	max    int  // writes per batch: maxBatch (1 in the benchmark's baseline)
 	gather bool // tell a store that can gather a batch's writes (off in the benchmark's baseline)
@@ -60,7 +62,8 @@ type wop struct {
 }
 
 func newRecWriter(ctx context.Context, st driverStore, log *slog.Logger) *recWriter {
-	w := &recWriter{st: st, ctx: ctx, log: log, max: maxBatch, gather: true, pending: map[string]*wop{}, done: make(chan struct{})}
+	w := &recWriter{st: st, log: log, max: maxBatch, gather: true, pending: map[string]*wop{}, done: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(ctx)
 	w.cond = sync.NewCond(&w.mu)
 	go w.run()
 	return w
@@ -253,11 +256,29 @@ func (w *recWriter) appendAudits(ctx context.Context, es []store.AuditEntry) err
 	return nil
 }
 
-// close applies what is queued, then stops.
+// close applies what is queued, then stops. Writes still unanswered
+// drainWait after close began are given up: their context is cancelled,
+// so a store that does not answer (a PostgreSQL gone silent) fails them
+// instead of holding the hub's shutdown until it answers again. Their
+// waiters get the error; nothing waiting on them was acknowledged.
 func (w *recWriter) close() {
+	defer w.cancel()
 	w.mu.Lock()
 	w.closed = true
 	w.cond.Signal()
 	w.mu.Unlock()
+	t := time.NewTimer(drainWait)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return
+	case <-t.C:
+	}
+	w.log.Error("record writes still unanswered by the store at shutdown; giving them up", "after", drainWait)
+	w.cancel()
 	<-w.done
 }
+
+// drainWait is how long close waits for queued writes before giving them
+// up (the hub's default shutdown grace).
+const drainWait = DefaultShutdownGraceSecs * time.Second

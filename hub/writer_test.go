@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/vk-ci/vk/hub/store"
 	"github.com/vk-ci/vk/hub/store/boltstore"
@@ -202,4 +203,62 @@ func TestRecWriterAuditCoalesce(t *testing.T) {
 	if batch := idle.next(); len(batch) != 3 || len(batch[0].audits) != 2 {
 		t.Fatalf("batch of %d writes (audit write with %d entries), want 3 writes, the audit with 2", len(batch), len(batch[0].audits))
 	}
+}
+
+// silentStore is a store whose job saves never answer until their
+// context ends, as a PostgreSQL gone silent behind a black hole.
+type silentStore struct {
+	store.Store
+	saving chan struct{} // closed when the first save is waiting
+	once   sync.Once
+}
+
+func (s *silentStore) SaveJob(ctx context.Context, j store.Job) error {
+	s.once.Do(func() { close(s.saving) })
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Closing the writer gives a store that does not answer drainWait, then
+// gives up the writes still in flight: close returns, and their waiters
+// get the error rather than a hub's shutdown waiting for the database.
+// A write the store answers within drainWait is applied (close drains).
+func TestRecWriterCloseGivesUpOnSilentStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &silentStore{Store: memstore.New(), saving: make(chan struct{})}
+		w := newRecWriter(context.Background(), st, testlog.New(t))
+		saved := w.saveJob(store.Job{ID: "j1", Revision: 2})
+		<-st.saving
+		t0 := time.Now()
+		closed := make(chan struct{})
+		go func() {
+			w.close()
+			close(closed)
+		}()
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Fatal("close returned while a write was in flight, before drainWait")
+		default:
+		}
+		<-closed
+		if took := time.Since(t0); took != drainWait {
+			t.Errorf("close returned %v after it began, want drainWait (%v)", took, drainWait)
+		}
+		if err := <-saved; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the given-up save answered %v, want context.Canceled", err)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		st := &countingStore{Store: memstore.New()}
+		if err := st.CreateJob(t.Context(), store.Job{ID: "j1", Revision: 1}); err != nil {
+			t.Fatal(err)
+		}
+		w := newRecWriter(context.Background(), st, testlog.New(t))
+		saved := w.saveJob(store.Job{ID: "j1", Revision: 2})
+		w.close()
+		if err := <-saved; err != nil {
+			t.Fatalf("a save queued before close: %v, want it applied", err)
+		}
+	})
 }
