@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -414,5 +415,62 @@ func TestShutdownWithDatabaseUnreachable(t *testing.T) {
 		t.Logf("hub-a shut down %v after it was asked, its database unreachable: %v", time.Since(t0).Round(time.Millisecond), err)
 	case <-time.After(limit):
 		t.Fatalf("hub-a's shutdown has not returned %v after it was asked, its database unreachable", limit)
+	}
+}
+
+// hangingClose is a store whose Close never returns while its gate is
+// shut, as a part of a shutdown stuck on a database that does not answer.
+type hangingClose struct {
+	store.Store
+	gate chan struct{}
+}
+
+func (h hangingClose) Close() error {
+	<-h.gate
+	return h.Store.Close()
+}
+
+// Run's shutdown is bounded: when a part of it never ends, Run returns
+// once AbandonAfter has passed, with an error that says so, so that the
+// process exits and its supervisor can start it again.
+func TestRunAbandonsAStuckShutdown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := DefaultConfig()
+	c.Addr = addr
+	c.StateDir = t.TempDir()
+	c.ShutdownGraceSecs = 1
+	gate := make(chan struct{})
+	defer close(gate)
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() {
+		ran <- run(ctx, c, testlog.New(t), Options{AbandonAfter: time.Second,
+			WrapStore: func(st store.Store) store.Store { return hangingClose{st, gate} }})
+	}()
+	for { // until the hub listens: then its shutdown, not its start, is what ends
+		if conn, err := net.Dial("tcp", addr); err == nil {
+			conn.Close()
+			break
+		}
+		select {
+		case err := <-ran:
+			t.Fatalf("Run returned before it listened: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case err := <-ran:
+		if err == nil || !strings.Contains(err.Error(), "shutdown still unfinished") {
+			t.Fatalf("Run with a stuck shutdown returned %v, want the abandoned shutdown's error", err)
+		}
+		t.Logf("Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run has not returned 30 s after its context ended, its shutdown stuck")
 	}
 }

@@ -82,6 +82,10 @@ type Options struct {
 	// leader between a job's 201 and a node's accept). It must not wait
 	// for the hub.
 	BeforeStart func(job string)
+	// AbandonAfter bounds the shutdown of [Run] (tests); 0 means the
+	// grace plus the record writer's drain and the store's close, plus
+	// 5 s.
+	AbandonAfter time.Duration
 }
 
 // Server is a running hub. Create it with [Start].
@@ -147,7 +151,17 @@ type Server struct {
 // Run starts the hub and serves until ctx ends, then shuts down
 // gracefully (in-flight requests get shutdown_grace_secs).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	s, err := Start(ctx, cfg, log, Options{})
+	return run(ctx, cfg, log, Options{})
+}
+
+// run is [Run] with options. Its shutdown is bounded: past the grace
+// plus the record writer's drain and the store's close (abandonAfter),
+// it returns with what is left abandoned, so that the process exits
+// whatever part still waits (a PostgreSQL gone silent holds node and
+// relay sessions in calls that answer only when it comes back). Nothing
+// abandoned was acknowledged: every answer waits for durability.
+func run(ctx context.Context, cfg Config, log *slog.Logger, opt Options) error {
+	s, err := Start(ctx, cfg, log, opt)
 	if err != nil {
 		return err
 	}
@@ -157,7 +171,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.grace())
 	defer cancel()
-	err = s.Shutdown(sctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Shutdown(sctx) }()
+	limit := cmp.Or(opt.AbandonAfter, cfg.grace()+drainWait+pgstore.CloseWait+5*time.Second)
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case err = <-stopped:
+	case <-t.C:
+		err = fmt.Errorf("hub: shutdown still unfinished %v after it began; exiting with the rest abandoned", limit)
+	}
 	if s.lostLease.Load() {
 		err = errors.Join(ErrLostLease, err)
 	}
