@@ -66,6 +66,14 @@ func (o *HAOptions) defaults() {
 	}
 }
 
+// sessionsWait bounds the wait for an instance to hold every node's
+// session: 2 minutes, or 40 ms per node for larger fleets (a restarted
+// instance is redialled by each node on its own backoff; 1,000 took
+// about 40 s).
+func (o *HAOptions) sessionsWait() time.Duration {
+	return max(2*time.Minute, time.Duration(o.Nodes)*40*time.Millisecond)
+}
+
 func cmpOr(v, d int) int {
 	if v <= 0 {
 		return d
@@ -325,7 +333,7 @@ func (r *haRun) enrol(ctx context.Context, sessions *sync.WaitGroup) error {
 		return err
 	}
 	for _, in := range r.inst {
-		if _, err := r.waitHealth(ctx, in, 120*time.Second, func(h health) bool { return h.Nodes >= o.Nodes }); err != nil {
+		if _, err := r.waitHealth(ctx, in, o.sessionsWait(), func(h health) bool { return h.Nodes >= o.Nodes }); err != nil {
 			return fmt.Errorf("loadgen: %s never held every node's session: %w", in.name, err)
 		}
 	}

@@ -67,7 +67,7 @@ func (w *failWatch) result() (first, all time.Duration) {
 func (r *haRun) killLeader(ctx context.Context, li int) (Failover, error) {
 	lead, sb := r.inst[li], r.inst[1-li]
 	f := Failover{Killed: lead.name}
-	if _, err := r.waitHealth(ctx, sb, 120*time.Second, func(h health) bool { return h.Role == "standby" && h.Nodes >= r.o.Nodes }); err != nil {
+	if _, err := r.waitHealth(ctx, sb, r.o.sessionsWait(), func(h health) bool { return h.Role == "standby" && h.Nodes >= r.o.Nodes }); err != nil {
 		return f, fmt.Errorf("%s before the kill: %w", sb.name, err)
 	}
 	if err := r.waitProgress(ctx, int64(r.o.Loops)); err != nil {
@@ -94,7 +94,7 @@ func (r *haRun) killLeader(ctx context.Context, li int) (Failover, error) {
 	if err := r.start(ctx, lead); err != nil {
 		return f, err
 	}
-	if _, err := r.waitHealth(ctx, lead, 2*time.Minute, func(h health) bool { return h.Role == "standby" && h.Nodes >= r.o.Nodes }); err != nil {
+	if _, err := r.waitHealth(ctx, lead, r.o.sessionsWait(), func(h health) bool { return h.Role == "standby" && h.Nodes >= r.o.Nodes }); err != nil {
 		return f, fmt.Errorf("%s restarted never held every node's session: %w", lead.name, err)
 	}
 	f.Resynced = time.Since(t0)
