@@ -207,19 +207,60 @@ func (s *haSoak) revive() error {
 	return nil
 }
 
+// dbOutage black-holes hub-a's database link for longer than a lease
+// TTL. When hub-a leads, its renewals time out, so it must stop leading
+// before its lease can have expired and exit by itself (docs/ha.md),
+// while hub-b, which reaches the database directly, takes over; revive
+// then restarts hub-a as a standby. When hub-a is the standby it only
+// misses the database for a while, and must keep running.
+func (s *haSoak) dbOutage() error {
+	lead, other, err := s.leader()
+	if err != nil {
+		return err
+	}
+	at := time.Now()
+	s.db.Blackhole(true)
+	defer s.db.Blackhole(false)
+	if lead != s.f.Hub() {
+		s.count("db-outage", 0)
+		pause(dbOutageFor)
+		return nil
+	}
+	exited := lead.Exited()
+	if err := s.waitLeader(other); err != nil {
+		return err
+	}
+	s.count("db-outage", time.Since(at))
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		return fmt.Errorf("hub-a, its database unreachable for longer than its lease, did not stop by itself within a minute")
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	}
+	s.db.Blackhole(false)
+	return s.revive()
+}
+
+// dbOutageFor is how long a database outage of the standby lasts: longer
+// than the lease's default 5 s TTL.
+const dbOutageFor = 7 * time.Second
+
 // fault injects one random fault, after reviving an instance that
 // exited by itself since the last.
 func (s *haSoak) fault(rng *rand.Rand) error {
 	if err := s.revive(); err != nil {
 		return err
 	}
-	switch k := []string{"leader-kill", "leader-kill", "leader-pause", "standby-kill", "db-cut", "pg-restart"}[rng.IntN(6)]; k {
+	switch k := []string{"leader-kill", "leader-kill", "leader-pause", "standby-kill", "db-cut", "pg-restart", "db-outage"}[rng.IntN(7)]; k {
 	case "leader-kill":
 		return s.killLeader()
 	case "leader-pause":
 		return s.pauseLeader()
 	case "standby-kill":
 		return s.killStandby()
+	case "db-outage":
+		return s.dbOutage()
 	case "db-cut":
 		s.count(k, 0)
 		s.db.Cut()
@@ -262,7 +303,9 @@ func (s *haSoak) faults(rng *rand.Rand, deadline time.Time) <-chan struct{} {
 // when it is hub-a) and restarted as a standby, the leader frozen
 // (SIGSTOP) until the other leads and then thawed (it must stop by
 // itself; its fenced writes are counted), the standby SIGKILLed and
-// restarted, hub-a's database connections cut, PostgreSQL restarted.
+// restarted, hub-a's database connections cut, hub-a's database
+// black-holed for longer than a TTL (as leader it must stop and exit by
+// itself, and is restarted as a standby), PostgreSQL restarted.
 // Then every job must have succeeded, and run once by the nodes'
 // journals (two journals, or one twice, recording a run of the same
 // GitLab job is a job run twice); GitLab must have handed it out once
