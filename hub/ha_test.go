@@ -265,19 +265,31 @@ func TestHotStandby(t *testing.T) {
 	t.Logf("first grant by the new leader %v after the old one stopped", time.Since(stopAt).Round(time.Millisecond))
 }
 
+// ttlMillis is the lease TTL of the tests whose leader reaches the
+// database through a proxy.
+const ttlMillis = 1500
+
+// leaderBehindProxy starts a throwaway PostgreSQL and hub-a leading on
+// it through a proxy the test can black-hole; dsn (and schema) reach the
+// same database directly, for a second instance.
+func leaderBehindProxy(t *testing.T) (srv *pgtest.Server, dsn, schema string, proxy *pgtest.Proxy, a *Server) {
+	t.Helper()
+	srv = pgtest.Start(t)
+	dsn = srv.NewSchema(t)
+	_, schema, _ = strings.Cut(dsn, "search_path=")
+	proxy = pgtest.NewProxy(t, srv.Addr())
+	a = startHA(t, haConfig(t, "hub-a", pgtest.DSNAt(proxy.Addr(), "postgres")+" search_path="+schema, ttlMillis))
+	waitLeading(t, a, 10*time.Second)
+	return srv, dsn, schema, proxy, a
+}
+
 // A leader cut off from the database stops before its lease can have
 // expired; a standby takes the lease once it expired on the database's
 // clock; the deposed leader's writes are refused.
 //
 // spec: BS-10, BS-11, BS-12
 func TestLeaseTakeover(t *testing.T) {
-	srv := pgtest.Start(t)
-	dsn := srv.NewSchema(t)
-	_, schema, _ := strings.Cut(dsn, "search_path=")
-	const ttlMillis = 1500
-	proxy := pgtest.NewProxy(t, srv.Addr())
-	a := startHA(t, haConfig(t, "hub-a", pgtest.DSNAt(proxy.Addr(), "postgres")+" search_path="+schema, ttlMillis))
-	waitLeading(t, a, 10*time.Second)
+	srv, dsn, schema, proxy, a := leaderBehindProxy(t)
 	b := startHA(t, haConfig(t, "hub-b", dsn, ttlMillis))
 	if got := srv.Exec(t, "postgres", "SELECT holder || ' ' || epoch FROM "+schema+".vk_lease"); got != "hub-a 1" {
 		t.Fatalf("lease %q, want hub-a 1", got)
@@ -386,13 +398,7 @@ func TestTakeoverPastDeadTransaction(t *testing.T) {
 //
 // spec: BS-11
 func TestShutdownWithDatabaseUnreachable(t *testing.T) {
-	srv := pgtest.Start(t)
-	dsn := srv.NewSchema(t)
-	_, schema, _ := strings.Cut(dsn, "search_path=")
-	const ttlMillis = 1500
-	proxy := pgtest.NewProxy(t, srv.Addr())
-	a := startHA(t, haConfig(t, "hub-a", pgtest.DSNAt(proxy.Addr(), "postgres")+" search_path="+schema, ttlMillis))
-	waitLeading(t, a, 10*time.Second)
+	_, _, _, proxy, a := leaderBehindProxy(t)
 	proxy.Blackhole(true)
 	defer proxy.Blackhole(false)
 	select {
