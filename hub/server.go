@@ -155,8 +155,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 }
 
 // run is [Run] with options. Its shutdown is bounded: past the grace
-// plus the record writer's drain and the store's close (abandonAfter),
-// it returns with what is left abandoned, so that the process exits
+// plus the record writer's drain and the store's close
+// ([Options.AbandonAfter] in tests), it returns with what is left abandoned, so that the process exits
 // whatever part still waits (a PostgreSQL gone silent holds node and
 // relay sessions in calls that answer only when it comes back). Nothing
 // abandoned was acknowledged: every answer waits for durability.
