@@ -54,10 +54,32 @@ type historyRecorder struct {
 	mu   sync.Mutex
 	ops  []porcupine.Operation // guarded by mu
 	jobs map[string]int64      // hub job ID → GitLab job ID; guarded by mu
+	// firstTry is when each submission (by request_id) was first sent;
+	// guarded by mu. See [historyRecorder.submitted].
+	firstTry map[string]int64
 }
 
 func newHistoryRecorder() *historyRecorder {
-	return &historyRecorder{t0: time.Now(), jobs: map[string]int64{}}
+	return &historyRecorder{t0: time.Now(), jobs: map[string]int64{}, firstTry: map[string]int64{}}
+}
+
+// submitted returns when the submission with requestID was first sent,
+// remembering call if this is its first try. A submission the relay sends
+// again with the same request_id (its first try's answer lost: a killed
+// instance, a cut connection) is one operation, not two: API-43 replays
+// the first answer, the view of the job as it was made, so that answer
+// belongs at the job's making, which may be long before the try that
+// heard it. Recorded from its own try, the replayed view could read as a
+// view going back (a reader having seen the job run in between), which
+// the API does not promise against.
+func (r *historyRecorder) submitted(requestID string, call int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if first, ok := r.firstTry[requestID]; ok {
+		return first
+	}
+	r.firstTry[requestID] = call
+	return call
 }
 
 // attach gives the recorder its fleet and a reader's client of the
@@ -293,7 +315,7 @@ func (h recordingHub) Release(ctx context.Context, id string) error {
 }
 
 func (h recordingHub) SubmitJob(ctx context.Context, sub client.JobSubmission) (client.JobView, error) {
-	call := h.r.now()
+	call := h.r.submitted(sub.RequestID, h.r.now())
 	v, err := h.Hub.SubmitJob(ctx, sub)
 	if err == nil {
 		h.r.view(0, call, v.ID, v, nil)

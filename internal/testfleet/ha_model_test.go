@@ -275,3 +275,42 @@ func TestAPIModel(t *testing.T) {
 		}
 	}
 }
+
+// A submission whose first try's answer was lost (its instance killed
+// after making the job) and whose retry read the replayed first answer
+// (API-43: the job as it was made, starting, revision 2) after a reader
+// had seen the job running: the recorder files the retry's answer as one
+// operation from the first try on, which the model accepts, where filed
+// from the retry alone it reads as the job going back. Run 21 of the
+// fault campaign (7 Dec 2026) was refused for exactly this.
+func TestReplayedSubmissionIsOneOperation(t *testing.T) {
+	made, running := apiOut{Rank: 0, Rev: 2}, apiOut{Rank: 1, Rev: 6}
+	for _, tc := range []struct {
+		name    string
+		byFirst bool // the retry's call time is the first try's
+		want    porcupine.CheckResult
+	}{
+		{"from the first try", true, porcupine.Ok},
+		{"from the retry alone", false, porcupine.Illegal},
+	} {
+		r := newHistoryRecorder()
+		first := r.submitted("req-1", 10) // the first try; its answer lost
+		if first != 10 {
+			t.Fatalf("first try filed at %d, want 10", first)
+		}
+		reader := porcupine.Operation{ClientId: 1, Input: apiIn{Op: opView, Key: "job:j"}, Call: 20, Return: 21, Output: running}
+		retryCall := r.submitted("req-1", 30)
+		if !tc.byFirst {
+			retryCall = 30
+		} else if retryCall != 10 {
+			t.Fatalf("%s: retry filed at %d, want the first try's 10", tc.name, retryCall)
+		}
+		if other := r.submitted("req-2", 40); other != 40 {
+			t.Fatalf("another submission filed at %d, want its own 40", other)
+		}
+		retry := porcupine.Operation{ClientId: 0, Input: apiIn{Op: opView, Key: "job:j"}, Call: retryCall, Return: 31, Output: made}
+		if got := porcupine.CheckOperationsTimeout(apiModel, []porcupine.Operation{reader, retry}, 10*time.Second); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
