@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/regtoken"
 	"github.com/vk-ci/vk/hub/store"
+	"github.com/vk-ci/vk/hub/store/boltstore"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
@@ -75,8 +78,11 @@ type Driver struct {
 	// The owner loop's input: the typed requests of the sessions and the
 	// adapters (requests.go).
 	in chan envelope
-	bg context.Context // for store writes; never cancelled mid-write
-	w  *recWriter      // record writes, in order, off the driver goroutine
+	// waiting counts the requests handing themselves to the loop, not
+	// yet taken: those a submission may take with it ([Driver.handle]).
+	waiting atomic.Int64
+	bg      context.Context // for store writes; never cancelled mid-write
+	w       *recWriter      // record writes, in order, off the driver goroutine
 
 	// Owned by the loop goroutine. The core holds the state of tickets,
 	// admissions and jobs and every limit; the driver keeps only what
@@ -270,12 +276,97 @@ func (d *Driver) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case e := <-d.in:
-			e.req.run(d)
-			close(e.done)
+			d.handle(e)
 		case <-t.C():
 			d.onTick()
 			t.Reset(d.cfg.tick())
 		}
+	}
+}
+
+// maxTogether bounds the requests the loop takes at once behind a
+// submission ([Driver.handle]).
+const maxTogether = 256
+
+// handle carries out e. A submission takes with it every request already
+// waiting for the loop (at most maxTogether): the submissions among them
+// are carried out together ([Driver.submitTogether]), then the others in
+// their order. Their callers were all waiting at once, so none of them
+// can have sent its request after hearing another's answer: this order
+// is as good as the one they arrived in.
+func (d *Driver) handle(e envelope) {
+	if _, ok := e.req.(*submitReq); !ok {
+		e.req.run(d)
+		close(e.done)
+		return
+	}
+	subs, rest := []envelope{e}, []envelope(nil)
+	for len(subs)+len(rest) < maxTogether {
+		var next envelope
+		select {
+		case next = <-d.in:
+		default:
+		}
+		if next.req == nil {
+			break
+		}
+		if _, ok := next.req.(*submitReq); ok {
+			subs = append(subs, next)
+		} else {
+			rest = append(rest, next)
+		}
+	}
+	d.submitTogether(subs)
+	for _, e := range rest {
+		e.req.run(d)
+		close(e.done)
+	}
+}
+
+// submitTogether carries out submissions that arrived together: each is
+// staged in order (checked and stepped into the core), then the records
+// of the jobs they made are written at once, from one goroutine each, so
+// that a store that gathers writes commits them in one transaction and
+// one fsync (boltstore's Gather), and then each is finished in order
+// (the 201, the start frame). The loop waits for the writes, as it waits
+// for a lone submission's: nothing else it does can see a job whose
+// record is not durable.
+func (d *Driver) submitTogether(subs []envelope) {
+	var writes []*submitReq
+	for _, e := range subs {
+		r := e.req.(*submitReq)
+		r.stage(d)
+		if r.writes() {
+			writes = append(writes, r)
+		}
+	}
+	switch len(writes) {
+	case 0:
+	case 1:
+		r := writes[0]
+		r.created = d.st.CreateJobAnswered(d.bg, r.made.j.rec, r.made.ans)
+	default:
+		var gat *boltstore.Gathering
+		if ga, ok := d.st.(gatherer); ok {
+			gat = ga.Gather(len(writes))
+		}
+		var wg sync.WaitGroup
+		for i, r := range writes {
+			wg.Go(func() {
+				ctx := d.bg
+				if gat != nil {
+					ctx = gat.Context(ctx, i)
+					defer gat.Done(i)
+				}
+				r.created = d.st.CreateJobAnswered(ctx, r.made.j.rec, r.made.ans)
+			})
+		}
+		wg.Wait()
+	}
+	d.met.observeHist("vk_hub_submissions_together", float64(len(subs)))
+	for _, e := range subs {
+		e.req.(*submitReq).finish(d)
+		close(e.done)
 	}
 }
 

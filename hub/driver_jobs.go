@@ -44,11 +44,40 @@ type submitReq struct {
 	view      client.JobView
 	recorded  *store.Answer // ans completed and stored; nil when no job was made
 	saved     *writeDone    // the write of view's revision, for an existing job
+
+	// Between stage and finish: the job the core took, whose record
+	// (with ans) is to be written, and what the store answered.
+	made    *newJob
+	created error
 }
 
+// run carries out one submission alone: stage, its record's write, finish.
 func (r *submitReq) run(d *Driver) {
-	r.view, r.recorded, r.err = d.submit(r.principal, r.sub, r.redacted, r.ans)
-	if j := d.job(r.view.ID); r.err == nil && r.recorded == nil && j != nil {
+	r.stage(d)
+	if r.writes() {
+		r.created = d.st.CreateJobAnswered(d.bg, r.made.j.rec, r.made.ans)
+	}
+	r.finish(d)
+}
+
+// stage checks the submission and steps it into the core. It carries out
+// nothing else: a job the core took waits in r.made for its record's
+// write, and what the step asked for waits for finish, so that
+// submissions staged together can have their records written at once
+// ([Driver.submitTogether]).
+func (r *submitReq) stage(d *Driver) {
+	r.made, r.view, r.err = d.submit(r.principal, r.sub, r.redacted, r.ans)
+}
+
+// writes reports whether stage made a job whose record is to be written.
+func (r *submitReq) writes() bool { return r.made != nil && r.made.j != nil }
+
+// finish carries out what stage left, once the new job's record write
+// (if any) returned with r.created.
+func (r *submitReq) finish(d *Driver) {
+	if r.made != nil {
+		r.view, r.recorded, r.err = d.jobWritten(r.made, r.created)
+	} else if j := d.job(r.view.ID); r.err == nil && j != nil {
 		r.saved = j.saved // the same submission again: an existing job's view
 	}
 	var ae *api.Error
@@ -88,20 +117,23 @@ func (d *Driver) endAdmission(principal, admission string) {
 	}
 }
 
-func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []byte, ans store.Answer) (client.JobView, *store.Answer, error) {
+// submit checks a submission and, when it may make a job, stages it
+// ([Driver.stageJob]). It returns the staged job, or the view of the job
+// an earlier submission of the same request made, or the refusal.
+func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []byte, ans store.Answer) (*newJob, client.JobView, error) {
 	r := d.relays[principal]
 	if r == nil {
-		return client.JobView{}, nil, &api.Error{Code: client.CodeUnavailable, Msg: "relay session not connected", RetryAfter: 1}
+		return nil, client.JobView{}, &api.Error{Code: client.CodeUnavailable, Msg: "relay session not connected", RetryAfter: 1}
 	}
 	rr, ok := r.runners[sub.Runner]
 	if !ok {
-		return client.JobView{}, nil, &api.Error{Code: client.CodeUnavailable, Msg: "runner " + sub.Runner + " not in the relay's session report", RetryAfter: 1}
+		return nil, client.JobView{}, &api.Error{Code: client.CodeUnavailable, Msg: "runner " + sub.Runner + " not in the relay's session report", RetryAfter: 1}
 	}
 	if r.noWork {
-		return client.JobView{}, nil, errOldRelay
+		return nil, client.JobView{}, errOldRelay
 	}
 	if err := d.checkJobApproval(r, sub); err != nil {
-		return client.JobView{}, nil, err
+		return nil, client.JobView{}, err
 	}
 	ev := sched.JobSubmitted{Runner: rr.id, Project: projectKey(sub.Spec.GitLabCI.Job.ProjectID), Ref: sub.Spec.GitLabCI.Sources.Ref,
 		Images: builtImages(sub.Spec), Name: sub.Spec.GitLabCI.Job.Name}
@@ -110,37 +142,37 @@ func (d *Driver) submit(principal string, sub client.JobSubmission, redacted []b
 	if sub.Admission != "" {
 		aid, ok := parseAdmission(sub.Admission)
 		if !ok {
-			return client.JobView{}, nil, api.Errorf(client.CodeInvalid, "malformed admission ID %q", sub.Admission)
+			return nil, client.JobView{}, api.Errorf(client.CodeInvalid, "malformed admission ID %q", sub.Admission)
 		}
 		a, known := d.admission(aid)
 		if j := d.sameSubmission(principal, sub, known); j != nil {
-			return d.liveView(j), nil, nil
+			return nil, d.liveView(j), nil
 		}
 		switch {
 		case known && a.owner != principal:
-			return client.JobView{}, nil, notFound("admission")
+			return nil, client.JobView{}, notFound("admission")
 		case known && a.Job != 0:
-			return client.JobView{}, nil, api.Errorf(client.CodeConflict, "admission already used by job %s", d.jobWire(a.Job)) // API-32
+			return nil, client.JobView{}, api.Errorf(client.CodeConflict, "admission already used by job %s", d.jobWire(a.Job)) // API-32
 		case known && (a.runner != sub.Runner || a.Reservation != 0 && envelopeFromSched(a.Envelope) != sub.Placement.Envelope):
-			return client.JobView{}, nil, api.Errorf(client.CodeForbidden, "job does not match its admission's runner, tenant or placement") // API-31
+			return nil, client.JobView{}, api.Errorf(client.CodeForbidden, "job does not match its admission's runner, tenant or placement") // API-31
 		case known && sub.Reservation != "" && a.Reservation != 0 && sub.Reservation != reservationWire(a.Reservation):
-			return client.JobView{}, nil, api.Errorf(client.CodeForbidden, "job does not match its admission's reservation")
+			return nil, client.JobView{}, api.Errorf(client.CodeForbidden, "job does not match its admission's reservation")
 		}
 		ev.Admission, adm = aid, a
 	}
 	if sub.Reservation != "" {
 		rid, ok := parseReservation(sub.Reservation)
 		if !ok {
-			return client.JobView{}, nil, api.Errorf(client.CodeInvalid, "malformed reservation ID %q", sub.Reservation)
+			return nil, client.JobView{}, api.Errorf(client.CodeInvalid, "malformed reservation ID %q", sub.Reservation)
 		}
 		ev.Reservation = rid
 	}
 	if !samePlacement(rr.placement, sub.Placement) {
-		return client.JobView{}, nil, api.Errorf(client.CodeForbidden, "placement differs from runner %s's reported placement", sub.Runner)
+		return nil, client.JobView{}, api.Errorf(client.CodeForbidden, "placement differs from runner %s's reported placement", sub.Runner)
 	}
 	d.nextJob++
 	ev.Job = sched.JobID(d.nextJob)
-	return d.createJob(principal, sub, redacted, ans, rr, ev, adm)
+	return d.stageJob(principal, sub, redacted, ans, rr, ev, adm)
 }
 
 // sameSubmission returns the job an earlier submission of sub (same
@@ -172,17 +204,34 @@ func (d *Driver) sameSubmission(principal string, sub client.JobSubmission, know
 	return nil
 }
 
-// createJob steps a checked submission into the core and, if it takes
-// it, records the job with its request_id answer ans (before its 201, in
-// one write) and its admission's job. When the core starts the job at
-// once, the record is created as that Start leaves it (starting on its
-// node): the 201 and its stored answer say so, and the start frame goes
-// out once the record is durable.
-func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted []byte, ans store.Answer, rr runnerRec, ev sched.JobSubmitted, adm admission) (client.JobView, *store.Answer, error) {
+// newJob is a submission stepped into the core: the job the core took,
+// staged for its record's write (with its answer), or the core's refusal;
+// and the actions of its step, which are carried out only once the
+// record's write returned ([Driver.jobWritten]).
+type newJob struct {
+	refused   error // the core's verdict; j is nil
+	j         *jobRec
+	ans       store.Answer
+	acts      []sched.Action
+	principal string
+	sub       client.JobSubmission
+	rr        runnerRec
+	adm       admission      // the core's admission before the job took it
+	starts    bool           // the core starts it at once
+	view      client.JobView // its view as ans has it
+}
+
+// stageJob steps a checked submission into the core and, if it takes it,
+// makes the job's record and its request_id answer ans, to be written in
+// one write before its 201. When the core starts the job at once, the
+// record is made as that Start leaves it (starting on its node): the 201
+// and its stored answer say so, and the start frame goes out once the
+// record is durable ([Driver.jobWritten]). A refusal's actions wait for
+// jobWritten too, since they may start a job staged with this one.
+func (d *Driver) stageJob(principal string, sub client.JobSubmission, redacted []byte, ans store.Answer, rr runnerRec, ev sched.JobSubmitted, adm admission) (*newJob, client.JobView, error) {
 	acts := d.step(ev)
 	if err := verdictError(verdictOf(acts)); err != nil {
-		d.exec(acts)
-		return client.JobView{}, nil, err
+		return &newJob{acts: acts, refused: err}, client.JobView{}, nil
 	}
 	now := d.now()
 	spec := sub.Spec
@@ -200,13 +249,28 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 	view := d.liveView(j)
 	body, _ := json.Marshal(view)
 	ans.Status, ans.Body, ans.Job = http.StatusCreated, append(body, '\n'), j.rec.ID
-	if err := d.st.CreateJobAnswered(d.bg, j.rec, ans); err != nil {
-		// The core took the job; take it back so nothing starts it.
-		d.exec(d.step(sched.JobSettled{Job: ev.Job}))
+	nj := &newJob{j: j, ans: ans, acts: acts, principal: principal, sub: sub, rr: rr, adm: adm, starts: starts, view: view}
+	return nj, view, nil
+}
+
+// jobWritten carries out a staged job once its record's write returned
+// with err: on success it holds the job, records its admission's job,
+// and carries out its step's actions (the start frame among them); on
+// failure it takes the job back out of the core, so nothing starts it.
+// A refusal's actions are carried out, and the refusal returned.
+func (d *Driver) jobWritten(nj *newJob, err error) (client.JobView, *store.Answer, error) {
+	j, sub, adm := nj.j, nj.sub, nj.adm
+	if nj.refused != nil {
+		d.exec(nj.acts)
+		return client.JobView{}, nil, nj.refused
+	}
+	if err != nil {
+		d.exec(d.step(sched.JobSettled{Job: j.sid}))
 		return client.JobView{}, nil, &api.Error{Code: client.CodeInternal, Msg: "storing the job failed", Err: err}
 	}
+	ci := sub.Spec.GitLabCI
 	d.addJob(j)
-	d.traceQueue(ev.Job, rr.id, sub.Queue)
+	d.traceQueue(j.sid, nj.rr.id, sub.Queue)
 	if adm.id != 0 {
 		d.dropTicket(adm.Ticket) // the admission's ticket is a job now
 		if v, ok := d.core.Admission(adm.id); ok && v.Reservation != 0 {
@@ -216,17 +280,18 @@ func (d *Driver) createJob(principal string, sub client.JobSubmission, redacted 
 		d.w.doKey("adm:"+rec.ID, func(ctx context.Context) error { return d.st.PutAdmission(ctx, rec) })
 	}
 	d.log.Info("job submitted", logkey.JobID, j.rec.ID, logkey.RunnerID, sub.Runner, logkey.GitLabJobID, ci.Job.ID,
-		logkey.Admission, sub.Admission, "spec", spec)
-	d.audit(principal, "job.submit", j.rec.ID, fmt.Sprintf("runner %s, GitLab job %d, project %d (%s), admission %s",
+		logkey.Admission, sub.Admission, "spec", sub.Spec)
+	d.audit(nj.principal, "job.submit", j.rec.ID, fmt.Sprintf("runner %s, GitLab job %d, project %d (%s), admission %s",
 		sub.Runner, ci.Job.ID, ci.Job.ProjectID, ci.Job.ProjectPath, cmp.Or(sub.Admission, "none")))
-	for _, a := range acts {
-		if s, ok := a.(sched.Start); ok && starts && s.Job == ev.Job {
+	for _, a := range nj.acts {
+		if s, ok := a.(sched.Start); ok && nj.starts && s.Job == j.sid {
 			d.sendStart(j, s) // the full spec to the node; its record is stored
 			continue
 		}
 		d.exec([]sched.Action{a})
 	}
-	return view, &ans, nil
+	ans := nj.ans
+	return nj.view, &ans, nil
 }
 
 // startOf finds the Start of job among acts.

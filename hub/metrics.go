@@ -42,6 +42,8 @@ func newMetrics() *metrics {
 		[]float64{.001, .005, .025, .1, .5, 2, 10, 60}, "route")
 	m.hist("vk_hub_decision_seconds", "Time of one scheduling core step (event in, actions out).",
 		[]float64{1e-6, 5e-6, 25e-6, 100e-6, 500e-6, 2.5e-3, 10e-3, 50e-3})
+	m.hist("vk_hub_submissions_together", "Job submissions the driver carried out together, their new jobs' records written in one go.",
+		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256})
 	m.counter("vk_hub_grants_total", "Reservation grants (a node accepted an offer).")
 	m.counter("vk_hub_tickets_total", "Reservation tickets queued.")
 	m.counter("vk_hub_tickets_ended_total", "Tickets ended unclaimed (cancelled, unpolled, session end, lease gone).")

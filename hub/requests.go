@@ -32,9 +32,12 @@ type envelope struct {
 // completion).
 func (d *Driver) ask(ctx context.Context, r request) error {
 	e := envelope{req: r, done: make(chan struct{})}
+	d.waiting.Add(1)
 	select {
 	case d.in <- e:
+		d.waiting.Add(-1)
 	case <-ctx.Done():
+		d.waiting.Add(-1)
 		return ctx.Err()
 	}
 	<-e.done
