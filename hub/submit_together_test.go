@@ -97,7 +97,7 @@ func (w *togetherWatch) waitInside(t *testing.T, n int) {
 // driver), and still nothing of any of them leaves the hub, neither its
 // 201 nor its start frame, before its record is durable (DECISIONS 16).
 //
-// spec: API-42, FAIL-12
+// spec: API-07, API-42
 func TestSubmissionsWaitingAreWrittenTogether(t *testing.T) {
 	const n = 3
 	h := newHarness(t)
