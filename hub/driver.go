@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/hub/regtoken"
 	"github.com/vk-ci/vk/hub/store"
-	"github.com/vk-ci/vk/hub/store/boltstore"
 	"github.com/vk-ci/vk/internal/clock"
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/proto/client"
@@ -340,29 +338,10 @@ func (d *Driver) submitTogether(subs []envelope) {
 			writes = append(writes, r)
 		}
 	}
-	switch len(writes) {
-	case 0:
-	case 1:
-		r := writes[0]
-		r.created = d.st.CreateJobAnswered(d.bg, r.made.j.rec, r.made.ans)
-	default:
-		var gat *boltstore.Gathering
-		if ga, ok := d.st.(gatherer); ok {
-			gat = ga.Gather(len(writes))
-		}
-		var wg sync.WaitGroup
-		for i, r := range writes {
-			wg.Go(func() {
-				ctx := d.bg
-				if gat != nil {
-					ctx = gat.Context(ctx, i)
-					defer gat.Done(i)
-				}
-				r.created = d.st.CreateJobAnswered(ctx, r.made.j.rec, r.made.ans)
-			})
-		}
-		wg.Wait()
-	}
+	writeTogether(d.bg, d.st, true, len(writes), func(ctx context.Context, i int) {
+		r := writes[i]
+		r.created = d.st.CreateJobAnswered(ctx, r.made.j.rec, r.made.ans)
+	})
 	d.met.observeHist("vk_hub_submissions_together", float64(len(subs)))
 	for _, e := range subs {
 		e.req.(*submitReq).finish(d)

@@ -132,29 +132,11 @@ func (w *recWriter) run() {
 			return
 		}
 		errs := make([]error, len(batch))
-		if len(batch) == 1 {
-			errs[0] = w.apply(w.ctx, batch[0])
-		} else {
-			// The batch's writes reach the store together: a store that
-			// can gather them commits them as one (boltstore).
-			ga, _ := w.st.(gatherer)
-			var gat *boltstore.Gathering
-			if ga != nil && w.gather {
-				gat = ga.Gather(len(batch))
-			}
-			var wg sync.WaitGroup
-			for i, op := range batch {
-				wg.Go(func() {
-					ctx := w.ctx
-					if gat != nil {
-						ctx = gat.Context(ctx, i)
-						defer gat.Done(i)
-					}
-					errs[i] = w.apply(ctx, op)
-				})
-			}
-			wg.Wait()
-		}
+		// The batch's writes reach the store together: a store that can
+		// gather them commits them as one (boltstore).
+		writeTogether(w.ctx, w.st, w.gather, len(batch), func(ctx context.Context, i int) {
+			errs[i] = w.apply(ctx, batch[i])
+		})
 		// Answered only once the whole batch is durable, so an answer
 		// still means every write queued before it is.
 		for i, op := range batch {
@@ -207,6 +189,33 @@ func (w *recWriter) next() []*wop {
 // goroutines as one when told they come (boltstore's Gather).
 type gatherer interface {
 	Gather(n int) *boltstore.Gathering
+}
+
+// writeTogether makes n writes at once, write(ctx, i) for each i, and
+// returns when all have returned. A lone write runs on the caller's
+// goroutine; several run on one goroutine each, in a gathering of st's
+// when st can gather and gather is set, so that they commit as one.
+func writeTogether(ctx context.Context, st any, gather bool, n int, write func(ctx context.Context, i int)) {
+	if n == 1 {
+		write(ctx, 0)
+		return
+	}
+	var gat *boltstore.Gathering
+	if ga, ok := st.(gatherer); ok && gather {
+		gat = ga.Gather(n)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx := ctx
+			if gat != nil {
+				ctx = gat.Context(ctx, i)
+				defer gat.Done(i)
+			}
+			write(ctx, i)
+		})
+	}
+	wg.Wait()
 }
 
 // apply writes op in ctx (w.ctx, or one carrying its batch's gathering)
