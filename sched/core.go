@@ -331,7 +331,8 @@ func (c *Core) leavePass(i int) {
 	c.pass[i], c.pass[last] = c.pass[last], nil
 	c.pass = c.pass[:last]
 	p.inPass = false
-	// (fairness drains stay: they end when taken or after their time)
+	// (fairness drains stay: they end when taken, after their time, or
+	// when another starved placement needs the room (freeFairDrain))
 	// nobody of the placement may go and waits for room any more
 	unwantAll := p.fairHeld == 0 && !p.starved && !p.headroomBlocked && len(p.drains) > 0
 	aside := p.aside

@@ -68,11 +68,14 @@ func (c *Core) maybeFairDrain(p *placementQueue, w *waiter, cls int) bool {
 	if c.allStats.Count == 0 {
 		return false // no finished job yet: no prediction to hold a node on
 	}
-	if ps.fairDrains >= fairDrainCap(ps) || len(ps.wideWaiting) > 0 && ps.drains < c.drainCap(ps) || c.now.UnixNano() < ps.fairRetry {
+	if len(ps.wideWaiting) > 0 && ps.drains < c.drainCap(ps) || c.now.UnixNano() < ps.fairRetry {
 		return false
 	}
 	qw, qcls := c.pick(q, q.skipNormal)
 	if qw == nil || c.rank(qcls) > c.rank(cls) || qw.tq.kShare >= w.tq.kShare {
+		return false
+	}
+	if ps.fairDrains >= fairDrainCap(ps) && !c.freeFairDrain(ps, p) {
 		return false
 	}
 	n, wait := c.fairTarget(q, qw)
@@ -93,6 +96,25 @@ func (c *Core) maybeFairDrain(p *placementQueue, w *waiter, cls int) bool {
 	ps.fairDrains++
 	c.addTimer(c.now.Add(c.pol.FairDrainMaxWait), tmDrain, uint64(n.id))
 	return true
+}
+
+// freeFairDrain lifts one of pool ps's fairness drains that no longer
+// holds a node for a starved placement, so that one for another may take
+// its place under fairDrainCap: a drain held for p, whose waiter is about
+// to take room elsewhere with a higher share than the starved placement's
+// (the over-share tenant keeps no node held for it), or for a placement
+// with nothing waiting or no longer starved. Without it such a drain
+// outlived its reason for up to FairDrainMaxWait and, with the cap
+// reached, the tenant now starving got no node held at all. It reports
+// whether it lifted one.
+func (c *Core) freeFairDrain(ps *poolStat, p *placementQueue) bool {
+	for _, n := range ps.drained {
+		if r := n.autoDrain; n.fairDrain && (r == p || r.nwait == 0 || !r.starved) {
+			c.liftDrain(n)
+			return true
+		}
+	}
+	return false
 }
 
 // fairTarget picks the node to hold for q, whose first waiter is w: among
