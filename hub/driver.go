@@ -314,7 +314,14 @@ func (d *Driver) handle(e envelope) {
 			rest = append(rest, next)
 		}
 	}
-	d.submitTogether(subs)
+	rs := make([]*submitReq, len(subs))
+	for i, e := range subs {
+		rs[i] = e.req.(*submitReq)
+	}
+	d.submitTogether(rs)
+	for _, e := range subs {
+		close(e.done)
+	}
 	for _, e := range rest {
 		e.req.run(d)
 		close(e.done)
@@ -329,10 +336,9 @@ func (d *Driver) handle(e envelope) {
 // (the 201, the start frame). The loop waits for the writes, as it waits
 // for a lone submission's: nothing else it does can see a job whose
 // record is not durable.
-func (d *Driver) submitTogether(subs []envelope) {
+func (d *Driver) submitTogether(subs []*submitReq) {
 	var writes []*submitReq
-	for _, e := range subs {
-		r := e.req.(*submitReq)
+	for _, r := range subs {
 		r.stage(d)
 		if r.writes() {
 			writes = append(writes, r)
@@ -343,9 +349,8 @@ func (d *Driver) submitTogether(subs []envelope) {
 		r.created = d.st.CreateJobAnswered(ctx, r.made.j.rec, r.made.ans)
 	})
 	d.met.observeHist("vk_hub_submissions_together", float64(len(subs)))
-	for _, e := range subs {
-		e.req.(*submitReq).finish(d)
-		close(e.done)
+	for _, r := range subs {
+		r.finish(d)
 	}
 }
 

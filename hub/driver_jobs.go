@@ -51,14 +51,9 @@ type submitReq struct {
 	created error
 }
 
-// run carries out one submission alone: stage, its record's write, finish.
-func (r *submitReq) run(d *Driver) {
-	r.stage(d)
-	if r.writes() {
-		r.created = d.st.CreateJobAnswered(d.bg, r.made.j.rec, r.made.ans)
-	}
-	r.finish(d)
-}
+// run carries out one submission alone (the loop's handle carries out
+// those that arrive together).
+func (r *submitReq) run(d *Driver) { d.submitTogether([]*submitReq{r}) }
 
 // stage checks the submission and steps it into the core. It carries out
 // nothing else: a job the core took waits in r.made for its record's
