@@ -27,6 +27,14 @@
 // The ack file is written without fsync: an ack lost in a crash only means
 // resending bytes the hub already holds, which it trims (NODE-12).
 //
+// A new spool is not synced when it is opened. Opening one is on the way to
+// a job's accepted (the node's hand-off), and a spool that crashes before its
+// first byte left the node loses nothing: it held nothing the hub has seen,
+// and reopening it after a restart makes an empty one. The first sync that
+// has bytes to sync (the first [Spool.ReadFrom] with output, or
+// [Spool.Finish]) also makes the spool's directory entries durable: its
+// files in its own directory, and the directory in its parent.
+//
 // Flow control. The spec bounds what is in flight: the sender sends at most
 // [Window] (4 MiB) past the last ack, and ReadFrom never returns bytes beyond
 // it. The producer is held back too: [Spool.Append] and [Spool.Reserve] block
@@ -107,11 +115,15 @@ type Spool struct {
 	ack      *os.File
 	produced int64
 	synced   int64
-	acked    int64
-	finished bool
-	outLen   int64
-	changed  chan struct{} // closed and replaced when acked or finished changes
-	ready    chan struct{} // capacity 1: signalled when bytes are appended or output ends
+	// dirsSynced: the spool's directory entries (its files, and itself in
+	// its parent) are durable; false for a spool made by this Open until
+	// its first sync.
+	dirsSynced bool
+	acked      int64
+	finished   bool
+	outLen     int64
+	changed    chan struct{} // closed and replaced when acked or finished changes
+	ready      chan struct{} // capacity 1: signalled when bytes are appended or output ends
 }
 
 // Open opens the spool in dir, creating it (0700, files 0600) when absent.
@@ -140,11 +152,17 @@ func Open(dir string, opt Options) (*Spool, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := out.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := syncDir(dir); err != nil {
-		return fail(err)
+	// A spool found with bytes was written by an earlier run: they are
+	// synced at once, with the entries that lead to them, since the sender
+	// may send any of them. An empty one (a new spool, or one that had no
+	// byte yet) waits for its first sync (see the package doc).
+	if fi.Size() > 0 {
+		if err := fsync(out); err != nil {
+			return fail(err)
+		}
+		if err := s.syncDirsLocked(); err != nil {
+			return fail(err)
+		}
 	}
 	s.produced, s.synced = fi.Size(), fi.Size()
 	s.acked = min(readAck(ack), s.produced)
@@ -264,10 +282,29 @@ func (s *Spool) syncLocked() error {
 	if s.synced == s.produced {
 		return nil
 	}
-	if err := s.out.Sync(); err != nil {
+	if err := fsync(s.out); err != nil {
 		return fmt.Errorf("spool: sync: %w", err)
 	}
+	if err := s.syncDirsLocked(); err != nil {
+		return err
+	}
 	s.synced = s.produced
+	return nil
+}
+
+// syncDirsLocked makes the spool's directory entries durable once: its
+// files in its directory, and its directory in the parent.
+func (s *Spool) syncDirsLocked() error {
+	if s.dirsSynced {
+		return nil
+	}
+	if err := syncDir(s.dir); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(s.dir)); err != nil {
+		return err
+	}
+	s.dirsSynced = true
 	return nil
 }
 
@@ -362,6 +399,14 @@ func (s *Spool) Finish() (outputLen int64, err error) {
 	if err := writeSynced(filepath.Join(s.dir, finishedFile), encodeOffset(s.produced)); err != nil {
 		return 0, err
 	}
+	// writeSynced synced the spool's directory; a spool that never synced
+	// bytes (a job without output) still needs its own entry in the parent.
+	if !s.dirsSynced {
+		if err := syncDir(filepath.Dir(s.dir)); err != nil {
+			return 0, err
+		}
+		s.dirsSynced = true
+	}
 	s.finished, s.outLen = true, s.produced
 	s.broadcastLocked()
 	s.signalLocked()
@@ -434,7 +479,7 @@ func writeSynced(path string, b []byte) error {
 	}
 	_, err = f.Write(b)
 	if err == nil {
-		err = f.Sync()
+		err = fsync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -451,8 +496,11 @@ func syncDir(dir string) error {
 		return fmt.Errorf("spool: sync dir: %w", err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := fsync(d); err != nil {
 		return fmt.Errorf("spool: sync dir: %w", err)
 	}
 	return nil
 }
+
+// fsync is f.Sync; tests count the spool's syncs through it.
+var fsync = (*os.File).Sync
