@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +16,7 @@ import (
 // hub given by --hub, --ca and --state-dir (its admin socket).
 func benchCmd(socket func() string) *cobra.Command {
 	var o loadgen.Options
-	var hubURL, caFile, keep string
+	var hubURL, caFile, keep, cpuProfile string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "vk-bench",
@@ -56,6 +57,13 @@ you can throw away).`,
 				o.Dir = dir
 			}
 			o.Progress = cmd.ErrOrStderr()
+			if cpuProfile != "" {
+				stop, err := profileCPU(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			rep, err := loadgen.Run(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -79,5 +87,20 @@ you can throw away).`,
 	f.StringVar(&caFile, "ca", "", "the running hub's CA certificate (with --hub)")
 	f.StringVar(&keep, "keep", "", "start the hub with its state in this `DIR` and keep it (default: a temporary directory, removed)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile (not the hub's: that is the admin socket's /debug/pprof/profile) to `FILE`")
 	return cmd
+}
+
+// profileCPU starts a CPU profile of this process into path and returns
+// what stops it and closes the file.
+func profileCPU(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

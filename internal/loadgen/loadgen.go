@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -198,7 +199,7 @@ func runLoops(ctx context.Context, o Options, loops []*loop, pid int) (*Report, 
 		}
 	}
 	wait(o.Warmup)
-	before := readProc(pid)
+	before, genBefore := readProc(pid), readProc(os.Getpid())
 	start := time.Now()
 	recording.Store(true)
 	fmt.Fprintf(o.Progress, "measuring for %s\n", o.Duration)
@@ -211,7 +212,7 @@ func runLoops(ctx context.Context, o Options, loops []*loop, pid int) (*Report, 
 	}
 	recording.Store(false)
 	elapsed := time.Since(start)
-	after := readProc(pid)
+	after, genAfter := readProc(pid), readProc(os.Getpid())
 	stop()
 	wg.Wait()
 	close(errs)
@@ -228,6 +229,10 @@ func runLoops(ctx context.Context, o Options, loops []*loop, pid int) (*Report, 
 			rep.byStep[k] = append(rep.byStep[k], v...)
 		}
 	}
+	// The generator's own CPU is the other share of the machine: on the
+	// two cores that the hub and the load generator share, it is CPU the
+	// hub could not have.
+	rep.GenCPU = genAfter.CPU - genBefore.CPU
 	if pid != 0 {
 		rep.HubCPU = after.CPU - before.CPU
 		rep.HubRSS, rep.HubMaxRSS = after.RSS, after.MaxRSS

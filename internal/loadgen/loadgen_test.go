@@ -71,6 +71,9 @@ func TestRunAgainstChildHub(t *testing.T) {
 	if rep.HubCPUPerLifeMs <= 0 || rep.HubRSS <= 0 || rep.HubMaxRSS < rep.HubRSS {
 		t.Errorf("hub usage not read: cpu %.3f ms/lifecycle, rss %d, peak %d", rep.HubCPUPerLifeMs, rep.HubRSS, rep.HubMaxRSS)
 	}
+	if rep.GenCPUPerLifeMs <= 0 {
+		t.Errorf("generator usage not read: cpu %.3f ms/lifecycle", rep.GenCPUPerLifeMs)
+	}
 	if rep.Floor.FreshPerSec <= 0 || rep.Floor.ResumedPerSec <= 0 || rep.Floor.KeptPerSec <= 0 || rep.Floor.CommitsPerSec <= 0 {
 		t.Errorf("floor not measured: %+v", rep.Floor)
 	}

@@ -32,6 +32,10 @@ type Report struct {
 	HubCPUPerLifeMs float64       `json:"hub_cpu_ms_per_lifecycle,omitempty"`
 	HubRSS          int64         `json:"hub_rss_bytes,omitempty"`
 	HubMaxRSS       int64         `json:"hub_max_rss_bytes,omitempty"`
+	// GenCPU is the load generator's own CPU time in the window: its
+	// relays, nodes and request loops, all in this process.
+	GenCPU          time.Duration `json:"-"`
+	GenCPUPerLifeMs float64       `json:"generator_cpu_ms_per_lifecycle,omitempty"`
 	Floor           Floor         `json:"floor"`
 	FloorLifecycles float64       `json:"floor_lifecycles_per_sec"`
 	FractionOfFloor float64       `json:"fraction_of_floor"`
@@ -69,6 +73,7 @@ func (r *Report) finish() {
 	if r.Lifecycles > 0 {
 		r.RequestsEach = float64(total) / float64(r.Lifecycles)
 		r.HubCPUPerLifeMs = float64(r.HubCPU.Microseconds()) / 1e3 / float64(r.Lifecycles)
+		r.GenCPUPerLifeMs = float64(r.GenCPU.Microseconds()) / 1e3 / float64(r.Lifecycles)
 	}
 	// The floor allows as many lifecycles as the no-op rate of the
 	// clients' way of connecting (kept-alive, or resumed per request)
@@ -97,6 +102,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.HubCPUPerLifeMs > 0 {
 		fmt.Fprintf(w, "hub CPU        %.2f ms per lifecycle\n", r.HubCPUPerLifeMs)
 		fmt.Fprintf(w, "hub memory     %.1f MiB resident, %.1f MiB peak\n", float64(r.HubRSS)/(1<<20), float64(r.HubMaxRSS)/(1<<20))
+	}
+	if r.GenCPUPerLifeMs > 0 {
+		fmt.Fprintf(w, "generator CPU  %.2f ms per lifecycle (this process: relays, nodes, loops)\n", r.GenCPUPerLifeMs)
 	}
 	fmt.Fprintf(w, "\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
