@@ -3,6 +3,7 @@ package spool
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -37,18 +38,6 @@ func (l *syncLog) take() []string {
 	return p
 }
 
-func samePaths(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // A new spool is opened without an fsync (opening it is on the way to the
 // job's accepted); the first sync with bytes makes them durable together
 // with the spool's directory entries, and later syncs sync the file alone.
@@ -72,14 +61,14 @@ func TestNewSpoolSyncsOnFirstBytes(t *testing.T) {
 	if b, err := s.ReadFrom(0, MaxChunk); err != nil || string(b) != "first line\n" {
 		t.Fatalf("ReadFrom = %q, %v", b, err)
 	}
-	if got, want := log.take(), []string{out, dir, parent}; !samePaths(got, want) {
+	if got, want := log.take(), []string{out, dir, parent}; !slices.Equal(got, want) {
 		t.Fatalf("first sync: synced %v, want %v", got, want)
 	}
 	appendAll(t, s, []byte("second line\n"))
 	if _, err := s.ReadFrom(11, MaxChunk); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := log.take(), []string{out}; !samePaths(got, want) {
+	if got, want := log.take(), []string{out}; !slices.Equal(got, want) {
 		t.Fatalf("second sync: synced %v, want %v", got, want)
 	}
 	if _, err := s.ReadFrom(23, MaxChunk); err != nil {
@@ -92,7 +81,7 @@ func TestNewSpoolSyncsOnFirstBytes(t *testing.T) {
 
 	// Reopened with bytes (a node restart): synced at once.
 	s = open(t, dir, Options{})
-	if got, want := log.take(), []string{out, dir, parent}; !samePaths(got, want) {
+	if got, want := log.take(), []string{out, dir, parent}; !slices.Equal(got, want) {
 		t.Fatalf("reopen: synced %v, want %v", got, want)
 	}
 	if st := s.Status(); st.Produced != 23 || st.Synced != 23 {
@@ -116,7 +105,7 @@ func TestEmptySpoolFinishSyncsEntries(t *testing.T) {
 		t.Fatalf("Finish = %d, %v", n, err)
 	}
 	got := log.take()
-	if !samePaths(got, []string{filepath.Join(dir, finishedFile), dir, parent}) {
+	if !slices.Equal(got, []string{filepath.Join(dir, finishedFile), dir, parent}) {
 		t.Fatalf("Finish synced %v, want the finished file, then the spool's directory and its parent", got)
 	}
 	s.Close()
