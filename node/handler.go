@@ -1,6 +1,8 @@
 package node
 
 import (
+	"slices"
+
 	"github.com/vk-ci/vk/internal/logkey"
 	"github.com/vk-ci/vk/node/exec"
 	"github.com/vk-ci/vk/node/journal"
@@ -105,7 +107,7 @@ func (h handler) Message(m dispatch.Message) {
 		// changes the ceiling or the drain alone leaves them, so a drain
 		// or a ceiling never takes the node out of its pools (OPS-01).
 		if m.PoolsSet || len(m.Pools) > 0 {
-			if changed := !a.hasPools || !slicesEqual(a.pools, m.Pools); changed {
+			if changed := !a.hasPools || !slices.Equal(a.pools, m.Pools); changed {
 				a.pools, a.hasPools = m.Pools, true
 				a.send(a.reportLocked())
 			}
@@ -119,18 +121,6 @@ func (h handler) Message(m dispatch.Message) {
 	default:
 		a.log.Warn("unexpected frame from hub ignored", "type", m.FrameType(), "kind", m.FrameKind())
 	}
-}
-
-func slicesEqual(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func leaseFrame(id string, st ledger.LeaseState) *dispatch.Lease {
