@@ -256,7 +256,7 @@ func (d *Driver) nodeJob(n *nodeRec, u dispatch.JobUpdate) {
 		if j.rec.State == "starting" && j.rec.Node == n.name {
 			d.observeJobWait(j)
 			j.rec.State, j.spec = "running", nil
-			d.saveJob(j, true)
+			d.logWhenDurable(d.saveJob(j, true), "job running", logkey.JobID, j.rec.ID, logkey.NodeID, n.name)
 			if j.rec.Cancel != "" {
 				d.sendTo(n, cancelFrame(j.rec.ID, client.CancelMode(j.rec.Cancel)))
 			}

@@ -74,6 +74,19 @@ func (d *Driver) saveJob(j *jobRec, bump bool) <-chan error {
 	return fwd
 }
 
+// logWhenDurable logs msg at info once the write saved reports durable
+// (nothing if it failed: the write's own error is logged where it is
+// made). "job running" is logged this way: from that moment the job's
+// view shows it running, and its relay may commit it in GitLab.
+func (d *Driver) logWhenDurable(saved <-chan error, msg string, args ...any) {
+	log := d.log
+	go func() {
+		if err := <-saved; err == nil {
+			log.Info(msg, args...)
+		}
+	}()
+}
+
 // finishJob records a job's result (once) and marks its output complete;
 // j.stored is closed once the record is durable.
 func (d *Driver) finishJob(j *jobRec, res client.JobResult) {

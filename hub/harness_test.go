@@ -84,14 +84,43 @@ func (s signalingOutput) Sweep(ctx context.Context, keep func(job string) bool) 
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // closed and replaced on every write; nil until a waiter needs it
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.written != nil {
+		close(s.written)
+		s.written = nil
+	}
 	return s.b.Write(p)
+}
+
+// waitFor waits until the logs hold sub, failing the test after d.
+func (s *syncBuffer) waitFor(t *testing.T, sub string, d time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		if bytes.Contains(s.b.Bytes(), []byte(sub)) {
+			s.mu.Unlock()
+			return
+		}
+		if s.written == nil {
+			s.written = make(chan struct{})
+		}
+		ch := s.written
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("no log line holding %q within %s", sub, d)
+		}
+	}
 }
 
 func (s *syncBuffer) String() string {
