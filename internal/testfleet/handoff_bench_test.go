@@ -26,6 +26,7 @@ const (
 	markRecorded         // the hub's job record is durable (hub log "job submitted", after its store commit)
 	markStart            // the hub sends the start frame (its BeforeStart hook on the driver's goroutine)
 	markAccepted         // the node's journal holds the job (fsynced) and accepted is sent (node log "job accepted")
+	markRunning          // the hub's running record is durable, so its view may show running (hub log "job running")
 	markCommitted        // the relay's PUT state=running reached GitLab, sent once the relay saw the job running
 	numMarks
 )
@@ -35,7 +36,8 @@ var markNames = [numMarks]string{
 	markRecorded:  "relay translates, submits; hub records (fsync)",
 	markStart:     "hub: record → start frame",
 	markAccepted:  "start frame → node journal fsync, accepted",
-	markCommitted: "accepted → hub → relay's view → PUT at GitLab",
+	markRunning:   "accepted → hub's running record durable",
+	markCommitted: "running durable → relay's view → PUT at GitLab",
 }
 
 // handoffLog keeps the moments of the components' log lines that mark a
@@ -47,13 +49,14 @@ type handoffLog struct {
 	gitlabOf  map[string]int64     // hub job ID → GitLab job ID
 	start     map[string]time.Time // hub job ID →
 	accepted  map[string]time.Time // hub job ID →
+	running   map[string]time.Time // hub job ID →
 	submitted map[int64]time.Time  // GitLab job ID → the relay had the 201 of its submit and wrote its state
 	committed map[int64]time.Time  // GitLab job ID → the relay had GitLab's answer to the commit
 }
 
 func newHandoffLog() *handoffLog {
 	return &handoffLog{recorded: map[string]time.Time{}, gitlabOf: map[string]int64{}, start: map[string]time.Time{},
-		accepted: map[string]time.Time{}, submitted: map[int64]time.Time{}, committed: map[int64]time.Time{}}
+		accepted: map[string]time.Time{}, running: map[string]time.Time{}, submitted: map[int64]time.Time{}, committed: map[int64]time.Time{}}
 }
 
 // handoffHandler is a slog.Handler feeding a handoffLog; attrs holds
@@ -70,7 +73,7 @@ func (h handoffHandler) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (h handoffHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "job submitted" && r.Message != "job accepted" && r.Message != "job committed in GitLab" {
+	if r.Message != "job submitted" && r.Message != "job accepted" && r.Message != "job running" && r.Message != "job committed in GitLab" {
 		return nil
 	}
 	kv := map[string]slog.Value{}
@@ -87,6 +90,8 @@ func (h handoffHandler) Handle(_ context.Context, r slog.Record) error {
 		h.l.recorded[job], h.l.gitlabOf[job] = r.Time, gl
 	case comp == "node" && r.Message == "job accepted":
 		h.l.accepted[job] = r.Time
+	case comp == "hub" && r.Message == "job running":
+		h.l.running[job] = r.Time
 	case comp == "relay" && r.Message == "job submitted":
 		h.l.submitted[gl] = r.Time
 	case comp == "relay":
@@ -186,7 +191,7 @@ func (l *handoffLog) steps(tn *testfleet.Tenant, pl gitlabfake.Pipeline) (steps 
 		hubID := hubOf[gl]
 		var at [numMarks]time.Time
 		at[markHanded], at[markRecorded], at[markStart] = tn.FirstAt(gl, gitlabfake.StateRunning), l.recorded[hubID], l.start[hubID]
-		at[markAccepted], at[markCommitted] = l.accepted[hubID], puts[gl]
+		at[markAccepted], at[markRunning], at[markCommitted] = l.accepted[hubID], l.running[hubID], puts[gl]
 		if slices.ContainsFunc(at[:], time.Time.IsZero) {
 			continue
 		}
