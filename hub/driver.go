@@ -216,6 +216,9 @@ func newDriver(ctx context.Context, cfg Config, pol *PolicyConfig, st driverStor
 		trace: nopTracer{}, // until openTrace, after the restore
 	}
 	d.w = newRecWriter(d.bg, st, log)
+	d.w.observe = func(phase string, seconds float64) {
+		met.observeHist("vk_hub_record_write_seconds", seconds, "phase", phase)
+	}
 	if err := d.load(ctx); err != nil {
 		d.w.close()
 		return nil, err

@@ -44,6 +44,9 @@ func newMetrics() *metrics {
 		[]float64{1e-6, 5e-6, 25e-6, 100e-6, 500e-6, 2.5e-3, 10e-3, 50e-3})
 	m.hist("vk_hub_submissions_together", "Job submissions the driver carried out together, their new jobs' records written in one go.",
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256})
+	m.hist("vk_hub_record_write_seconds", "The driver's record writes, by phase: wait (per write, queued until its batch goes to "+
+		"the store), commit (per batch, until the batch is durable).",
+		[]float64{1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 500e-3, 2.5}, "phase")
 	m.counter("vk_hub_grants_total", "Reservation grants (a node accepted an offer).")
 	m.counter("vk_hub_tickets_total", "Reservation tickets queued.")
 	m.counter("vk_hub_tickets_ended_total", "Tickets ended unclaimed (cancelled, unpolled, session end, lease gone).")

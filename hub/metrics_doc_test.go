@@ -23,6 +23,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m.observeHist("vk_hub_request_seconds", 1, "route", "r")
 	m.observeHist("vk_hub_decision_seconds", 1)
 	m.observeHist("vk_hub_submissions_together", 1)
+	m.observeHist("vk_hub_record_write_seconds", 1, "phase", "commit")
 	m.observeHist("vk_hub_wait_seconds", 1, "kind", waitJob, "size", sizeClass(2))
 	m.set("vk_hub_queue_depth", 1, "class", "jobs")
 	m.set("vk_hub_jobs", 1, "state", "running")

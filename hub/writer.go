@@ -38,6 +38,10 @@ type recWriter struct {
 	log    *slog.Logger
 	max    int  // writes per batch: maxBatch (1 in the benchmark's baseline)
 	gather bool // tell a store that can gather a batch's writes (off in the benchmark's baseline)
+	// observe, when set, is told how long writes wait and batches take:
+	// phase "wait" once per write (queued until its batch goes to the
+	// store), "commit" once per batch (until the batch is durable).
+	observe func(phase string, seconds float64)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -59,6 +63,7 @@ type wop struct {
 	audits  []store.AuditEntry              // for audit writes: the entries, in order
 	fn      func(ctx context.Context) error // for other writes
 	waiters []chan error
+	queued  time.Time // when the write was queued (a joined write keeps the first's)
 }
 
 func newRecWriter(ctx context.Context, st driverStore, log *slog.Logger) *recWriter {
@@ -118,7 +123,7 @@ func (w *recWriter) enqueue(op *wop) <-chan error {
 		}
 		w.audit = op
 	}
-	op.waiters = []chan error{ch}
+	op.waiters, op.queued = []chan error{ch}, time.Now()
 	w.queue = append(w.queue, op)
 	w.cond.Signal()
 	return ch
@@ -132,11 +137,18 @@ func (w *recWriter) run() {
 			return
 		}
 		errs := make([]error, len(batch))
+		start := time.Now()
 		// The batch's writes reach the store together: a store that can
 		// gather them commits them as one (boltstore).
 		writeTogether(w.ctx, w.st, w.gather, len(batch), func(ctx context.Context, i int) {
 			errs[i] = w.apply(ctx, batch[i])
 		})
+		if w.observe != nil {
+			for _, op := range batch {
+				w.observe("wait", start.Sub(op.queued).Seconds())
+			}
+			w.observe("commit", time.Since(start).Seconds())
+		}
 		// Answered only once the whole batch is durable, so an answer
 		// still means every write queued before it is.
 		for i, op := range batch {

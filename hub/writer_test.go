@@ -262,3 +262,40 @@ func TestRecWriterCloseGivesUpOnSilentStore(t *testing.T) {
 		}
 	})
 }
+
+// The writer tells how long each write waited for its batch and how long
+// each batch took to become durable (vk_hub_record_write_seconds), on a
+// fake clock: a write queued behind a 10 ms batch waited 10 ms, and two
+// writes of one batch are one commit.
+func TestRecWriterObservesWaitAndCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		got := map[string][]time.Duration{}
+		w := newRecWriter(t.Context(), memstore.New(), testlog.New(t))
+		defer w.close()
+		w.observe = func(phase string, s float64) {
+			mu.Lock()
+			defer mu.Unlock()
+			got[phase] = append(got[phase], time.Duration(s*float64(time.Second)).Round(time.Millisecond))
+		}
+		started := make(chan struct{})
+		first := w.do(func(context.Context) error { close(started); time.Sleep(10 * time.Millisecond); return nil })
+		<-started // the writer is busy for 10 ms: what follows waits for it
+		a := w.doKey("a", func(context.Context) error { time.Sleep(3 * time.Millisecond); return nil })
+		b := w.doKey("b", func(context.Context) error { time.Sleep(3 * time.Millisecond); return nil })
+		for _, ch := range []<-chan error{first, a, b} {
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ms := time.Millisecond
+		if want := []time.Duration{0, 10 * ms, 10 * ms}; !slices.Equal(got["wait"], want) {
+			t.Errorf("wait = %v, want %v", got["wait"], want)
+		}
+		if want := []time.Duration{10 * ms, 3 * ms}; !slices.Equal(got["commit"], want) {
+			t.Errorf("commit = %v, want %v", got["commit"], want)
+		}
+	})
+}
