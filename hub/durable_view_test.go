@@ -57,6 +57,22 @@ func (s *flakyJobSaves) durableRev(id string) uint64 {
 	return s.durable[id]
 }
 
+// acceptedOver starts a hub over its store wrapped by wrap, with a relay
+// and a node, submits a job on a claimed reservation and has the node
+// accept it: the job's view then goes running once the store holds it.
+func acceptedOver(t *testing.T, wrap func(store.Store) store.Store) (*harness, client.JobView) {
+	t.Helper()
+	h := newHarness(t)
+	h.wrapStore = wrap
+	h.restart()
+	h.relayUp(1)
+	h.nodeUp(dispatch.Held{})
+	v := h.submitOn(h.claimed(), 1002)
+	expectFrame[dispatch.Start](h)
+	h.nodeSay(&dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
+	return h, v
+}
+
 // A job's view is answered only once the store holds its revision. The
 // driver moves a job on in memory and writes the record behind it; a
 // view answered from memory before that write was durable could show a
@@ -71,14 +87,7 @@ func (s *flakyJobSaves) durableRev(id string) uint64 {
 // spec: API-36, BS-16, DECISIONS 16
 func TestViewOnlyOnceDurable(t *testing.T) {
 	flaky := &flakyJobSaves{failed: make(chan struct{}), durable: map[string]uint64{}}
-	h := newHarness(t)
-	h.wrapStore = func(s store.Store) store.Store { flaky.Store = s; return flaky }
-	h.restart()
-	h.relayUp(1)
-	h.nodeUp(dispatch.Held{})
-	v := h.submitOn(h.claimed(), 1002)
-	expectFrame[dispatch.Start](h)
-	h.nodeSay(&dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
+	h, v := acceptedOver(t, func(s store.Store) store.Store { flaky.Store = s; return flaky })
 	var running client.JobView
 	h.want(http.StatusOK, &running, "GET", "/v1/jobs/"+v.ID+"?after="+strconv.FormatUint(v.Revision, 10)+"&wait=30", nil)
 	if running.State != client.JobRunning || running.Revision > flaky.durableRev(v.ID) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/vk-ci/vk/hub/store"
-	"github.com/vk-ci/vk/proto/dispatch"
 )
 
 // heldRunningSaves holds the first save of a running job record until
@@ -37,14 +36,7 @@ func (s *heldRunningSaves) SaveJob(ctx context.Context, j store.Job) error {
 // job and the node.
 func TestJobRunningLoggedOnceDurable(t *testing.T) {
 	held := &heldRunningSaves{entered: make(chan struct{}), release: make(chan struct{})}
-	h := newHarness(t)
-	h.wrapStore = func(s store.Store) store.Store { held.Store = s; return held }
-	h.restart()
-	h.relayUp(1)
-	h.nodeUp(dispatch.Held{})
-	v := h.submitOn(h.claimed(), 1002)
-	expectFrame[dispatch.Start](h)
-	h.nodeSay(&dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
+	h, v := acceptedOver(t, func(s store.Store) store.Store { held.Store = s; return held })
 	select {
 	case <-held.entered:
 	case <-time.After(10 * time.Second):
