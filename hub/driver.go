@@ -77,7 +77,8 @@ type Driver struct {
 	// adapters (requests.go).
 	in chan envelope
 	// waiting counts the requests handing themselves to the loop, not
-	// yet taken: those a submission may take with it ([Driver.handle]).
+	// yet taken. The loop does not read it (handle takes what d.in holds);
+	// tests do, to know that requests wait before the loop takes them.
 	waiting atomic.Int64
 	bg      context.Context // for store writes; never cancelled mid-write
 	w       *recWriter      // record writes, in order, off the driver goroutine
