@@ -248,14 +248,14 @@ func (d *Driver) restore(ctx context.Context) error {
 }
 
 // outputSweeper is an output store that can remove, at start, the
-// outputs no unsettled job owns (output.Dir).
+// outputs no unsettled job owns (output.Log).
 type outputSweeper interface {
 	Sweep(ctx context.Context, keep func(job string) bool) ([]string, error)
 }
 
 // sweepOutput removes the outputs of settled and unknown jobs, which a
-// crash just after a settle leaves behind (the settle's unlink is not
-// synced: the settled record is what counts), keeping those of the
+// crash just after a settle can bring back (the settle's drop mark is
+// not synced: the settled record is what counts), keeping those of the
 // unsettled jobs, live, as restored. A failure is logged: the leftovers
 // only take disk space.
 func (d *Driver) sweepOutput(ctx context.Context, unsettled []store.Job) {

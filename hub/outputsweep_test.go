@@ -1,20 +1,18 @@
 package hub
 
 import (
-	"errors"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/vk-ci/vk/hub/output"
 	"github.com/vk-ci/vk/proto/dispatch"
 )
 
-// A settle unlinks the job's output file without syncing the directory
-// (its settled record is what counts), so a crash just after it can leave
-// the file behind, and nothing would ever read or remove it. The hub's
-// start removes the outputs of settled and unknown jobs and keeps those
-// of the jobs it restores.
+// A settle's drop mark in the output log is not synced on its own (the
+// settled record is what counts), so a crash just after it can bring the
+// job's output back, and nothing would ever read or remove it. The hub's
+// start drops the outputs of settled and unknown jobs and keeps those of
+// the jobs it restores.
 func TestStartSweepsOutputOfSettledJobs(t *testing.T) {
 	h := newHarness(t, nil)
 	h.relayUp(1)
@@ -31,23 +29,24 @@ func TestStartSweepsOutputOfSettledJobs(t *testing.T) {
 	if err := h.srv.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	// What a crash just after the settle leaves: its unlink never reached
-	// the disk. And a file no record names at all.
-	dir := filepath.Join(h.dir, "output")
+	// What a crash just after the settle leaves: the log holds the settled
+	// job's output again. And an output no record names at all.
 	left := map[string]string{settled.ID: "old", "00000000deadbeef": "stray"}
+	out, err := output.Open(filepath.Join(h.dir, "output"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for job, data := range left {
-		if err := os.WriteFile(filepath.Join(dir, job+".out"), []byte(data), 0o600); err != nil {
+		if _, err := out.Append(t.Context(), job, 0, []byte(data)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	out.Close()
 	h.start()
 	for job := range left {
-		if _, err := os.Stat(filepath.Join(dir, job+".out")); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("output file of %s after the start: %v, want it removed", job, err)
+		if n, _, err := h.srv.OutputStore().Len(t.Context(), job); err != nil || n != 0 {
+			t.Errorf("output of %s after the start: %d bytes, %v; want it dropped", job, n, err)
 		}
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, live.ID+".out")); err != nil || string(b) != "live" {
-		t.Errorf("live job's output after the start = %q, %v; want %q", b, err, "live")
 	}
 	if code, body, _ := h.call("GET", "/v1/jobs/"+live.ID+"/output", nil); code != 200 || string(body) != "live" {
 		t.Errorf("GET the live job's output after the start = %d %q", code, body)

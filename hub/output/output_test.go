@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,37 +16,44 @@ import (
 	"pgregory.net/rapid"
 )
 
-func open(t testing.TB, dir string) *Dir {
+func open(t testing.TB, dir string) *Log {
 	t.Helper()
-	d, err := Open(dir, testlog.New(t))
+	return openSized(t, dir, DefaultSegmentSize)
+}
+
+func openSized(t testing.TB, dir string, segSize int64) *Log {
+	t.Helper()
+	l, err := openLog(dir, testlog.New(t), segSize)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close() })
-	return d
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
-// impl is an output Store implementation under test; reopen is nil for
-// stores without durable state.
+// impl is an output Store implementation under test; reopen, nil for
+// stores without durable state, opens the store over dir again.
 type impl struct {
 	name   string
 	new    func(t testing.TB, dir string) Store
-	reopen bool
+	reopen func(dir string) (Store, error)
 }
 
+// tinySegment makes the writer start a new segment at almost every group
+// and compact at once: the tests then cross segments, removals and
+// compaction copies.
+const tinySegment = 64
+
 var impls = []impl{
-	{"Dir", func(t testing.TB, dir string) Store { return open(t, dir) }, true},
-	// Two kept files at most: the tests' jobs evict each other's.
-	{"DirFewFiles", func(t testing.TB, dir string) Store {
-		d := open(t, dir)
-		d.maxOpen = 2
-		return d
-	}, true},
+	{"Log", func(t testing.TB, dir string) Store { return open(t, dir) },
+		func(dir string) (Store, error) { return Open(dir, nil) }},
+	{"LogTinySegments", func(t testing.TB, dir string) Store { return openSized(t, dir, tinySegment) },
+		func(dir string) (Store, error) { return openLog(dir, nil, tinySegment) }},
 	{"Mem", func(t testing.TB, _ string) Store {
 		m := NewMem()
 		t.Cleanup(func() { m.Close() })
 		return m
-	}, false},
+	}, nil},
 }
 
 // forEach runs fn against every implementation.
@@ -236,41 +244,55 @@ func TestRestartAndDrop(t *testing.T) {
 	if n, complete, _ := d2.Len(ctx, "j1"); n != 0 || complete {
 		t.Fatalf("dropped job Len = %d, %v", n, complete)
 	}
-	for _, f := range []string{"j1.out", "j1.done"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
-			t.Errorf("%s still exists after Drop", f)
-		}
+	d2.Close()
+	d3 := open(t, dir)
+	if n, complete, _ := d3.Len(ctx, "j1"); n != 0 || complete {
+		t.Fatalf("dropped job after a restart: Len = %d, %v", n, complete)
 	}
+	wantLen(t, d3, "j2", "running on", false)
 }
 
 // spec: FAIL-19, NODE-12
-// A crash during a write leaves bytes past the acked length: they are a
-// prefix of the chunk being written. After restart they count as output,
-// and the node's resend from its last ack is trimmed to the new part, so
-// the stream stays exact.
+// A crash during a group's write leaves part of it at the end of the
+// segment: a torn record, or whole records never acked. Replay ignores
+// the torn record and takes whole ones (bytes the node sent at that
+// offset); either way the node's resend from its last ack is trimmed to
+// the new part, and the stream stays exact.
 func TestTornTailRecovered(t *testing.T) {
-	ctx := t.Context()
-	dir := t.TempDir()
 	stream := []byte("line 1\nline 2\nline 3\nline 4\n")
-	d := open(t, dir)
-	if _, err := d.Append(ctx, "j", 0, stream[:14]); err != nil { // acked: 14
-		t.Fatal(err)
-	}
-	d.Close()
-	// Simulate the torn write of the next chunk (stream[14:]): 5 bytes landed.
-	f, err := os.OpenFile(filepath.Join(dir, "j.out"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Write(stream[14:19])
-	f.Close()
+	rec, _ := appendRecord(nil, recAppend, "j", 14, stream[14:])
+	for _, cut := range []int{1, recHeader - 1, recHeader + 1, len(rec) - 1, len(rec)} {
+		t.Run(fmt.Sprint(cut), func(t *testing.T) {
+			ctx := t.Context()
+			dir := t.TempDir()
+			d := open(t, dir)
+			if _, err := d.Append(ctx, "j", 0, stream[:14]); err != nil { // acked: 14
+				t.Fatal(err)
+			}
+			seg := filepath.Join(dir, segName(d.active.id))
+			d.Close()
+			f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write(rec[:cut])
+			f.Close()
 
-	d2 := open(t, dir)
-	if n, err := d2.Append(ctx, "j", 14, stream[14:]); err != nil || n != int64(len(stream)) {
-		t.Fatalf("resend after crash = %d, %v", n, err)
-	}
-	if got := readAll(t, d2, "j"); !bytes.Equal(got, stream) {
-		t.Fatalf("content %q, want %q", got, stream)
+			d2 := open(t, dir)
+			want := int64(14)
+			if cut == len(rec) {
+				want = int64(len(stream))
+			}
+			wantLen(t, d2, "j", string(stream[:want]), false)
+			if n, err := d2.Append(ctx, "j", 14, stream[14:]); err != nil || n != int64(len(stream)) {
+				t.Fatalf("resend after crash = %d, %v", n, err)
+			}
+			if got := readAll(t, d2, "j"); !bytes.Equal(got, stream) {
+				t.Fatalf("content %q, want %q", got, stream)
+			}
+			d2.Close()
+			wantLen(t, open(t, dir), "j", string(stream), false)
+		})
 	}
 }
 
@@ -380,8 +402,8 @@ func testAppendProperty(t *testing.T, im impl) {
 		}
 		ctx := context.Background()
 		var d Store
-		if im.reopen {
-			if d, err = Open(dir, nil); err != nil {
+		if im.reopen != nil {
+			if d, err = im.reopen(dir); err != nil {
 				rt.Fatal(err)
 			}
 		} else {
@@ -392,9 +414,9 @@ func testAppendProperty(t *testing.T, im impl) {
 		var length int64
 		steps := rapid.IntRange(1, 30).Draw(rt, "steps")
 		for i := range steps {
-			if rapid.IntRange(0, 9).Draw(rt, "restart") == 0 && im.reopen {
+			if rapid.IntRange(0, 9).Draw(rt, "restart") == 0 && im.reopen != nil {
 				d.Close()
-				if d, err = Open(dir, nil); err != nil {
+				if d, err = im.reopen(dir); err != nil {
 					rt.Fatal(err)
 				}
 			}
@@ -440,26 +462,45 @@ func BenchmarkAppend256K(b *testing.B) {
 }
 
 // BenchmarkAppendJobs measures what the hub does per chunk of vk-bench's
-// jobs: 4 KiB chunks, each fsynced, from 32 jobs in turn (each job's file
-// kept open between its chunks, or opened per chunk when the bound is 0).
+// jobs: 4 KiB chunks, each durable before it returns, from 32 jobs in
+// turn (serial: each append is its own group) or from 32 goroutines at
+// once (parallel: appends share groups).
 func BenchmarkAppendJobs(b *testing.B) {
-	for _, keep := range []int{DefaultMaxOpen, 0} {
-		b.Run(fmt.Sprintf("kept=%d", keep), func(b *testing.B) {
-			d := open(b, b.TempDir())
-			d.maxOpen = keep
-			chunk := bytes.Repeat([]byte("x"), 4<<10)
-			b.SetBytes(int64(len(chunk)))
-			var offs [32]int64
-			ctx := context.Background()
-			i := 0
-			for b.Loop() {
-				n, err := d.Append(ctx, fmt.Sprintf("job%d", i%32), offs[i%32], chunk)
+	chunk := bytes.Repeat([]byte("x"), 4<<10)
+	b.Run("serial", func(b *testing.B) {
+		d := open(b, b.TempDir())
+		b.SetBytes(int64(len(chunk)))
+		var offs [32]int64
+		ctx := context.Background()
+		i := 0
+		for b.Loop() {
+			n, err := d.Append(ctx, fmt.Sprintf("job%d", i%32), offs[i%32], chunk)
+			if err != nil {
+				b.Fatal(err)
+			}
+			offs[i%32] = n
+			i++
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		d := open(b, b.TempDir())
+		b.SetBytes(int64(len(chunk)))
+		b.SetParallelism(16) // 32 goroutines on 2 cores
+		var next atomic.Int64
+		ctx := context.Background()
+		b.RunParallel(func(pb *testing.PB) {
+			job := fmt.Sprintf("job%d", next.Add(1))
+			var off int64
+			for pb.Next() {
+				n, err := d.Append(ctx, job, off, chunk)
 				if err != nil {
-					b.Fatal(err)
+					b.Error(err)
+					return
 				}
-				offs[i%32] = n
-				i++
+				off = n
 			}
 		})
-	}
+		st := d.Stats()
+		b.ReportMetric(float64(st.Appends)/float64(max(st.Syncs, 1)), "appends/sync")
+	})
 }
