@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"context"
+	"github.com/vk-ci/vk/hub/output"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -67,6 +68,35 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: nil})
 	return m
+}
+
+// outputStats is an output store that counts its work (output.Log).
+type outputStats interface{ Stats() output.LogStats }
+
+// watchOutput registers the output log's metrics, read from st at each
+// scrape.
+func (m *metrics) watchOutput(st outputStats) {
+	read := func(f func(output.LogStats) int64) func() float64 {
+		return func() float64 { return float64(f(st.Stats())) }
+	}
+	counter := func(name, help string, f func(output.LogStats) int64) {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, read(f)))
+	}
+	gauge := func(name, help string, f func(output.LogStats) int64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, read(f)))
+	}
+	counter("vk_hub_output_appends_total", "Output chunks the output log wrote (the new part of each).",
+		func(s output.LogStats) int64 { return s.Appends })
+	counter("vk_hub_output_syncs_total", "Groups the output log made durable, each with one fsync.",
+		func(s output.LogStats) int64 { return s.Syncs })
+	counter("vk_hub_output_compacted_bytes_total", "Bytes the output log's compaction copied out of old segments.",
+		func(s output.LogStats) int64 { return s.Compacted })
+	gauge("vk_hub_output_log_bytes", "Bytes in the output log's segment files.",
+		func(s output.LogStats) int64 { return s.Bytes })
+	gauge("vk_hub_output_live_bytes", "Bytes of the output log that unsettled jobs own.",
+		func(s output.LogStats) int64 { return s.Live })
+	gauge("vk_hub_output_segments", "The output log's segment files.",
+		func(s output.LogStats) int64 { return int64(s.Segments) })
 }
 
 func (m *metrics) counter(name, help string, labels ...string) {

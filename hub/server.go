@@ -309,6 +309,9 @@ func (s *Server) openOutput(context.Context) error {
 		out = s.opt.WrapOutput(out)
 	}
 	s.out = out
+	if st, ok := out.(outputStats); ok {
+		s.met.watchOutput(st)
+	}
 	s.onStop(func(context.Context) error { return out.Close() })
 	return nil
 }
