@@ -21,9 +21,10 @@ const DefaultSegmentSize = 16 << 20
 // more than about this many bytes' write.
 const compactPerGroup = 1 << 20
 
-// syncFile makes a segment's written bytes durable; tests replace it to
-// count the syncs or make them fail.
-var syncFile = (*os.File).Sync
+// syncFile makes a group's bytes durable (fdatasync on Linux: see
+// newSegment); tests replace it, before their first append, to count the
+// writer's syncs or make them fail.
+var syncFile = syncData
 
 // Log is a [Store] over one directory: every job's output in one
 // append-only log of segment files, written by one goroutine in groups
@@ -37,16 +38,19 @@ type Log struct {
 	done    chan struct{} // closed by Close: wakes every Wait
 	stopped chan struct{} // closed when the writer has ended
 
-	mu     sync.Mutex
-	work   sync.Cond           // signalled when queue grows or at Close; uses mu
-	closed bool                // guarded by mu
-	jobs   map[string]*logJob  // guarded by mu
-	segs   map[uint64]*segment // the segments on disk; guarded by mu
-	active *segment            // the segment the writer appends to; guarded by mu
-	queue  []*request          // waiting for the writer; guarded by mu
-	stats  LogStats            // guarded by mu
-	nextID uint64              // the next segment's number; writer only
-	buf    []byte              // the writer's group buffer; writer only
+	mu       sync.Mutex
+	work     sync.Cond           // signalled when queue grows or at Close; uses mu
+	closed   bool                // guarded by mu
+	jobs     map[string]*logJob  // guarded by mu
+	segs     map[uint64]*segment // the segments on disk; guarded by mu
+	active   *segment            // the segment the writer appends to; guarded by mu
+	queue    []*request          // waiting for the writer; guarded by mu
+	stats    LogStats            // guarded by mu
+	nextID   uint64              // the next segment's number; Open, then prepare only
+	nextSize int64               // the next segment's size; Open, then prepare only
+	spare    chan spare          // prepare's next segment for the writer
+	prepared chan struct{}       // closed when prepare has ended
+	buf      []byte              // the writer's group buffer; writer only
 }
 
 // LogStats counts a [Log]'s work since it was opened.
@@ -90,6 +94,7 @@ type segment struct {
 	id      uint64
 	f       *os.File
 	size    int64 // bytes written to it (the writer appends here)
+	cap     int64 // bytes newSegment wrote ahead: the writer rolls past it
 	live    int64 // bytes of extents pointing into it
 	marks   int   // completion marks of jobs still kept, written in it
 	refs    int   // reads and copies under way
@@ -141,7 +146,9 @@ func openLog(dir string, log *slog.Logger, segSize int64) (*Log, error) {
 	l := &Log{
 		dir: dir, dirf: dirf, log: log, segSize: segSize,
 		done: make(chan struct{}), stopped: make(chan struct{}),
+		spare: make(chan spare), prepared: make(chan struct{}),
 		jobs: map[string]*logJob{}, segs: map[uint64]*segment{},
+		nextSize: 1 << 20,
 	}
 	l.work.L = &l.mu
 	if err := l.recover(); err != nil {
@@ -150,16 +157,24 @@ func openLog(dir string, log *slog.Logger, segSize int64) (*Log, error) {
 		return nil, fmt.Errorf("output: %w", err)
 	}
 	go l.run()
+	go l.prepare()
 	return l, nil
 }
 
 func segName(id uint64) string { return fmt.Sprintf("%016x%s", id, segSuffix) }
 
-// newSegment creates the next segment file, writes its header and makes
-// the file and its directory entry durable, so that bytes acked in it
-// later are found after a crash.
+// newSegment creates the next segment file: its header, then zeros to
+// the segment size, all made durable with the file's directory entry.
+// Writing the zeros once, here, is what keeps the writer's syncs cheap:
+// a group then overwrites blocks the file already has, so its fdatasync
+// flushes data only, with no file-system journal commit for a new size
+// or new blocks. Replay reads a zero record header as the end.
 func (l *Log) newSegment() (*segment, error) {
 	id := l.nextID
+	// The first segments after Open are smaller (1 MiB, then twice the
+	// last), so that a hub with little output writes little ahead.
+	size := min(l.segSize, l.nextSize)
+	l.nextSize = min(2*size, l.segSize)
 	path := filepath.Join(l.dir, segName(id))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -167,8 +182,12 @@ func (l *Log) newSegment() (*segment, error) {
 	}
 	l.nextID++
 	_, err = f.Write([]byte(segMagic))
+	zero := make([]byte, min(1<<20, size))
+	for off := int64(len(segMagic)); off < size && err == nil; off += int64(len(zero)) {
+		_, err = f.WriteAt(zero[:min(int64(len(zero)), size-off)], off)
+	}
 	if err == nil {
-		err = syncFile(f)
+		err = syncData(f)
 	}
 	if err == nil {
 		err = l.syncDir()
@@ -178,7 +197,34 @@ func (l *Log) newSegment() (*segment, error) {
 		os.Remove(path)
 		return nil, err
 	}
-	return &segment{id: id, f: f, size: int64(len(segMagic))}, nil
+	return &segment{id: id, f: f, size: int64(len(segMagic)), cap: size}, nil
+}
+
+// prepare keeps the next segment ready for the writer (see newSegment):
+// it creates one, hands it over when the writer rolls, and creates the
+// next. A creation that failed is handed over as its error, and tried
+// again once the writer has taken it. At Close it removes the segment it
+// holds, unused.
+func (l *Log) prepare() {
+	defer close(l.prepared)
+	for {
+		s, err := l.newSegment()
+		select {
+		case l.spare <- spare{s, err}:
+		case <-l.done:
+			if s != nil {
+				s.f.Close()
+				os.Remove(filepath.Join(l.dir, segName(s.id)))
+			}
+			return
+		}
+	}
+}
+
+// spare is a segment prepare made, or why it could not.
+type spare struct {
+	s   *segment
+	err error
 }
 
 // syncDir fsyncs the directory through the descriptor kept open for it.
@@ -550,6 +596,7 @@ func (l *Log) Close() error {
 	l.work.Broadcast()
 	l.mu.Unlock()
 	<-l.stopped
+	<-l.prepared
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.active != nil {

@@ -29,9 +29,10 @@ import (
 //	job    jobLen bytes
 //	data   n bytes
 //
-// all little-endian. Replay stops reading a segment at its first record
-// that is short or fails its checksum: a torn write at a crash, since
-// nothing after it was acked.
+// all little-endian. A segment is created full of zeros (newSegment), so
+// a header of zeros is its end. Replay stops reading a segment there, or
+// at its first record that is short or fails its checksum: a torn write
+// at a crash, since nothing after it was acked.
 const (
 	segMagic      = "vk-out1\n"
 	segSuffix     = ".log"
@@ -84,6 +85,9 @@ func readRecords(r io.Reader, fn func(record)) (end int64, torn bool) {
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return pos, err != io.EOF
+		}
+		if hdr == [recHeader]byte{} {
+			return pos, false // the zeros newSegment wrote ahead
 		}
 		kind, jl := hdr[4], int(hdr[5])
 		n := int64(binary.LittleEndian.Uint32(hdr[6:]))

@@ -25,8 +25,14 @@
 // empty <job>.done marked completion): [Open] imports such files into
 // the log, then removes them.
 //
-// The writer starts a new segment past [DefaultSegmentSize]. A segment
-// is removed as soon as no job owns a byte or a mark in it. A
+// Each segment is created full of zeros, ahead of need, by a second
+// goroutine: 1 MiB for the first after [Open], twice the last for each
+// next one, up to [DefaultSegmentSize]. A group that would not fit in the
+// active segment goes to the next. So a group overwrites blocks the file
+// already has, and its fdatasync flushes only data: no file-system
+// journal commit for a new size or new blocks, as a file per job needed.
+//
+// A segment is removed as soon as no job owns a byte or a mark in it. A
 // long-running job's few bytes would keep every segment written during
 // its life, so the writer also compacts: with each group it copies up to
 // 1 MiB of what jobs still own out of the oldest segment whose owned

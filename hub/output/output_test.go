@@ -269,13 +269,13 @@ func TestTornTailRecovered(t *testing.T) {
 			if _, err := d.Append(ctx, "j", 0, stream[:14]); err != nil { // acked: 14
 				t.Fatal(err)
 			}
-			seg := filepath.Join(dir, segName(d.active.id))
+			seg, end := filepath.Join(dir, segName(d.active.id)), d.active.size
 			d.Close()
-			f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+			f, err := os.OpenFile(seg, os.O_WRONLY, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.Write(rec[:cut])
+			f.WriteAt(rec[:cut], end) // over the segment's zeros
 			f.Close()
 
 			d2 := open(t, dir)
