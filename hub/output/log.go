@@ -50,6 +50,7 @@ type Log struct {
 	nextSize int64               // the next segment's size; Open, then prepare only
 	spare    chan spare          // prepare's next segment for the writer
 	prepared chan struct{}       // closed when prepare has ended
+	free     []string            // paths of removed segments' files newSegment may reuse; guarded by mu
 	buf      []byte              // the writer's group buffer; writer only
 }
 
@@ -66,6 +67,8 @@ type LogStats struct {
 	Bytes, Live int64
 	// Compacted is how many bytes compaction copied.
 	Compacted int64
+	// Reused is how many segments were made from a removed one's file.
+	Reused int64
 }
 
 // logJob is one job's output: the extents of the log that hold it, in
@@ -163,24 +166,44 @@ func openLog(dir string, log *slog.Logger, segSize int64) (*Log, error) {
 
 func segName(id uint64) string { return fmt.Sprintf("%016x%s", id, segSuffix) }
 
-// newSegment creates the next segment file: its header, then zeros to
-// the segment size, all made durable with the file's directory entry.
-// Writing the zeros once, here, is what keeps the writer's syncs cheap:
-// a group then overwrites blocks the file already has, so its fdatasync
-// flushes data only, with no file-system journal commit for a new size
-// or new blocks. Replay reads a zero record header as the end.
+// newSegment makes the next segment file ready, with its directory
+// entry durable. The writer's groups must overwrite blocks the file
+// already has: then a group's fdatasync flushes data only, with no
+// file-system journal commit for a new size or new blocks. So the file
+// is either a removed segment's, renamed (its records name their own
+// segment, so replay reads none of them as this one's; see retireLocked),
+// or a new file
+// written full of zeros, whose end replay finds at a header of zeros.
 func (l *Log) newSegment() (*segment, error) {
 	id := l.nextID
-	// The first segments after Open are smaller (1 MiB, then twice the
-	// last), so that a hub with little output writes little ahead.
-	size := min(l.segSize, l.nextSize)
-	l.nextSize = min(2*size, l.segSize)
 	path := filepath.Join(l.dir, segName(id))
+	l.mu.Lock()
+	var reuse string
+	if len(l.free) > 0 {
+		reuse, l.free = l.free[0], l.free[1:]
+	}
+	l.mu.Unlock()
+	if reuse != "" {
+		s, err := l.reuseSegment(reuse, id, path)
+		if err == nil {
+			l.nextID++
+			l.mu.Lock()
+			l.stats.Reused++
+			l.mu.Unlock()
+			return s, nil
+		}
+		l.log.Warn("output: cannot reuse a segment file; writing a new one", "file", filepath.Base(reuse), logkey.Err, err)
+		os.Remove(reuse)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	l.nextID++
+	// The first segments after Open are smaller (1 MiB, then twice the
+	// last), so that a hub with little output writes little ahead.
+	size := min(l.segSize, l.nextSize)
+	l.nextSize = min(2*size, l.segSize)
 	_, err = f.Write([]byte(segMagic))
 	zero := make([]byte, min(1<<20, size))
 	for off := int64(len(segMagic)); off < size && err == nil; off += int64(len(zero)) {
@@ -198,6 +221,27 @@ func (l *Log) newSegment() (*segment, error) {
 		return nil, err
 	}
 	return &segment{id: id, f: f, size: int64(len(segMagic)), cap: size}, nil
+}
+
+// reuseSegment renames a removed segment's file, free, to path, segment
+// id's.
+func (l *Log) reuseSegment(free string, id uint64, path string) (*segment, error) {
+	if err := os.Rename(free, path); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = l.syncDir()
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &segment{id: id, f: f, size: int64(len(segMagic)), cap: fi.Size()}, nil
 }
 
 // prepare keeps the next segment ready for the writer (see newSegment):
@@ -405,7 +449,7 @@ func (j *logJob) slice(off, n int64) []extent {
 func (l *Log) releaseLocked(s *segment) {
 	s.refs--
 	if s.removed && s.refs == 0 {
-		s.f.Close()
+		l.retireLocked(s)
 	}
 }
 
@@ -528,22 +572,45 @@ func (l *Log) forgetLocked(job string, j *logJob) {
 }
 
 // removeIfDeadLocked removes s once it holds no job's bytes or mark and
-// the writer has moved on from it. The unlink is not synced: a segment
-// that comes back after a crash holds nothing any job still owns. The
-// caller holds l.mu.
+// the writer has moved on from it. Once no read uses it, its file is
+// kept for newSegment to reuse (up to keepFree of them) or unlinked (see
+// retireLocked). Neither is synced: a
+// segment that comes back after a crash holds nothing any job still
+// owns, or copies of it. The caller holds l.mu.
 func (l *Log) removeIfDeadLocked(s *segment) {
 	if s.live > 0 || s.marks > 0 || s == l.active || s.removed {
 		return
 	}
 	s.removed = true
 	delete(l.segs, s.id)
-	if err := os.Remove(filepath.Join(l.dir, segName(s.id))); err != nil {
-		l.log.Warn("output: remove segment", "segment", segName(s.id), logkey.Err, err)
-	}
 	if s.refs == 0 {
-		s.f.Close()
+		l.retireLocked(s)
 	}
 }
+
+// retireLocked closes a removed segment no read or copy uses any more,
+// and keeps its file for reuse or unlinks it. The caller holds l.mu.
+func (l *Log) retireLocked(s *segment) {
+	s.f.Close()
+	path := filepath.Join(l.dir, segName(s.id))
+	if len(l.free) < keepFree && !l.closed {
+		free := filepath.Join(l.dir, segName(s.id)+freeSuffix)
+		if err := os.Rename(path, free); err == nil {
+			l.free = append(l.free, free)
+			return
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		l.log.Warn("output: remove segment", "segment", segName(s.id), logkey.Err, err)
+	}
+}
+
+// freeSuffix names a removed segment's file kept for reuse: replay does
+// not read it.
+const freeSuffix = ".free"
+
+// keepFree is how many removed segments' files a Log keeps to reuse.
+const keepFree = 2
 
 // Sweep drops the outputs of the jobs keep refuses. The hub calls it once
 // at start with keep true for every unsettled job: a crash can bring back
@@ -607,6 +674,10 @@ func (l *Log) Close() error {
 	if err := l.syncDir(); err != nil {
 		l.log.Warn("output: sync directory at close", logkey.Err, err)
 	}
+	for _, free := range l.free {
+		os.Remove(free)
+	}
+	l.free = nil
 	l.closeFiles()
 	l.dirf.Close()
 	return nil

@@ -345,11 +345,11 @@ func TestCompactionBoundsTheLog(t *testing.T) {
 // length, and a new chunk at that length is taken.
 func FuzzReplay(f *testing.F) {
 	var seed []byte
-	seed, _ = appendRecord(seed, recAppend, "a", 0, []byte("hello "))
-	seed, _ = appendRecord(seed, recAppend, "a", 6, []byte("world"))
-	seed, _ = appendRecord(seed, recComplete, "a", 0, nil)
-	seed, _ = appendRecord(seed, recAppend, "b", 0, []byte("dropped"))
-	seed, _ = appendRecord(seed, recDrop, "b", 0, nil)
+	seed, _ = appendRecord(seed, 0, recAppend, "a", 0, []byte("hello "))
+	seed, _ = appendRecord(seed, 0, recAppend, "a", 6, []byte("world"))
+	seed, _ = appendRecord(seed, 0, recComplete, "a", 0, nil)
+	seed, _ = appendRecord(seed, 0, recAppend, "b", 0, []byte("dropped"))
+	seed, _ = appendRecord(seed, 0, recDrop, "b", 0, nil)
 	f.Add(seed)
 	f.Add(seed[:len(seed)-3])
 	f.Add([]byte{})
@@ -504,4 +504,54 @@ func BenchmarkOpen(b *testing.B) {
 		}
 		d.Close()
 	}
+}
+
+// spec: FAIL-19, API-41
+// A removed segment's file is reused for a later segment without being
+// cleared: its old records name the old segment, so after a restart none
+// of them is read as the new segment's, even where they line up with the
+// new records (two jobs with records of one size). A dropped job stays
+// dropped and the running job's output is exact.
+func TestReusedSegmentKeepsNoOldRecords(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	d := openSized(t, dir, 4<<10)
+	chunk := func(c byte) []byte { return bytes.Repeat([]byte{c}, 100) }
+	for off := 0; off < 12000; off += 100 { // several segments' worth
+		if _, err := d.Append(ctx, "old-job", int64(off), chunk('o')); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Drop(ctx, "old-job"); err != nil {
+		t.Fatal(err)
+	}
+	var kept []byte
+	for d.Stats().Reused < 2 {
+		if len(kept) > 100000 {
+			t.Fatalf("no segment reused: %+v", d.Stats())
+		}
+		if _, err := d.Append(ctx, "new-job", int64(len(kept)), chunk('n')); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, chunk('n')...)
+	}
+	sizes := map[uint64]int64{}
+	d.mu.Lock()
+	for id, s := range d.segs {
+		sizes[id] = s.size
+	}
+	d.mu.Unlock()
+	d.Close()
+	d2 := openSized(t, dir, 4<<10)
+	d2.mu.Lock()
+	for id, s := range d2.segs {
+		if want, ok := sizes[id]; ok && s.size != want {
+			t.Errorf("segment %d replayed to %d bytes, written %d", id, s.size, want)
+		}
+	}
+	d2.mu.Unlock()
+	if n, _, _ := d2.Len(ctx, "old-job"); n != 0 {
+		t.Fatalf("the dropped job came back with %d bytes", n)
+	}
+	wantLen(t, d2, "new-job", string(kept), false)
 }

@@ -22,6 +22,7 @@ import (
 // segMagic; then records, each:
 //
 //	crc    uint32  CRC-32C of everything after it in the record
+//	seg    uint32  the low 32 bits of the segment's number
 //	kind   uint8   recAppend, recComplete or recDrop
 //	jobLen uint8   length of the job ID
 //	n      uint32  length of the data (0 unless recAppend)
@@ -29,14 +30,16 @@ import (
 //	job    jobLen bytes
 //	data   n bytes
 //
-// all little-endian. A segment is created full of zeros (newSegment), so
-// a header of zeros is its end. Replay stops reading a segment there, or
-// at its first record that is short or fails its checksum: a torn write
-// at a crash, since nothing after it was acked.
+// all little-endian. A segment is created full of zeros, or is a removed
+// segment's file renamed for reuse (newSegment), so the segment ends at a
+// header of zeros or at a record that names another segment: one written
+// before the file was reused. Replay stops there, or at the first record
+// that is short or fails its checksum: a torn write at a crash, since
+// nothing after it was acked.
 const (
 	segMagic      = "vk-out1\n"
 	segSuffix     = ".log"
-	recHeader     = 18
+	recHeader     = 22
 	maxRecordData = 1 << 20
 )
 
@@ -49,11 +52,15 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// appendRecord encodes a record at the end of buf and returns buf and the
-// offset in it of the record's data.
-func appendRecord(buf []byte, kind byte, job string, off int64, data []byte) ([]byte, int64) {
+// recordSize is the size of a record for job with n bytes of data.
+func recordSize(job string, n int) int64 { return int64(recHeader + len(job) + n) }
+
+// appendRecord encodes a record of segment seg at the end of buf and
+// returns buf and the offset in it of the record's data.
+func appendRecord(buf []byte, seg uint64, kind byte, job string, off int64, data []byte) ([]byte, int64) {
 	start := len(buf)
 	buf = binary.LittleEndian.AppendUint32(buf, 0)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(seg))
 	buf = append(buf, kind, byte(len(job)))
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(data)))
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(off))
@@ -64,7 +71,7 @@ func appendRecord(buf []byte, kind byte, job string, off int64, data []byte) ([]
 	return buf, pos
 }
 
-// record is one decoded record; data is only valid until the next.
+// record is one decoded record.
 type record struct {
 	kind byte
 	job  string
@@ -73,11 +80,11 @@ type record struct {
 	n    int64
 }
 
-// readRecords calls fn for each valid record of the segment read from r
+// readRecords calls fn for each valid record of segment seg read from r
 // (positioned just after the magic), in order. It returns the position
-// just after the last valid record, and whether it stopped before the end
-// of the file (a torn or corrupt record).
-func readRecords(r io.Reader, fn func(record)) (end int64, torn bool) {
+// just after the last valid record, and whether it stopped at a torn or
+// corrupt record rather than at the segment's end.
+func readRecords(r io.Reader, seg uint64, fn func(record)) (end int64, torn bool) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	pos := int64(len(segMagic))
 	var hdr [recHeader]byte
@@ -86,12 +93,12 @@ func readRecords(r io.Reader, fn func(record)) (end int64, torn bool) {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return pos, err != io.EOF
 		}
-		if hdr == [recHeader]byte{} {
-			return pos, false // the zeros newSegment wrote ahead
+		if hdr == [recHeader]byte{} || binary.LittleEndian.Uint32(hdr[4:]) != uint32(seg) {
+			return pos, false // zeros written ahead, or a record of the file's earlier use
 		}
-		kind, jl := hdr[4], int(hdr[5])
-		n := int64(binary.LittleEndian.Uint32(hdr[6:]))
-		off := int64(binary.LittleEndian.Uint64(hdr[10:]))
+		kind, jl := hdr[8], int(hdr[9])
+		n := int64(binary.LittleEndian.Uint32(hdr[10:]))
+		off := int64(binary.LittleEndian.Uint64(hdr[14:]))
 		if kind < recAppend || kind > recDrop || n > maxRecordData || (kind != recAppend && n != 0) || off < 0 {
 			return pos, true
 		}
@@ -129,6 +136,14 @@ func (l *Log) recover() error {
 				ids = append(ids, id)
 				continue
 			}
+		}
+		if strings.HasSuffix(name, freeSuffix) {
+			if len(l.free) < keepFree {
+				l.free = append(l.free, filepath.Join(l.dir, name))
+			} else {
+				os.Remove(filepath.Join(l.dir, name))
+			}
+			continue
 		}
 		if strings.HasSuffix(name, legacyOutSuffix) || strings.HasSuffix(name, legacyDoneSuffix) {
 			legacy = append(legacy, name)
@@ -201,7 +216,7 @@ func (l *Log) replay(id uint64, raw map[string]*rawJob) error {
 	}
 	s := &segment{id: id, f: f}
 	l.segs[id] = s
-	end, torn := readRecords(f, func(r record) {
+	end, torn := readRecords(f, id, func(r record) {
 		rj := raw[r.job]
 		switch r.kind {
 		case recAppend:
@@ -318,7 +333,7 @@ func (l *Log) importLegacy(names []string, raw map[string]*rawJob) error {
 				n, err := f.ReadAt(data, off)
 				if n > 0 {
 					var pos int64
-					buf, pos = appendRecord(buf, recAppend, job, off, data[:n])
+					buf, pos = appendRecord(buf, s.id, recAppend, job, off, data[:n])
 					rj.ext = append(rj.ext, extent{off: off, seg: s, pos: s.size + pos, n: int64(n)})
 					off += int64(n)
 				}
@@ -339,7 +354,7 @@ func (l *Log) importLegacy(names []string, raw map[string]*rawJob) error {
 			f.Close()
 		}
 		if complete {
-			buf, _ = appendRecord(buf, recComplete, job, 0, nil)
+			buf, _ = appendRecord(buf, s.id, recComplete, job, 0, nil)
 			rj.mark = s
 		}
 	}

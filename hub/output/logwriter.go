@@ -50,56 +50,52 @@ func (l *Log) commit(batch []*request, copies []copyReq) {
 		copies = nil
 		err = nil
 	}
-	// Positions are relative to the group's start until the segment is
-	// known: the group goes to a new one if it would not fit in what the
+	// The group goes to a new segment if it would not fit in what the
 	// active one has written ahead (unless the active one is empty).
-	wait := len(copies) > 0
-	buf := l.buf[:0]
+	var need int64
 	for _, r := range batch {
-		switch r.kind {
-		case recAppend:
-			wait = true
-			for off, rest := r.off, r.data; len(rest) > 0; {
-				n := min(len(rest), maxRecordData)
-				var pos int64
-				buf, pos = appendRecord(buf, recAppend, r.job, off, rest[:n])
-				r.placed = append(r.placed, extent{off: off, pos: pos, n: int64(n)})
-				off += int64(n)
-				rest = rest[n:]
-			}
-		default:
-			buf, _ = appendRecord(buf, r.kind, r.job, 0, nil)
-		}
+		need += recordSize(r.job, len(r.data)) + int64(len(r.data)/maxRecordData)*recordSize(r.job, 0)
 	}
-	for i := range copies {
-		c := &copies[i]
-		if c.mark {
-			buf, _ = appendRecord(buf, recComplete, c.job, 0, nil)
-			continue
-		}
-		var pos int64
-		buf, pos = appendRecord(buf, recAppend, c.job, c.from.off, c.data)
-		c.to = extent{off: c.from.off, pos: pos, n: c.from.n}
-	}
-	if cap(buf) <= 4*compactPerGroup {
-		l.buf = buf
+	for _, c := range copies {
+		need += recordSize(c.job, len(c.data))
 	}
 	l.mu.Lock()
 	seg := l.active
 	l.mu.Unlock()
-	if seg == nil || (seg.size+int64(len(buf)) > seg.cap && seg.size > int64(len(segMagic))) {
+	if seg == nil || (seg.size+need > seg.cap && seg.size > int64(len(segMagic))) {
 		seg, err = l.roll()
 	}
+	wait := len(copies) > 0
 	if err == nil {
+		buf := l.buf[:0]
 		for _, r := range batch {
-			for i := range r.placed {
-				r.placed[i].seg = seg
-				r.placed[i].pos += seg.size
+			switch r.kind {
+			case recAppend:
+				wait = true
+				for off, rest := r.off, r.data; len(rest) > 0; {
+					n := min(len(rest), maxRecordData)
+					var pos int64
+					buf, pos = appendRecord(buf, seg.id, recAppend, r.job, off, rest[:n])
+					r.placed = append(r.placed, extent{off: off, seg: seg, pos: seg.size + pos, n: int64(n)})
+					off += int64(n)
+					rest = rest[n:]
+				}
+			default:
+				buf, _ = appendRecord(buf, seg.id, r.kind, r.job, 0, nil)
 			}
 		}
 		for i := range copies {
-			copies[i].to.seg = seg
-			copies[i].to.pos += seg.size
+			c := &copies[i]
+			if c.mark {
+				buf, _ = appendRecord(buf, seg.id, recComplete, c.job, 0, nil)
+				continue
+			}
+			var pos int64
+			buf, pos = appendRecord(buf, seg.id, recAppend, c.job, c.from.off, c.data)
+			c.to = extent{off: c.from.off, seg: seg, pos: seg.size + pos, n: c.from.n}
+		}
+		if cap(buf) <= 4*compactPerGroup {
+			l.buf = buf
 		}
 		_, err = seg.f.WriteAt(buf, seg.size)
 		if err == nil && wait {

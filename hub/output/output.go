@@ -25,12 +25,16 @@
 // empty <job>.done marked completion): [Open] imports such files into
 // the log, then removes them.
 //
-// Each segment is created full of zeros, ahead of need, by a second
-// goroutine: 1 MiB for the first after [Open], twice the last for each
-// next one, up to [DefaultSegmentSize]. A group that would not fit in the
-// active segment goes to the next. So a group overwrites blocks the file
-// already has, and its fdatasync flushes only data: no file-system
-// journal commit for a new size or new blocks, as a file per job needed.
+// A second goroutine makes each segment ready ahead of need, so that a
+// group overwrites blocks the file already has and its fdatasync flushes
+// only data: no file-system journal commit for a new size or new blocks,
+// as a file per job needed. It renames the file of a removed segment
+// (kept as <number>.free, two at most), whose old records name their own
+// segment so that replay reads none of them as the new one's; or, when
+// there is none, it writes a new file full of zeros: 1 MiB for the first
+// after [Open], twice the last for each next one, up to
+// [DefaultSegmentSize]. A group that would not fit in the active segment
+// goes to the next.
 //
 // A segment is removed as soon as no job owns a byte or a mark in it. A
 // long-running job's few bytes would keep every segment written during

@@ -260,7 +260,9 @@ func TestRestartAndDrop(t *testing.T) {
 // the new part, and the stream stays exact.
 func TestTornTailRecovered(t *testing.T) {
 	stream := []byte("line 1\nline 2\nline 3\nline 4\n")
-	rec, _ := appendRecord(nil, recAppend, "j", 14, stream[14:])
+	// Every test's log starts in an empty directory: its first segment
+	// is number 0.
+	rec, _ := appendRecord(nil, 0, recAppend, "j", 14, stream[14:])
 	for _, cut := range []int{1, recHeader - 1, recHeader + 1, len(rec) - 1, len(rec)} {
 		t.Run(fmt.Sprint(cut), func(t *testing.T) {
 			ctx := t.Context()
@@ -268,6 +270,9 @@ func TestTornTailRecovered(t *testing.T) {
 			d := open(t, dir)
 			if _, err := d.Append(ctx, "j", 0, stream[:14]); err != nil { // acked: 14
 				t.Fatal(err)
+			}
+			if d.active.id != 0 {
+				t.Fatalf("first segment is %d", d.active.id)
 			}
 			seg, end := filepath.Join(dir, segName(d.active.id)), d.active.size
 			d.Close()
