@@ -167,13 +167,15 @@ func openLog(dir string, log *slog.Logger, segSize int64) (*Log, error) {
 func segName(id uint64) string { return fmt.Sprintf("%016x%s", id, segSuffix) }
 
 // newSegment makes the next segment file ready, with its directory
-// entry durable. The writer's groups must overwrite blocks the file
-// already has: then a group's fdatasync flushes data only, with no
-// file-system journal commit for a new size or new blocks. So the file
-// is either a removed segment's, renamed (its records name their own
-// segment, so replay reads none of them as this one's; see retireLocked),
-// or a new file
-// written full of zeros, whose end replay finds at a header of zeros.
+// entry durable. Best, the writer's groups overwrite blocks the file
+// has written already: then a group's fdatasync flushes data only, with
+// no file-system journal commit for a new size or new blocks. So the file
+// is a removed segment's, renamed, when there is one (its records name
+// their own segment, so replay reads none of them as this one's; see
+// retireLocked). Otherwise it is a new file with its size allocated
+// (fallocate(2): no size change per group, but the blocks' first writes
+// are still journaled), which reads as zeros where nothing was written:
+// replay finds the end at a header of zeros.
 func (l *Log) newSegment() (*segment, error) {
 	id := l.nextID
 	path := filepath.Join(l.dir, segName(id))
@@ -204,10 +206,9 @@ func (l *Log) newSegment() (*segment, error) {
 	// last), so that a hub with little output writes little ahead.
 	size := min(l.segSize, l.nextSize)
 	l.nextSize = min(2*size, l.segSize)
-	_, err = f.Write([]byte(segMagic))
-	zero := make([]byte, min(1<<20, size))
-	for off := int64(len(segMagic)); off < size && err == nil; off += int64(len(zero)) {
-		_, err = f.WriteAt(zero[:min(int64(len(zero)), size-off)], off)
+	err = preallocate(f, size)
+	if err == nil {
+		_, err = f.Write([]byte(segMagic))
 	}
 	if err == nil {
 		err = syncData(f)
