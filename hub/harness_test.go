@@ -70,6 +70,14 @@ func (s signalingOutput) Wait(ctx context.Context, job string, offset int64) err
 	return s.Store.Wait(ctx, job, offset)
 }
 
+// Stats is the wrapped output log's, so the hub exposes its metrics.
+func (s signalingOutput) Stats() output.LogStats {
+	if st, ok := s.Store.(interface{ Stats() output.LogStats }); ok {
+		return st.Stats()
+	}
+	return output.LogStats{}
+}
+
 // Sweep is the wrapped store's, so the hub's start sweeps the harness's
 // output directory as it would its own.
 func (s signalingOutput) Sweep(ctx context.Context, keep func(job string) bool) ([]string, error) {

@@ -51,13 +51,16 @@ func TestMetricsExposition(t *testing.T) {
 }
 
 // TestMetricsScrapeLiveHub scrapes a running hub over TLS: the driver's
-// counters, the collected job gauges and queue depth.
+// counters, the collected job gauges and queue depth, the output log's.
 func TestMetricsScrapeLiveHub(t *testing.T) {
 	h := newHarness(t)
 	h.relayUp(1)
 	h.nodeUp(dispatch.Held{})
-	h.submitOn(h.claimed(), 71)
+	v := h.submitOn(h.claimed(), 71)
 	expectFrame[dispatch.Start](h)
+	h.nodeSay(&dispatch.JobUpdate{Job: v.ID, State: dispatch.JobAccepted})
+	h.nodeSay(&dispatch.Output{Job: v.ID, Offset: 0, Data: []byte("hello")})
+	expectFrame[dispatch.OutputAck](h)
 	h.reserveFor("r2")
 	code, body, _ := h.call("GET", "/metrics", nil)
 	if code != http.StatusOK {
@@ -69,7 +72,10 @@ func TestMetricsScrapeLiveHub(t *testing.T) {
 		"vk_hub_tickets_total 2\n",
 		"vk_hub_nodes_connected 1\n",
 		"vk_hub_relays_connected 1\n",
-		`vk_hub_jobs{state="starting"} 1` + "\n",
+		`vk_hub_jobs{state="running"} 1` + "\n",
+		"vk_hub_output_appends_total 1\n",
+		"vk_hub_output_syncs_total 1\n",
+		"vk_hub_output_live_bytes 5\n",
 		`vk_hub_queue_depth{class="jobs"} 0` + "\n",
 		`vk_hub_requests_total{code="201",route="POST /v1/jobs"} 1` + "\n",
 		"vk_hub_decision_seconds_count ",
