@@ -93,7 +93,7 @@ func (m *metrics) watchOutput(st outputStats) {
 		func(s output.LogStats) int64 { return s.Compacted })
 	counter("vk_hub_output_segments_reused_total", "Output log segments made from a removed segment's file rather than a new one.",
 		func(s output.LogStats) int64 { return s.Reused })
-	gauge("vk_hub_output_log_bytes", "Bytes in the output log's segment files.",
+	gauge("vk_hub_output_log_bytes", "Bytes written in the output log's segments.",
 		func(s output.LogStats) int64 { return s.Bytes })
 	gauge("vk_hub_output_live_bytes", "Bytes of the output log that unsettled jobs own.",
 		func(s output.LogStats) int64 { return s.Live })

@@ -20,7 +20,7 @@
 // durable with one fsync; appends that arrive while a group is synced
 // wait for the next one. So under load one fsync carries many jobs'
 // chunks, and a job's output costs no file creation, no directory fsync
-// and no unlink. Until issue 22's seventh session the store kept one file
+// and no unlink. Until 7 Dec 2026 (issue 22) the store kept one file
 // per job (<job>.out, read-only once complete; before that a second,
 // empty <job>.done marked completion): [Open] imports such files into
 // the log, then removes them.
