@@ -555,3 +555,54 @@ func TestReusedSegmentKeepsNoOldRecords(t *testing.T) {
 	}
 	wantLen(t, d2, "new-job", string(kept), false)
 }
+
+// Compaction leaves the segment before the active one alone (its jobs
+// are mostly about to be settled) and compacts it once the writer has
+// moved one segment further.
+func TestCompactionWaitsOneSegment(t *testing.T) {
+	ctx := t.Context()
+	d := openSized(t, t.TempDir(), 4<<10)
+	first := d.active.id
+	if _, err := d.Append(ctx, "long", 0, bytes.Repeat([]byte("l"), 100)); err != nil {
+		t.Fatal(err)
+	}
+	// fill fills the active segment with short jobs' output, dropped,
+	// rolls to the next one, and waits for one more group there (a group
+	// picks its copies before it is written).
+	var tick int64
+	fill := func() {
+		t.Helper()
+		defer func() {
+			n, err := d.Append(ctx, "tick", tick, []byte("t"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tick = n
+		}()
+		start := d.active.id
+		for i := 0; d.active.id == start; i++ {
+			job := fmt.Sprint("short-", start, "-", i)
+			if _, err := d.Append(ctx, job, 0, bytes.Repeat([]byte("s"), 500)); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Drop(ctx, job); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fill()
+	if st := d.Stats(); st.Compacted != 0 {
+		t.Fatalf("the segment just sealed was compacted: %+v", st)
+	}
+	fill()
+	if st := d.Stats(); st.Compacted != 100 {
+		t.Fatalf("stats %+v: want the long job's 100 bytes copied out of segment %d", st, first)
+	}
+	d.mu.Lock()
+	_, kept := d.segs[first]
+	d.mu.Unlock()
+	if kept {
+		t.Fatalf("segment %d still there after its last owned bytes were copied", first)
+	}
+	wantLen(t, d, "long", strings.Repeat("l", 100), false)
+}

@@ -232,11 +232,13 @@ func (l *Log) roll() (*segment, error) {
 // under a quarter of its size. A long-running job's few bytes would
 // otherwise keep every segment written during its life; with this, the
 // segments hold at most about four times the live output, plus the
-// active one. The caller holds l.mu.
+// active one and the one before it. That one is left alone: most of the
+// jobs still owning bytes in it are about to be settled, and copying
+// their bytes would only write them twice. The caller holds l.mu.
 func (l *Log) pickCopiesLocked() []copyReq {
 	var victim *segment
 	for _, s := range l.segs {
-		if s == l.active || s.removed || s.live*4 >= s.size {
+		if l.active == nil || s.id+1 >= l.active.id || s.removed || s.live*4 >= s.size {
 			continue
 		}
 		if victim == nil || s.id < victim.id {

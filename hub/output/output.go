@@ -41,8 +41,9 @@
 // its life, so the writer also compacts: with each group it copies up to
 // 1 MiB of what jobs still own out of the oldest segment whose owned
 // bytes are under a quarter of its size, and points the jobs at the
-// copies. The segments then hold at most about four times the output
-// that unsettled jobs own, plus the active segment.
+// copies. It leaves the segment before the active one alone, whose jobs
+// are mostly about to be settled. The segments then hold at most about
+// four times the output that unsettled jobs own, plus those two.
 //
 // An index in memory says where each job's bytes are: its extents, in
 // order of offset. [Open] rebuilds it by reading every segment.
