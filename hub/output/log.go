@@ -369,11 +369,8 @@ func (l *Log) ReadAt(ctx context.Context, job string, offset int64, max int) (Ch
 	if max <= 0 || max > MaxRead {
 		max = MaxRead
 	}
-	if !ValidJob(job) {
-		return Chunk{}, fmt.Errorf("%w: %q", ErrBadJob, job)
-	}
-	if err := ctx.Err(); err != nil {
-		return Chunk{}, fmt.Errorf("output: %w", err)
+	if err := checkCall(ctx, job); err != nil {
+		return Chunk{}, err
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -477,11 +474,8 @@ func (l *Log) MarkComplete(ctx context.Context, job string) error {
 
 // Len implements [Store.Len].
 func (l *Log) Len(ctx context.Context, job string) (int64, bool, error) {
-	if !ValidJob(job) {
-		return 0, false, fmt.Errorf("%w: %q", ErrBadJob, job)
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, false, fmt.Errorf("output: %w", err)
+	if err := checkCall(ctx, job); err != nil {
+		return 0, false, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -511,25 +505,15 @@ func (l *Log) Wait(ctx context.Context, job string, offset int64) error {
 	}
 	ch := j.grow
 	l.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("output: %w", ctx.Err())
-	case <-l.done:
-		return ErrClosed
-	}
+	return waitOn(ctx, ch, l.done)
 }
 
 // Drop implements [Store.Drop] (API-41): the job's bytes stop counting as
 // live, and a segment left with none is removed. Its mark is written with
 // the next group but not waited for (see the package doc).
 func (l *Log) Drop(ctx context.Context, job string) error {
-	if !ValidJob(job) {
-		return fmt.Errorf("%w: %q", ErrBadJob, job)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("output: %w", err)
+	if err := checkCall(ctx, job); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	if l.closed {

@@ -143,14 +143,7 @@ func (m *Mem) Wait(ctx context.Context, job string, offset int64) error {
 	}
 	ch := j.grow
 	m.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("output: %w", ctx.Err())
-	case <-m.done:
-		return ErrClosed
-	}
+	return waitOn(ctx, ch, m.done)
 }
 
 // Drop implements [Store.Drop].

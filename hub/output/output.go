@@ -85,6 +85,7 @@ package output
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // MaxRead is the most bytes one read returns (API-37: 1 MiB).
@@ -159,4 +160,30 @@ func ValidJob(id string) bool {
 		}
 	}
 	return true
+}
+
+// checkCall returns why a call for job cannot go on: an invalid job ID
+// (ErrBadJob) or the context's end.
+func checkCall(ctx context.Context, job string) error {
+	if !ValidJob(job) {
+		return fmt.Errorf("%w: %q", ErrBadJob, job)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	return nil
+}
+
+// waitOn is the end of a Wait: nil once grow is closed (the output
+// changed), the context's error, or ErrClosed once the store's closed
+// channel is.
+func waitOn(ctx context.Context, grow, closed <-chan struct{}) error {
+	select {
+	case <-grow:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("output: %w", ctx.Err())
+	case <-closed:
+		return ErrClosed
+	}
 }

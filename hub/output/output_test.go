@@ -271,10 +271,10 @@ func TestTornTailRecovered(t *testing.T) {
 			if _, err := d.Append(ctx, "j", 0, stream[:14]); err != nil { // acked: 14
 				t.Fatal(err)
 			}
-			if d.active.id != 0 {
-				t.Fatalf("first segment is %d", d.active.id)
+			if activeSeg(d).id != 0 {
+				t.Fatalf("first segment is %d", activeSeg(d).id)
 			}
-			seg, end := filepath.Join(dir, segName(d.active.id)), d.active.size
+			seg, end := filepath.Join(dir, segName(activeSeg(d).id)), activeSeg(d).size
 			d.Close()
 			f, err := os.OpenFile(seg, os.O_WRONLY, 0)
 			if err != nil {
