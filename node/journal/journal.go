@@ -23,14 +23,26 @@
 // or corrupt tail left by a crash is detected on [Open], logged, and
 // truncated to the last whole record; it never stops the node.
 //
-// Secrets. A start's spec holds the job's variables and tokens. The directory
-// is created with mode 0700 and the file with 0600. Once a job's result is
-// written ([Journal.Finished]) its spec is no longer needed to resume it, so
-// it is scrubbed (XFER-16): the entry drops it and the file is compacted —
-// rewritten without it, synced and renamed over the old one — so the spec
-// leaves the disk, not just memory. Recorded jobs are kept as small
-// tombstones (no spec, the result kept) so a very late redelivered start is
-// still answered from the journal; the newest [KeepRecorded] are kept.
+// Secrets. A start's spec may hold the job's variables and tokens. The
+// directory is created with mode 0700 and the file with 0600. The node
+// journals each start without its secrets (dispatch.Start.Redacted: a job
+// is never resumed from the journal), so no token reaches this file
+// (XFER-16).
+//
+// Compaction. Once a job's result is written ([Journal.Finished]) its spec
+// is no longer needed: the entry drops it from memory at once, and the file
+// sheds it at the next compaction, which rewrites the file with only what
+// the entries hold now into a temporary file, syncs it, renames it over the
+// journal and syncs the directory. A compaction runs when the file has
+// grown past twice its size after the last one plus [CompactSlack], and is
+// checked after Finished, Recorded and Forget, never in Accept, so a start's
+// answer never waits for a rewrite. Finished used to compact every time;
+// with KeepRecorded tombstones that rewrote about 400 KB and synced twice
+// per job, under the lock every Accept takes (BenchmarkJobCycle,
+// docs/benchmarks.md). Recorded jobs are kept as small tombstones (no spec,
+// the result kept) so a very late redelivered start is still answered from
+// the journal; the newest [KeepRecorded] are kept in memory, and the file
+// drops the older ones at its next compaction.
 package journal
 
 import (
@@ -56,6 +68,14 @@ const KeepRecorded = 1024
 
 // keepRecorded is KeepRecorded, lowered by tests.
 var keepRecorded = KeepRecorded
+
+// CompactSlack is how far the file may grow past twice its size after the
+// last compaction before the next one: about 250 jobs' starts with 4 KiB
+// specs.
+const CompactSlack = 1 << 20
+
+// compactSlack is CompactSlack, lowered by tests.
+var compactSlack int64 = CompactSlack
 
 // Errors.
 var (
@@ -120,9 +140,12 @@ type Journal struct {
 	entries  map[string]*Entry // guarded by mu
 	seq      uint64            // last acceptance sequence
 	recorded []string          // recorded jobs, oldest first
-	// unscrubbed is true while the file still holds the spec of a finished
-	// job: set by apply, cleared by a compaction.
-	unscrubbed bool
+	// base is the file's size after the last compaction (or what a
+	// compaction at Open would have written): the file is compacted once
+	// it is past 2×base + compactSlack.
+	base int64
+	// compactions counts the rewrites since Open, for tests.
+	compactions int
 }
 
 // Open opens the journal in dir, creating dir (0700) and the file (0600) when
@@ -153,10 +176,14 @@ func Open(dir string, log *slog.Logger) (*Journal, error) {
 		f.Close()
 		return nil, err
 	}
-	if j.unscrubbed {
-		// A crash came between a job's finished record and the compaction
-		// that scrubs its spec: scrub now.
-		if err := j.compactLocked(); err != nil {
+	live, err := j.encodeLocked()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	j.base = int64(len(live))
+	if j.size > j.boundLocked() {
+		if err := j.replaceLocked(live); err != nil {
 			j.f.Close()
 			return nil, err
 		}
@@ -226,7 +253,6 @@ func (j *Journal) apply(r record) error {
 		if e.Phase != PhaseAccepted && e.Phase != PhaseRunning {
 			return fmt.Errorf("%w: %s finished after %s", ErrPhase, r.Job, e.Phase)
 		}
-		j.unscrubbed = j.unscrubbed || e.Spec != nil
 		e.Phase, e.Result, e.Spec = PhaseFinished, r.Result, nil
 	case kindRecorded:
 		if e.Phase != PhaseFinished {
@@ -234,6 +260,15 @@ func (j *Journal) apply(r record) error {
 		}
 		e.Phase = PhaseRecorded
 		j.recorded = append(j.recorded, r.Job)
+		// The oldest tombstones beyond keepRecorded are forgotten; the
+		// file drops them at its next compaction (a replay forgets them
+		// again at the same record).
+		if over := len(j.recorded) - keepRecorded; over > 0 {
+			for _, id := range j.recorded[:over] {
+				delete(j.entries, id)
+			}
+			j.recorded = slices.Clone(j.recorded[over:])
+		}
 	case kindForget:
 		delete(j.entries, r.Job)
 		j.recorded = slices.DeleteFunc(j.recorded, func(s string) bool { return s == r.Job })
@@ -301,19 +336,15 @@ func (j *Journal) Running(job, stage string) error {
 	return j.step(record{Kind: kindRunning, Job: job, Stage: stage}, PhaseAccepted, PhaseRunning)
 }
 
-// Finished journals job's result and scrubs its spec from memory and disk
-// (the file is compacted before Finished returns).
+// Finished journals job's result and drops its spec from memory; the file
+// sheds it at its next compaction.
 func (j *Journal) Finished(job string, result []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if err := j.stepLocked(record{Kind: kindFinished, Job: job, Result: bytes.Clone(result)}, PhaseAccepted, PhaseRunning); err != nil {
 		return err
 	}
-	// The result is durable: a failed compaction only delays the scrub to
-	// the next compaction or the next Open, so it is logged, not returned.
-	if err := j.compactLocked(); err != nil {
-		j.log.Error("journal: compaction failed; spec scrubbed on the next one", logkey.JobID, job, logkey.Err, err)
-	}
+	j.maybeCompactLocked()
 	return nil
 }
 
@@ -328,11 +359,7 @@ func (j *Journal) Recorded(job string) error {
 	if err := j.stepLocked(record{Kind: kindRecorded, Job: job}, PhaseFinished); err != nil {
 		return err
 	}
-	if len(j.recorded) > 2*keepRecorded {
-		if err := j.compactLocked(); err != nil {
-			j.log.Error("journal: compaction failed", logkey.Err, err)
-		}
-	}
+	j.maybeCompactLocked()
 	return nil
 }
 
@@ -343,7 +370,11 @@ func (j *Journal) Forget(job string) error {
 	if _, ok := j.entries[job]; !ok {
 		return nil
 	}
-	return j.writeLocked(record{Kind: kindForget, Job: job})
+	if err := j.writeLocked(record{Kind: kindForget, Job: job}); err != nil {
+		return err
+	}
+	j.maybeCompactLocked()
+	return nil
 }
 
 func (j *Journal) step(r record, from ...Phase) error {
@@ -363,20 +394,30 @@ func (j *Journal) stepLocked(r record, from ...Phase) error {
 	return j.writeLocked(r)
 }
 
-// compactLocked rewrites the journal with only what the entries hold now —
-// scrubbed specs stay out, recorded jobs beyond KeepRecorded are dropped —
-// into a temporary file, syncs it, renames it over the journal and syncs the
-// directory.
-func (j *Journal) compactLocked() error {
-	if j.f == nil {
-		return ErrClosed
+// boundLocked is the size past which the file is compacted.
+func (j *Journal) boundLocked() int64 { return 2*j.base + compactSlack }
+
+// maybeCompactLocked compacts the file once it is past its bound. The
+// write that brought it there is durable already: a failed compaction is
+// logged and tried again after the next write, not returned.
+func (j *Journal) maybeCompactLocked() {
+	if j.f == nil || j.size <= j.boundLocked() {
+		return
 	}
-	if over := len(j.recorded) - keepRecorded; over > 0 {
-		for _, id := range j.recorded[:over] {
-			delete(j.entries, id)
-		}
-		j.recorded = slices.Clone(j.recorded[over:])
+	live, err := j.encodeLocked()
+	if err == nil {
+		err = j.replaceLocked(live)
 	}
+	if err != nil {
+		j.log.Error("journal: compaction failed; tried again after the next write", logkey.Err, err)
+	}
+}
+
+// encodeLocked returns the records a compacted file holds: each entry's
+// steps in acceptance order (finished jobs without their spec), then the
+// recorded records in the order they were recorded, so the newest are still
+// the ones kept after a reopen.
+func (j *Journal) encodeLocked() ([]byte, error) {
 	var buf bytes.Buffer
 	for _, e := range j.sortedLocked(func(*Entry) bool { return true }) {
 		recs := []record{{Kind: kindAccepted, Job: e.Job, Reservation: e.Reservation, Spec: e.Spec}}
@@ -389,26 +430,33 @@ func (j *Journal) compactLocked() error {
 		for _, r := range recs {
 			b, err := encodeRecord(r)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			buf.Write(b)
 		}
 	}
-	// Recorded records go last, in the order they were recorded, so the
-	// newest are still the ones kept after a reopen.
 	for _, id := range j.recorded {
 		b, err := encodeRecord(record{Kind: kindRecorded, Job: id})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		buf.Write(b)
+	}
+	return buf.Bytes(), nil
+}
+
+// replaceLocked makes live the journal: written to a temporary file,
+// synced, renamed over the journal, and the directory synced.
+func (j *Journal) replaceLocked(live []byte) error {
+	if j.f == nil {
+		return ErrClosed
 	}
 	tmp := filepath.Join(j.dir, FileName+".tmp")
 	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("journal: compact: %w", err)
 	}
-	if _, err := nf.Write(buf.Bytes()); err != nil {
+	if _, err := nf.Write(live); err != nil {
 		nf.Close()
 		return fmt.Errorf("journal: compact: %w", err)
 	}
@@ -423,12 +471,9 @@ func (j *Journal) compactLocked() error {
 	// The new file is the journal now, whatever happens next.
 	j.f.Close()
 	j.f = nf
-	j.size = int64(buf.Len())
-	if err := syncDir(j.dir); err != nil {
-		return err
-	}
-	j.unscrubbed = false
-	return nil
+	j.size, j.base = int64(len(live)), int64(len(live))
+	j.compactions++
+	return syncDir(j.dir)
 }
 
 // sortedLocked returns copies of the entries keep accepts, in acceptance
