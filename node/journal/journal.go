@@ -109,7 +109,8 @@ type Entry struct {
 	// Reservation is the reservation the start named; "" if none.
 	Reservation string
 	// Spec is the start as the caller journaled it (opaque bytes, typically
-	// the start message's JSON); nil once the job finished (scrubbed).
+	// the start message's JSON); nil once the job finished (the file sheds
+	// it at its next compaction).
 	Spec []byte
 	// Phase is the job's last journaled step.
 	Phase Phase

@@ -40,7 +40,7 @@ type kind string
 const (
 	kindAccepted kind = "accepted" // job, reservation, spec
 	kindRunning  kind = "running"  // job, stage
-	kindFinished kind = "finished" // job, result; scrubs the spec
+	kindFinished kind = "finished" // job, result; drops the spec (the file sheds it at the next compaction)
 	kindRecorded kind = "recorded" // job
 	kindForget   kind = "forget"   // job; drops the entry
 )
