@@ -55,10 +55,14 @@ var (
 		"The node's cap: min(hub ceiling, max_concurrency); -1 for none.", nil, nil)
 	descRunner = prometheus.NewDesc("vk_node_local_runner",
 		"1 when a local gitlab-runner makes the node refuse new work (PLACE-08).", nil, nil)
+	descJournalBytes = prometheus.NewDesc("vk_node_journal_bytes",
+		"Size of the start journal's file (it is compacted past twice its size after the last compaction plus 1 MiB).", nil, nil)
+	descJournalCompactions = prometheus.NewDesc("vk_node_journal_compactions_total",
+		"Rewrites of the start journal since the agent started.", nil, nil)
 )
 
 func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descReservations, descJobs, descUnacked, descState, descCap, descRunner} {
+	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descReservations, descJobs, descUnacked, descState, descCap, descRunner, descJournalBytes, descJournalCompactions} {
 		ch <- d
 	}
 }
@@ -104,6 +108,11 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		runner = 1
 	}
 	g(descRunner, runner)
+	if a.journal != nil { // open from the agent's start on
+		js := a.journal.Stats()
+		g(descJournalBytes, float64(js.Bytes))
+		ch <- prometheus.MustNewConstMetric(descJournalCompactions, prometheus.CounterValue, float64(js.Compactions))
+	}
 }
 
 // handler serves /metrics.

@@ -3,16 +3,20 @@ package node
 import (
 	"bytes"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/vk-ci/vk/node/journal"
 )
 
 // Every series docs/node.md lists is scraped from /metrics with its type,
 // parsed by Prometheus's own text parser; a finished job and a refused
-// offer show in the counters, and WriteMetrics writes the same families.
+// offer show in the counters, the journal's size is its file's, and
+// WriteMetrics writes the same families.
 func TestMetricsScrapeParses(t *testing.T) {
 	h, a := connected(t, func(c *Config) { c.Node.MetricsListen = "127.0.0.1:0" }, Options{})
 	from := h.mark()
@@ -37,6 +41,7 @@ func TestMetricsScrapeParses(t *testing.T) {
 		"vk_node_cap": dto.MetricType_GAUGE, "vk_node_local_runner": dto.MetricType_GAUGE,
 		"vk_node_session_connected": dto.MetricType_GAUGE, "vk_node_offers_total": dto.MetricType_COUNTER,
 		"vk_node_jobs_finished_total": dto.MetricType_COUNTER,
+		"vk_node_journal_bytes":       dto.MetricType_GAUGE, "vk_node_journal_compactions_total": dto.MetricType_COUNTER,
 	}
 	for name, typ := range want {
 		f, ok := fams[name]
@@ -78,6 +83,18 @@ func TestMetricsScrapeParses(t *testing.T) {
 	}
 	if v := value("vk_node_offers_total", map[string]string{"reply": "accepted"}); v != 1 {
 		t.Errorf("offers accepted = %v, want 1", v)
+	}
+	// The job's start, running steps, result and recorded are in the
+	// journal's file, which no compaction has rewritten yet.
+	fi, err := os.Stat(filepath.Join(a.cfg.Node.StateDir, "journal", journal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := value("vk_node_journal_bytes", nil); v != float64(fi.Size()) || v == 0 {
+		t.Errorf("journal bytes = %v, want the file's %d", v, fi.Size())
+	}
+	if v := value("vk_node_journal_compactions_total", nil); v != 0 {
+		t.Errorf("journal compactions = %v, want 0", v)
 	}
 	var buf bytes.Buffer
 	if err := a.WriteMetrics(&buf); err != nil {

@@ -523,6 +523,21 @@ func (j *Journal) Unrecorded() []Entry {
 	return j.sortedLocked(func(e *Entry) bool { return e.Phase == PhaseFinished })
 }
 
+// Stats is what [Journal.Stats] reports.
+type Stats struct {
+	// Bytes is the file's size: its whole records.
+	Bytes int64
+	// Compactions counts the rewrites since Open (one at Open included).
+	Compactions int
+}
+
+// Stats reports the file's size and the compactions since Open.
+func (j *Journal) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return Stats{Bytes: j.size, Compactions: j.compactions}
+}
+
 // Close closes the file. Every call after it returns [ErrClosed].
 func (j *Journal) Close() error {
 	j.mu.Lock()
