@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,7 +117,10 @@ func (l *handoffLog) beforeStart(job string) {
 // (their log lines and the hub's BeforeStart hook, the fake GitLab's
 // request log) and reports each step's p50 and its share of the summed
 // hand-off (GitLab's 201 to the relay's PUT state=running reaching
-// GitLab), plus the hand-off's p50 and p99.
+// GitLab), plus the hand-off's p50 and p99, and the CPU the fleet and the
+// jobs' processes used meanwhile. With TMPDIR on a tmpfs every state
+// directory is there, fsyncs cost nothing, and the difference is the
+// disk's share.
 //
 //	go test ./internal/testfleet -run XXX -bench Handoff -benchtime 200x
 func BenchmarkHandoff(b *testing.B) {
@@ -144,6 +148,7 @@ func BenchmarkHandoff(b *testing.B) {
 		spec.Jobs = append(spec.Jobs, gitlabfake.JobSpec{Name: fmt.Sprintf("j%d", i), Stage: "test", Script: []string{"true"}})
 	}
 	b.ResetTimer()
+	cpu0, wall0 := cpuNow(b), time.Now()
 	pl, err := tn.CreatePipeline("acme/handoff", readme, spec)
 	if err != nil {
 		b.Fatal(err)
@@ -153,6 +158,8 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	cpu := cpuNow(b).minus(cpu0)
+	wall := time.Since(wall0)
 	for name, st := range got {
 		if st != gitlabfake.StateSuccess {
 			b.Fatalf("%s = %s", name, st)
@@ -163,6 +170,34 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Fatalf("traced %d of %d jobs' hand-offs", len(totals), b.N)
 	}
 	reportSteps(b, steps, totals, relaySubmitted)
+	// What shares the two cores with the hand-off: the fleet in this
+	// process, and the jobs' own processes (their git and bash, and the
+	// fake GitLab's git http-backend), which are its children.
+	fmt.Printf("CPU over %v: this process (hub, relay, node, fake GitLab) %v, its children (the jobs' git and bash, the fake GitLab's git) %v\n",
+		wall.Round(time.Millisecond), cpu.self.Round(time.Millisecond), cpu.children.Round(time.Millisecond))
+	b.ReportMetric(cpu.self.Seconds()*1e3/float64(b.N), "fleet-cpu-ms/job")
+	b.ReportMetric(cpu.children.Seconds()*1e3/float64(b.N), "children-cpu-ms/job")
+}
+
+// cpuTimes is the CPU (user and system) this process and its waited-for
+// children have used.
+type cpuTimes struct{ self, children time.Duration }
+
+func (c cpuTimes) minus(o cpuTimes) cpuTimes {
+	return cpuTimes{c.self - o.self, c.children - o.children}
+}
+
+// cpuNow reads getrusage(2) for the process and for its children.
+func cpuNow(b *testing.B) cpuTimes {
+	var self, kids syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &self); err != nil {
+		b.Fatal(err)
+	}
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids); err != nil {
+		b.Fatal(err)
+	}
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return cpuTimes{tv(self.Utime) + tv(self.Stime), tv(kids.Utime) + tv(kids.Stime)}
 }
 
 // steps returns, per step (the mark it ends at), each traced job's time
