@@ -559,9 +559,9 @@ func (l *Log) forgetLocked(job string, j *logJob) {
 // removeIfDeadLocked removes s once it holds no job's bytes or mark and
 // the writer has moved on from it. Once no read uses it, its file is
 // kept for newSegment to reuse (up to keepFree of them) or unlinked (see
-// retireLocked). Neither is synced: a
-// segment that comes back after a crash holds nothing any job still
-// owns, or copies of it. The caller holds l.mu.
+// retireLocked). Neither is synced: a segment that comes back after a
+// crash holds nothing any job still owns, or copies of it. The caller
+// holds l.mu.
 func (l *Log) removeIfDeadLocked(s *segment) {
 	if s.live > 0 || s.marks > 0 || s == l.active || s.removed {
 		return

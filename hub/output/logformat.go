@@ -30,12 +30,12 @@ import (
 //	job    jobLen bytes
 //	data   n bytes
 //
-// all little-endian. A segment is created full of zeros, or is a removed
-// segment's file renamed for reuse (newSegment), so the segment ends at a
-// header of zeros or at a record that names another segment: one written
-// before the file was reused. Replay stops there, or at the first record
-// that is short or fails its checksum: a torn write at a crash, since
-// nothing after it was acked.
+// all little-endian. A segment is a new file allocated to its size
+// (reading as zeros) or a removed segment's file renamed for reuse
+// (newSegment), so the segment ends at a header of zeros or at a record
+// that names another segment: one written before the file was reused.
+// Replay stops there, or at the first record that is short or fails its
+// checksum: a torn write at a crash, since nothing after it was acked.
 const (
 	segMagic      = "vk-out1\n"
 	segSuffix     = ".log"

@@ -202,8 +202,8 @@ func (l *Log) failSegment(seg *segment, err error) {
 	}
 }
 
-// roll starts a new active segment (the one prepare made ready), removing the old one if nothing in
-// it is still owned.
+// roll starts a new active segment (the one prepare made ready),
+// removing the old one if nothing in it is still owned.
 func (l *Log) roll() (*segment, error) {
 	var sp spare
 	select {

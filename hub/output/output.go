@@ -26,15 +26,15 @@
 // the log, then removes them.
 //
 // A second goroutine makes each segment ready ahead of need, so that a
-// group overwrites blocks the file already has and its fdatasync flushes
-// only data: no file-system journal commit for a new size or new blocks,
-// as a file per job needed. It renames the file of a removed segment
-// (kept as <number>.free, two at most), whose old records name their own
-// segment so that replay reads none of them as the new one's; or, when
-// there is none, it writes a new file full of zeros: 1 MiB for the first
-// after [Open], twice the last for each next one, up to
-// [DefaultSegmentSize]. A group that would not fit in the active segment
-// goes to the next.
+// group changes no file's size, as a file per job did. It renames the
+// file of a removed segment (kept as <number>.free, two at most), whose
+// blocks are written already, so a group's fdatasync flushes data only;
+// the old records name their own segment, so replay reads none of them
+// as the new one's. When there is none, it allocates a new file
+// (fallocate(2); it reads as zeros, and its blocks' first writes are
+// still journaled): 1 MiB for the first after [Open], twice the last for
+// each next one, up to [DefaultSegmentSize]. A group that would not fit
+// in the active segment goes to the next.
 //
 // A segment is removed as soon as no job owns a byte or a mark in it. A
 // long-running job's few bytes would keep every segment written during
