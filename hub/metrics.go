@@ -76,29 +76,33 @@ type outputStats interface{ Stats() output.LogStats }
 // watchOutput registers the output log's metrics, read from st at each
 // scrape.
 func (m *metrics) watchOutput(st outputStats) {
-	read := func(f func(output.LogStats) int64) func() float64 {
-		return func() float64 { return float64(f(st.Stats())) }
+	for _, o := range []struct {
+		name, help string
+		counter    bool
+		of         func(output.LogStats) int64
+	}{
+		{"vk_hub_output_appends_total", "Output chunks the output log wrote (the new part of each).", true,
+			func(s output.LogStats) int64 { return s.Appends }},
+		{"vk_hub_output_syncs_total", "Groups the output log made durable, each with one fsync.", true,
+			func(s output.LogStats) int64 { return s.Syncs }},
+		{"vk_hub_output_compacted_bytes_total", "Bytes the output log's compaction copied out of old segments.", true,
+			func(s output.LogStats) int64 { return s.Compacted }},
+		{"vk_hub_output_segments_reused_total", "Output log segments made from a removed segment's file rather than a new one.", true,
+			func(s output.LogStats) int64 { return s.Reused }},
+		{"vk_hub_output_log_bytes", "Bytes written in the output log's segments.", false,
+			func(s output.LogStats) int64 { return s.Bytes }},
+		{"vk_hub_output_live_bytes", "Bytes of the output log that unsettled jobs own.", false,
+			func(s output.LogStats) int64 { return s.Live }},
+		{"vk_hub_output_segments", "The output log's segment files.", false,
+			func(s output.LogStats) int64 { return int64(s.Segments) }},
+	} {
+		read := func() float64 { return float64(o.of(st.Stats())) }
+		if o.counter {
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: o.name, Help: o.help}, read))
+		} else {
+			m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: o.name, Help: o.help}, read))
+		}
 	}
-	counter := func(name, help string, f func(output.LogStats) int64) {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, read(f)))
-	}
-	gauge := func(name, help string, f func(output.LogStats) int64) {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, read(f)))
-	}
-	counter("vk_hub_output_appends_total", "Output chunks the output log wrote (the new part of each).",
-		func(s output.LogStats) int64 { return s.Appends })
-	counter("vk_hub_output_syncs_total", "Groups the output log made durable, each with one fsync.",
-		func(s output.LogStats) int64 { return s.Syncs })
-	counter("vk_hub_output_compacted_bytes_total", "Bytes the output log's compaction copied out of old segments.",
-		func(s output.LogStats) int64 { return s.Compacted })
-	counter("vk_hub_output_segments_reused_total", "Output log segments made from a removed segment's file rather than a new one.",
-		func(s output.LogStats) int64 { return s.Reused })
-	gauge("vk_hub_output_log_bytes", "Bytes written in the output log's segments.",
-		func(s output.LogStats) int64 { return s.Bytes })
-	gauge("vk_hub_output_live_bytes", "Bytes of the output log that unsettled jobs own.",
-		func(s output.LogStats) int64 { return s.Live })
-	gauge("vk_hub_output_segments", "The output log's segment files.",
-		func(s output.LogStats) int64 { return int64(s.Segments) })
 }
 
 func (m *metrics) counter(name, help string, labels ...string) {
