@@ -72,7 +72,7 @@ func (s signalingOutput) Wait(ctx context.Context, job string, offset int64) err
 
 // Stats is the wrapped output log's, so the hub exposes its metrics.
 func (s signalingOutput) Stats() output.LogStats {
-	if st, ok := s.Store.(interface{ Stats() output.LogStats }); ok {
+	if st, ok := s.Store.(outputStats); ok {
 		return st.Stats()
 	}
 	return output.LogStats{}

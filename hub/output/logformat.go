@@ -94,7 +94,7 @@ func readRecords(r io.Reader, seg uint64, fn func(record)) (end int64, torn bool
 			return pos, err != io.EOF
 		}
 		if hdr == [recHeader]byte{} || binary.LittleEndian.Uint32(hdr[4:]) != uint32(seg) {
-			return pos, false // zeros written ahead, or a record of the file's earlier use
+			return pos, false // allocated space (zeros), or a record of the file's earlier use
 		}
 		kind, jl := hdr[8], int(hdr[9])
 		n := int64(binary.LittleEndian.Uint32(hdr[10:]))
